@@ -1,0 +1,1 @@
+"""Command line and runner launchers for tar2tf."""

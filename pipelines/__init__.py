@@ -1,0 +1,1 @@
+"""Beam pipelines and the user-facing Python API of tar2tf."""

@@ -1,0 +1,16 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+COMPAT = os.path.join(ROOT, "..", "shared", "testdata", "compat")
+
+
+@pytest.fixture(scope="session")
+def compat_dir():
+    if not os.path.isdir(COMPAT):
+        pytest.skip(f"compat vectors not found at {COMPAT} (../shared/testdata/compat)")
+    return COMPAT

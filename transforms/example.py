@@ -1,0 +1,241 @@
+"""Records to ``tf.train.Example`` and back: the type map, the schema, the parsers.
+
+Default encoding is lossless: one ``bytes`` feature per extension, named by the
+extension, plus ``__key__``.  A *type map* (``{"cls": "int64", "score": "float"}``, or the
+CLI's ``cls:int64,score:float``) makes typed features; a value that does not fit its type
+raises :class:`EncodeError`, which drivers turn into an ``encode`` reject -- it never
+becomes a silently wrong number.
+
+Arrays (what ``Decode``/``Resize`` produce) are stored as three features:
+``<name>`` raw little-endian bytes, ``<name>/shape`` int64 list, ``<name>/dtype`` bytes.
+
+Examples are serialized with ``deterministic=True`` so that map ordering never makes two
+runs differ.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from transforms.records import KEY, META_KEYS, Record
+
+BYTES, INT64, FLOAT = "bytes", "int64", "float"
+FEATURE_TYPES = (BYTES, INT64, FLOAT)
+_ALIASES = {"bytes": BYTES, "str": BYTES, "string": BYTES, "int": INT64, "int64": INT64,
+            "float": FLOAT, "float32": FLOAT}
+
+
+class EncodeError(ValueError):
+    """A record value that cannot be encoded as asked."""
+
+
+def _example_pb2():
+    # Imported lazily: tensorflow's protos are heavy and DoFns should pay for them once.
+    from tensorflow.core.example import example_pb2, feature_pb2
+    return example_pb2, feature_pb2
+
+
+def parse_type_map(spec: Union[None, str, Mapping[str, str]]) -> Dict[str, str]:
+    """``"cls:int64,jpg:bytes"`` or a mapping (go-tfdata FeatureType names accepted)."""
+    if not spec:
+        return {}
+    if isinstance(spec, str):
+        items = []
+        for part in spec.split(","):
+            if not part.strip():
+                continue
+            name, sep, typ = part.partition(":")
+            if not sep:
+                raise ValueError(f"type map entry {part!r} is not name:type")
+            items.append((name.strip(), typ.strip()))
+    else:
+        items = list(spec.items())
+    out = {}
+    for name, typ in items:
+        t = _ALIASES.get(str(getattr(typ, "value", typ)).lower())
+        if t is None:
+            raise ValueError(f"unknown feature type {typ!r} for {name!r}; use one of {FEATURE_TYPES}")
+        out[name] = t
+    return out
+
+
+def _as_ints(name: str, value: Any) -> List[int]:
+    if isinstance(value, (bytes, bytearray, str)):
+        text = value.decode("ascii", "strict") if isinstance(value, (bytes, bytearray)) else value
+        try:
+            return [int(tok) for tok in text.replace(",", " ").split()] or _fail(name, value, INT64)
+        except ValueError:
+            _fail(name, value, INT64)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iub":
+        return [int(v) for v in arr.reshape(-1)]
+    if arr.dtype.kind == "f" and np.all(np.equal(np.mod(arr, 1), 0)):
+        return [int(v) for v in arr.reshape(-1)]
+    _fail(name, value, INT64)
+
+
+def _as_floats(name: str, value: Any) -> List[float]:
+    if isinstance(value, (bytes, bytearray, str)):
+        text = value.decode("ascii", "strict") if isinstance(value, (bytes, bytearray)) else value
+        try:
+            vals = [float(tok) for tok in text.replace(",", " ").split()]
+        except ValueError:
+            _fail(name, value, FLOAT)
+        return vals or _fail(name, value, FLOAT)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iubf":
+        return [float(v) for v in arr.reshape(-1)]
+    _fail(name, value, FLOAT)
+
+
+def _fail(name, value, typ):
+    shown = value[:40] if isinstance(value, (bytes, str)) else type(value).__name__
+    raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({shown!r})")
+
+
+def _as_bytes(name: str, value: Any) -> List[bytes]:
+    if isinstance(value, (bytes, bytearray)):
+        return [bytes(value)]
+    if isinstance(value, str):
+        return [value.encode("utf-8")]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (bytes, str)) for v in value):
+        return [v.encode("utf-8") if isinstance(v, str) else v for v in value]
+    if isinstance(value, numbers.Number):
+        return [str(value).encode("ascii")]
+    _fail(name, value, BYTES)
+
+
+def _set(features, name: str, typ: str, value: Any):
+    f = features.feature[name]
+    if typ == INT64:
+        f.int64_list.value.extend(_as_ints(name, value))
+    elif typ == FLOAT:
+        f.float_list.value.extend(_as_floats(name, value))
+    else:
+        f.bytes_list.value.extend(_as_bytes(name, value))
+
+
+def record_to_example(record: Record, type_map: Optional[Mapping[str, str]] = None):
+    """The default encoding: see the module docstring."""
+    example_pb2, _ = _example_pb2()
+    type_map = type_map or {}
+    ex = example_pb2.Example()
+    feats = ex.features
+    feats.feature[KEY].bytes_list.value.append(str(record[KEY]).encode("utf-8"))
+    for name in sorted(record):
+        if name in META_KEYS:
+            continue
+        value = record[name]
+        if isinstance(value, np.ndarray) and name not in type_map:
+            arr = np.ascontiguousarray(value)
+            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            feats.feature[name].bytes_list.value.append(le.tobytes())
+            feats.feature[name + "/shape"].int64_list.value.extend(int(d) for d in arr.shape)
+            feats.feature[name + "/dtype"].bytes_list.value.append(arr.dtype.name.encode())
+            continue
+        _set(feats, name, type_map.get(name, INT64 if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                                         else FLOAT if isinstance(value, (float, np.floating)) else BYTES), value)
+    return ex
+
+
+def serialize(example) -> bytes:
+    return example.SerializeToString(deterministic=True)
+
+
+def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
+                  to_example: Optional[Callable[[Record], Any]] = None) -> bytes:
+    """Record -> serialized Example; ``to_example`` overrides the default encoding.
+
+    A custom ``to_example`` may return a ``tf.train.Example`` or already-serialized bytes.
+    """
+    ex = to_example(record) if to_example is not None else record_to_example(record, type_map)
+    if isinstance(ex, (bytes, bytearray)):
+        return bytes(ex)
+    if ex is None or not hasattr(ex, "SerializeToString"):
+        raise EncodeError(f"record_to_example returned {type(ex).__name__}, not a tf.train.Example")
+    return serialize(ex)
+
+
+# -- schema -----------------------------------------------------------------------------
+
+def schema_of(serialized: bytes) -> Dict[str, Dict[str, Any]]:
+    """Feature name -> {dtype, shape} as seen in one serialized Example."""
+    example_pb2, _ = _example_pb2()
+    ex = example_pb2.Example.FromString(serialized)
+    out = {}
+    for name, f in ex.features.feature.items():
+        kind = f.WhichOneof("kind")
+        n = len(getattr(f, kind).value) if kind else 0
+        out[name] = {"dtype": {"bytes_list": BYTES, "int64_list": INT64, "float_list": FLOAT}.get(kind, "none"),
+                     "shape": [n]}
+    return out
+
+
+def merge_schema(a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Union of two schemas; a feature whose length differs gets shape [-1] (variable)."""
+    out = {k: dict(v) for k, v in a.items()}
+    for name, spec in b.items():
+        if name not in out:
+            out[name] = dict(spec)
+        else:
+            cur = out[name]
+            if cur["dtype"] != spec["dtype"]:
+                cur["dtype"] = "mixed"
+            if cur["shape"] != spec["shape"]:
+                cur["shape"] = [-1]
+    for name in set(out) - set(b):
+        out[name]["optional"] = True
+    for name in set(b) - set(a):
+        if a:
+            out[name]["optional"] = True
+    return dict(sorted(out.items()))
+
+
+# -- parsing back -----------------------------------------------------------------------
+
+def parse_example(serialized: bytes) -> Record:
+    """Serialized Example -> record dict, undoing :func:`record_to_example`.
+
+    Array features (``x`` + ``x/shape`` + ``x/dtype``) come back as ndarrays; one-element
+    int/float lists come back as scalars; bytes stay bytes.
+    """
+    example_pb2, _ = _example_pb2()
+    ex = example_pb2.Example.FromString(serialized)
+    fmap = ex.features.feature
+    rec: Record = {}
+    for name in sorted(fmap):
+        if name.endswith("/shape") or name.endswith("/dtype"):
+            continue
+        f = fmap[name]
+        kind = f.WhichOneof("kind")
+        vals = list(getattr(f, kind).value) if kind else []
+        if name + "/shape" in fmap and name + "/dtype" in fmap and kind == "bytes_list":
+            dtype = np.dtype(fmap[name + "/dtype"].bytes_list.value[0].decode()).newbyteorder("<")
+            shape = tuple(fmap[name + "/shape"].int64_list.value)
+            rec[name] = np.frombuffer(vals[0], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+        elif name == KEY:
+            rec[name] = vals[0].decode("utf-8") if vals else ""
+        elif kind == "bytes_list":
+            rec[name] = vals[0] if len(vals) == 1 else vals
+        else:
+            rec[name] = vals[0] if len(vals) == 1 else np.asarray(vals)
+    return rec
+
+
+def tf_feature_spec(schema: Mapping[str, Mapping[str, Any]]):
+    """A ``tf.io.parse_single_example`` spec from a manifest schema."""
+    import tensorflow as tf
+    spec = {}
+    for name, s in schema.items():
+        dtype = {BYTES: tf.string, INT64: tf.int64, FLOAT: tf.float32}.get(s["dtype"])
+        if dtype is None:
+            continue
+        shape = s.get("shape", [-1])
+        if s.get("optional") or shape == [-1]:
+            spec[name] = tf.io.VarLenFeature(dtype)
+        else:
+            spec[name] = tf.io.FixedLenFeature(shape if shape != [1] else [], dtype)
+    return spec

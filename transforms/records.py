@@ -1,0 +1,70 @@
+"""The two values that flow through every stage: a record and a reject.
+
+A *record* is a plain ``dict``: ``__key__`` (str, the WebDataset key), ``__shard__``
+(str, the source object it came from) and one entry per extension, whose value is
+``bytes`` as read from the tar, or whatever an op turned it into (an ndarray, an int...).
+
+A *reject* says why something was not written.  Stages are fixed so that counters and
+reports can be grouped by them.  The conservation law every driver checks is::
+
+    records read == records written + records rejected
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, Optional
+
+KEY = "__key__"
+SHARD = "__shard__"
+META_KEYS = (KEY, SHARD)
+
+STAGES = ("list", "fetch", "tar", "op", "encode", "write")
+
+Record = Dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reject:
+    """Why a record (``key`` set) or a whole shard (``key`` None) was not written.
+
+    ``counts_record`` is True when the reject stands for one record that was read
+    (so it enters the conservation law); shard-level rejects (missing shard, not a tar)
+    stand for no readable record and are counted separately.
+    """
+
+    shard: str
+    key: Optional[str]
+    stage: str
+    reason: str
+    counts_record: bool = True
+
+    def __post_init__(self):
+        if self.stage not in STAGES:
+            raise ValueError(f"unknown reject stage {self.stage!r}; expected one of {STAGES}")
+
+    @property
+    def kind(self) -> str:
+        """A short, stable category for counters: the reason up to its first colon."""
+        return self.reason.split(":", 1)[0].strip()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"shard": self.shard, "key": self.key, "stage": self.stage,
+                "reason": self.reason, "record": self.counts_record}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Reject":
+        return cls(d["shard"], d.get("key"), d["stage"], d["reason"], d.get("record", True))
+
+
+def is_reject(item: Any) -> bool:
+    return isinstance(item, Reject)
+
+
+def payload_keys(record: Record):
+    """The extension entries of a record, in sorted order (meta keys excluded)."""
+    return sorted(k for k in record if k not in META_KEYS)

@@ -1,0 +1,29 @@
+"""Byte sizes given by people: ``100MB`` (decimal), ``1GiB`` (binary) or a plain number.
+
+Parsing is delegated to ``humanfriendly``, which follows the IEC/SI convention: ``MB`` is
+10**6 and ``MiB`` is 2**20, exactly as the seed client used it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import humanfriendly
+
+
+def parse_size(value: Union[None, int, str]) -> Optional[int]:
+    """Return a positive number of bytes, or None for None/empty."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"invalid size {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        try:
+            n = humanfriendly.parse_size(str(value).strip(), binary=False)
+        except humanfriendly.InvalidSize as e:
+            raise ValueError(f"invalid size {value!r}: {e}") from None
+    if n <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    return int(n)

@@ -1,0 +1,103 @@
+"""Shard sources: expand a template into object URLs, check them against a listing.
+
+A template is a location with bash brace ranges and lists (``train-{0000..0147}.tar``,
+``{a,b}``, expanded in order by the ``braceexpand`` library) and/or glob characters
+(``*``, ``?``, ``[..]``, matched against a listing).  Listing uses the template's literal
+prefix, so object stores are paged over only what could match.
+
+A name the template requires but the listing lacks is a ``list`` reject, never a silent
+skip.  The result order is the template's order (brace order; sorted within a glob), and
+that order is the order of records in the output.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import List, Optional, Sequence, Tuple, Union
+
+from braceexpand import braceexpand
+
+from transforms.records import Reject
+from transforms.stores import StoreConfig, get_store, join, split_url
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def expand_braces(template: str) -> List[str]:
+    """All names a brace template stands for, in order, duplicates removed."""
+    seen, out = set(), []
+    for name in braceexpand(template):
+        if name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+def _literal_prefix(pattern: str) -> str:
+    m = _GLOB.search(pattern)
+    return pattern if m is None else pattern[: m.start()]
+
+
+def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
+            config: Optional[StoreConfig] = None) -> Tuple[List[str], List[Reject]]:
+    """Turn templates into an ordered list of shard URLs plus ``list`` rejects.
+
+    ``base`` (a directory, ``ais://bucket`` or ``gs://bucket``) is prefixed to relative
+    templates, as ``Dataset(bucket).load(template)`` does.
+    """
+    if isinstance(templates, str):
+        templates = [templates]
+    urls: List[str] = []
+    rejects: List[Reject] = []
+    seen = set()
+    for template in templates:
+        if base and "://" not in template and not template.startswith("/"):
+            template = join(base, template)
+        found, missing = _resolve_one(template, config)
+        for u in found:
+            if u not in seen:
+                seen.add(u)
+                urls.append(u)
+        for u in missing:
+            rejects.append(Reject(u, None, "list", f"missing shard: {u} is not in the listing",
+                                  counts_record=False))
+    return urls, rejects
+
+
+def _resolve_one(template: str, config: Optional[StoreConfig]):
+    store = get_store(template, config)
+    names = expand_braces(template)
+    exact = [n for n in names if not _GLOB.search(split_url(n)[2])]
+    globs = [n for n in names if _GLOB.search(split_url(n)[2])]
+    found: List[str] = []
+    missing: List[str] = []
+    if exact:
+        prefix = _common_prefix(exact)
+        listed = set(store.list(prefix))
+        for n in exact:
+            (found if n in listed else missing).append(n)
+    for g in globs:
+        matches = sorted(u for u in store.list(_literal_prefix(g)) if fnmatch.fnmatchcase(u, g))
+        if not matches:
+            missing.append(g)
+        found.extend(matches)
+    # keep template order for exact names, glob matches in place of their pattern
+    order = {n: i for i, n in enumerate(names)}
+    found.sort(key=lambda u: (order.get(u, _glob_index(u, globs, order)), u))
+    return found, missing
+
+
+def _glob_index(url, globs, order):
+    for g in globs:
+        if fnmatch.fnmatchcase(url, g):
+            return order[g]
+    return len(order)
+
+
+def _common_prefix(names: List[str]) -> str:
+    import os
+    prefix = os.path.commonprefix(names)
+    if "://" in prefix or "/" in prefix:
+        return prefix
+    return prefix if prefix else ""

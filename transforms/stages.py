@@ -1,0 +1,90 @@
+"""User and library stages between the tar reader and the sink (go-tfdata's pipeline).
+
+* A *sample stage* is a callable ``record -> record | None``.  ``None`` filters the record
+  out (counted as ``filtered``).  Ops from ``transforms.ops`` are sample stages.
+* ``to_example`` turns the final record into a ``tf.train.Example`` (or serialized bytes);
+  default: :func:`transforms.example.record_to_example` with the type map.
+* An *example stage* is a callable ``tf.train.Example -> tf.train.Example | None``.
+
+Any exception inside a stage rejects that one record with the stage and the reason;
+it never stops the shard.  This module is the one place that rule is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from transforms import example as ex
+from transforms.records import KEY, SHARD, Record, Reject, is_reject
+
+FILTERED = object()
+
+
+def stage_name(stage: Any) -> str:
+    r = getattr(stage, "describe", None)
+    if callable(r):
+        return r()
+    name = getattr(stage, "__name__", None) or type(stage).__name__
+    return name
+
+
+@dataclasses.dataclass
+class Stages:
+    sample_stages: Sequence[Callable[[Record], Optional[Record]]] = ()
+    to_example: Optional[Callable[[Record], Any]] = None
+    example_stages: Sequence[Callable[[Any], Any]] = ()
+    type_map: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def run_samples(self, record: Record) -> Union[Record, Reject, object]:
+        """Apply sample stages; return the record, a Reject, or FILTERED."""
+        shard, key = record.get(SHARD, ""), record.get(KEY)
+        for st in self.sample_stages:
+            try:
+                out = st(record)
+            except Exception as e:  # noqa: BLE001 - any failure of user/op code is a reject
+                return Reject(shard, key, "op", f"{stage_name(st)} failed: {_msg(e)}")
+            if out is None:
+                return FILTERED
+            if not isinstance(out, dict):
+                return Reject(shard, key, "op", f"{stage_name(st)} failed: returned {type(out).__name__}, not a record")
+            out.setdefault(KEY, key)
+            out.setdefault(SHARD, shard)
+            record = out
+        return record
+
+    def encode(self, record: Record) -> Union[bytes, Reject, object]:
+        """Record -> serialized Example (after example stages), a Reject, or FILTERED."""
+        shard, key = record.get(SHARD, ""), record.get(KEY)
+        try:
+            if not self.example_stages:
+                return ex.encode_record(record, self.type_map, self.to_example)
+            example = (self.to_example(record) if self.to_example is not None
+                       else ex.record_to_example(record, self.type_map))
+            if isinstance(example, (bytes, bytearray)):
+                from tensorflow.core.example import example_pb2
+                example = example_pb2.Example.FromString(bytes(example))
+        except Exception as e:  # noqa: BLE001
+            return Reject(shard, key, "encode", f"encode failed: {_msg(e)}")
+        for st in self.example_stages:
+            try:
+                example = st(example)
+            except Exception as e:  # noqa: BLE001
+                return Reject(shard, key, "op", f"{stage_name(st)} failed: {_msg(e)}")
+            if example is None:
+                return FILTERED
+        try:
+            return ex.serialize(example)
+        except Exception as e:  # noqa: BLE001
+            return Reject(shard, key, "encode", f"encode failed: {_msg(e)}")
+
+    def process(self, record: Record) -> Union[bytes, Reject, object]:
+        out = self.run_samples(record)
+        if out is FILTERED or is_reject(out):
+            return out
+        return self.encode(out)
+
+
+def _msg(e: BaseException) -> str:
+    text = str(e).strip() or e.__class__.__name__
+    return f"{e.__class__.__name__}: {text}"

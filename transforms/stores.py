@@ -1,0 +1,250 @@
+"""Where bytes live: one small interface over local disks, AIStore, GCS and Beam filesystems.
+
+Every location is a URL string: a local path (``/data/x.tar``, ``file:///data/x.tar``),
+``ais://bucket/obj``, ``gs://bucket/obj``, or any other scheme Beam's ``FileSystems``
+knows.  A :class:`Store` does five things with URLs of its scheme:
+
+* ``list(prefix)``     every object URL that starts with ``prefix`` (pages followed);
+* ``open_read(url)``   a streaming, read-only binary file (never the whole object in RAM);
+* ``open_write(url)``  a context manager yielding a binary file that becomes visible under
+                       ``url`` only when the ``with`` block exits cleanly (atomic);
+* ``exists``, ``delete``, ``size``.
+
+Errors: a missing object raises ``FileNotFoundError``; a refused one ``PermissionError``.
+Transient faults are retried inside the store (see ``transforms.retry``); what escapes is
+final.  Stores are cheap to build and picklable through :class:`StoreConfig`, so Beam
+workers rebuild them in ``DoFn.setup``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import uuid
+from typing import BinaryIO, Dict, Iterator, Optional, Tuple
+from urllib.parse import urlsplit
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    """Picklable settings for building stores on any worker.
+
+    ``ais_endpoint`` falls back to ``$AIS_ENDPOINT``.  The AIS auth token is read from
+    ``$AIS_AUTHN_TOKEN`` on the worker and is never stored here (so it is never pickled
+    into a job graph nor printed).  ``retry_*`` bound the retry of transient faults.
+    """
+
+    ais_endpoint: Optional[str] = None
+    gcs_project: Optional[str] = None
+    retry_attempts: int = 6
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 5.0
+    retry_total_s: float = 60.0
+    read_timeout_s: float = 60.0
+    ais_etl_name: Optional[str] = None
+
+    def resolved_ais_endpoint(self) -> str:
+        ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")
+        if not ep:
+            raise ValueError("no AIS endpoint: pass --ais-endpoint / proxy_url or set AIS_ENDPOINT")
+        return ep.rstrip("/")
+
+
+def split_url(url: str) -> Tuple[str, str, str]:
+    """``scheme://bucket/path`` -> (scheme, bucket, path); local paths give ('', '', path)."""
+    if "://" not in url:
+        return "", "", url
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return "", "", parts.path
+    path = url.split("://", 1)[1]
+    bucket, _, key = path.partition("/")
+    return parts.scheme, bucket, key
+
+
+def join(base: str, name: str) -> str:
+    """Join a directory-ish URL and a relative name."""
+    if not base:
+        return name
+    if "://" in base:
+        return base.rstrip("/") + "/" + name.lstrip("/")
+    return os.path.join(base, name)
+
+
+def dirname(url: str) -> str:
+    if "://" in url:
+        head, _, _ = url.rstrip("/").rpartition("/")
+        return head if "://" in head else url.rstrip("/")
+    return os.path.dirname(url) or "."
+
+
+def basename(url: str) -> str:
+    return url.rstrip("/").rpartition("/")[2]
+
+
+class Store:
+    """Base class; see the module docstring for the contract."""
+
+    def list(self, prefix: str) -> Iterator[str]:
+        raise NotImplementedError
+
+    def open_read(self, url: str) -> BinaryIO:
+        raise NotImplementedError
+
+    def open_write(self, url: str):
+        raise NotImplementedError
+
+    def exists(self, url: str) -> bool:
+        raise NotImplementedError
+
+    def delete(self, url: str) -> None:
+        raise NotImplementedError
+
+    def size(self, url: str) -> int:
+        raise NotImplementedError
+
+    def read_bytes(self, url: str) -> bytes:
+        with self.open_read(url) as f:
+            return f.read()
+
+    def write_bytes(self, url: str, data: bytes) -> None:
+        with self.open_write(url) as f:
+            f.write(data)
+
+
+class LocalStore(Store):
+    """Local files.  Atomic writes go to a hidden temp file in the same directory,
+    are fsync'ed, then ``os.replace``d onto the final name."""
+
+    @staticmethod
+    def _path(url: str) -> str:
+        return split_url(url)[2]
+
+    def list(self, prefix: str) -> Iterator[str]:
+        path = self._path(prefix)
+        root = path if path.endswith(os.sep) else os.path.dirname(path)
+        root = root or "."
+        if not os.path.isdir(root):
+            return
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                full = os.path.join(dirpath, fn)
+                if root == "." and not path.startswith("./"):
+                    full = os.path.relpath(full)
+                if full.startswith(path):
+                    yield full
+
+    def open_read(self, url: str) -> BinaryIO:
+        path = self._path(url)
+        if os.path.isdir(path):
+            raise IsADirectoryError(path)
+        return open(path, "rb", buffering=1 << 20)
+
+    @contextlib.contextmanager
+    def open_write(self, url: str):
+        path = self._path(url)
+        d = os.path.dirname(path) or "."
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:12]}")
+        f = open(tmp, "wb", buffering=1 << 20)
+        try:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            os.replace(tmp, path)
+        except BaseException:
+            f.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def exists(self, url: str) -> bool:
+        return os.path.exists(self._path(url))
+
+    def delete(self, url: str) -> None:
+        path = self._path(url)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def size(self, url: str) -> int:
+        return os.path.getsize(self._path(url))
+
+
+class BeamFileSystemStore(Store):
+    """Any other scheme Beam's FileSystems supports (s3://, hdfs://, ...).
+
+    Beam's filesystems write through a temp object and expose the final name on close,
+    which gives the same atomicity on object stores."""
+
+    def list(self, prefix: str) -> Iterator[str]:
+        from apache_beam.io.filesystems import FileSystems
+        for m in FileSystems.match([prefix + "**"])[0].metadata_list:
+            yield m.path
+
+    def open_read(self, url: str) -> BinaryIO:
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.filesystem import CompressionTypes
+        if not FileSystems.exists(url):
+            raise FileNotFoundError(url)
+        return FileSystems.open(url, compression_type=CompressionTypes.UNCOMPRESSED)
+
+    @contextlib.contextmanager
+    def open_write(self, url: str):
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.filesystem import CompressionTypes
+        tmp = url + f".tmp-{uuid.uuid4().hex[:12]}"
+        f = FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED)
+        try:
+            yield f
+            f.close()
+            FileSystems.rename([tmp], [url])
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.close()
+            with contextlib.suppress(Exception):
+                FileSystems.delete([tmp])
+            raise
+
+    def exists(self, url: str) -> bool:
+        from apache_beam.io.filesystems import FileSystems
+        return FileSystems.exists(url)
+
+    def delete(self, url: str) -> None:
+        from apache_beam.io.filesystems import FileSystems
+        if FileSystems.exists(url):
+            FileSystems.delete([url])
+
+    def size(self, url: str) -> int:
+        from apache_beam.io.filesystems import FileSystems
+        return FileSystems.match([url])[0].metadata_list[0].size_in_bytes
+
+
+_CACHE: Dict[Tuple[str, StoreConfig], Store] = {}
+
+
+def get_store(url: str, config: Optional[StoreConfig] = None) -> Store:
+    """The store for ``url``'s scheme, built once per (scheme, config) per process."""
+    config = config or StoreConfig()
+    scheme = split_url(url)[0]
+    key = (scheme, config)
+    store = _CACHE.get(key)
+    if store is None:
+        if scheme == "":
+            store = LocalStore()
+        elif scheme == "ais":
+            from transforms.store_ais import AISStore
+            store = AISStore(config)
+        elif scheme == "gs":
+            from transforms.store_gcs import GCSStore
+            store = GCSStore(config)
+        else:
+            store = BeamFileSystemStore()
+        _CACHE[key] = store
+    return store
