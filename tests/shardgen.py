@@ -14,7 +14,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "motorcycle_left")
+_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field")
 _cache = {}
 
 

@@ -3,8 +3,11 @@
 * The key of a member is its directory plus its basename up to the first dot; the
   extension is the rest of the basename, lower-cased: ``n01/a.seg.PNG`` -> key ``n01/a``,
   extension ``seg.png``.
-* A record is a run of *consecutive* members sharing a key.  A key seen again later
-  in the same shard is a duplicate: that second run is rejected.
+* A record is the members sharing a key, which must come together: consecutively (the
+  WebDataset rule, ``group_window=1``) or, by default, within a small window of open
+  records in the same directory, so that tars made by ``tar -c`` of an unsorted directory
+  still group.  A key seen again after its record was emitted is a duplicate: that second
+  appearance is rejected.
 * Directories, links, devices and members with no extension are skipped and counted,
   never turned into records.
 * The tar is read as a stream (``tarfile`` mode ``r|*``, which also sniffs gzip), member by
@@ -20,13 +23,17 @@ shard-level reject.
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import io
 import tarfile
 import zlib
+from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
+DEFAULT_GROUP_WINDOW = 64
 
 # What a damaged stream can raise from inside tarfile / gzip / zlib.
 _STREAM_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
@@ -50,6 +57,41 @@ class TarStats:
     member_bytes: int = 0
 
 
+class ShardCorrupt(Reject):
+    """The shard's integrity check failed after records were already produced (a gzip
+    CRC or length mismatch at the end of the stream).  Consumers that can still take
+    records back (the converter, before finalization) reject every record of the shard;
+    content that may be wrong is never written as good."""
+
+
+def _open_stream(stream: BinaryIO):
+    """Gzip streams are decoded by :mod:`gzip`, which checks the CRC32 and length trailer
+    (tarfile's own gzip reader does not); returns (stream, tarfile mode)."""
+    if not hasattr(stream, "peek"):
+        stream = io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
+    if stream.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=stream, mode="rb"), "r|"
+    return stream, "r|"
+
+
+class _Peekable(io.BufferedReader):
+    def __init__(self, f):
+        super().__init__(_RawAdapter(f))
+
+
+class _RawAdapter(io.RawIOBase):
+    def __init__(self, f):
+        self._f = f
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        data = self._f.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 class _Group:
     __slots__ = ("key", "entries", "problem")
 
@@ -60,45 +102,66 @@ class _Group:
 
 
 def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
-                 stats: Optional[TarStats] = None) -> Iterator[Union[Record, Reject]]:
-    """Yield records and rejects from one tar / tgz stream, in tar order."""
+                 stats: Optional[TarStats] = None,
+                 group_window: int = DEFAULT_GROUP_WINDOW) -> Iterator[Union[Record, Reject]]:
+    """Yield records and rejects from one tar / tgz stream, in tar order.
+
+    ``group_window`` is how many records may be open at once in the same directory.  With
+    1 this is exactly WebDataset's rule (members of a record must be consecutive).  The
+    default tolerates tars written by ``tar -c`` from an unsorted directory, where
+    ``x/001.cls, x/002.cls, x/002.jpg, x/001.jpg`` is common: members join their open
+    record while it is within the window; a record is emitted when it leaves the window
+    or its directory ends.  A key seen again after its record was emitted is a duplicate.
+    """
     stats = stats if stats is not None else TarStats()
-    seen = set()
-    group: Optional[_Group] = None
+    window = max(1, int(group_window))
+    emitted = set()
+    pending: "OrderedDict[str, _Group]" = OrderedDict()
+    last_dup: Optional[str] = None
+    directory = None
 
     def finish(g: _Group):
-        if g.key in seen:
-            return Reject(shard, g.key, "tar", f"duplicate key: {g.key!r} appears again, not consecutively")
-        seen.add(g.key)
+        emitted.add(g.key)
         if g.problem:
             return Reject(shard, g.key, "tar", g.problem)
         rec: Record = {KEY: g.key, SHARD: shard}
         rec.update(g.entries)
         return rec
 
+    def flush(keep: int):
+        while len(pending) > keep:
+            yield finish(pending.popitem(last=False)[1])
+
     try:
-        tf = tarfile.open(fileobj=stream, mode="r|*", ignore_zeros=False)
+        stream, mode = _open_stream(stream)
+        tf = tarfile.open(fileobj=stream, mode=mode, ignore_zeros=False)
     except _STREAM_ERRORS as e:
         yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
         return
 
     members = iter(tf)
+    current: Optional[str] = None  # key of the record whose member was read last
     while True:
         try:
             member = next(members)
         except StopIteration:
             break
         except _STREAM_ERRORS as e:
-            # Damage while reading a header: the run in progress is complete as far as
-            # its members go, but it may have lost later members, so it is rejected too.
-            if group is not None:
-                yield Reject(shard, group.key, "tar",
+            # Damage while reading a header: the record read last may have lost later
+            # members, so it is rejected; the other open records are complete.
+            if current is not None and current in pending:
+                pending.pop(current)
+                emitted.add(current)
+                yield Reject(shard, current, "tar",
                              f"truncated shard: the stream broke after this record ({_describe(e)})")
-                group = None
+            yield from flush(0)
+            if _is_integrity_error(e):
+                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                return
             yield Reject(shard, None, "tar",
                          f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
                          counts_record=False)
-            break
+            return
         stats.members += 1
         if not member.isreg():
             stats.skipped_members += 1
@@ -108,11 +171,23 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             stats.skipped_members += 1
             continue
         key, ext = parsed
-        if group is not None and group.key != key:
-            yield finish(group)
-            group = None
+        new_dir = key.rpartition("/")[0]
+        if new_dir != directory:
+            yield from flush(0)
+            directory = new_dir
+        group = pending.get(key)
         if group is None:
-            group = _Group(key)
+            if key in emitted:
+                if key != last_dup:
+                    yield Reject(shard, key, "tar",
+                                 f"duplicate key: {key!r} appears again, not with its first members")
+                last_dup = key
+                stats.skipped_members += 1
+                continue
+            group = pending[key] = _Group(key)
+            last_dup = None
+            yield from flush(window)
+        current = key
         if member.size == 0:
             group.problem = group.problem or f"zero-length member: {member.name}"
             continue
@@ -121,7 +196,12 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                 f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}")
             continue
         if ext in group.entries:
-            group.problem = group.problem or f"duplicate extension: {member.name} repeats '.{ext}'"
+            # the key starts over inside the window: the first record stands, this
+            # second appearance is the duplicate
+            if last_dup != key:
+                yield Reject(shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}")
+            last_dup = key
+            stats.skipped_members += 1
             continue
         try:
             f = tf.extractfile(member)
@@ -129,16 +209,28 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             if len(data) != member.size:
                 raise EOFError(f"member {member.name} has {len(data)} of {member.size} bytes")
         except _STREAM_ERRORS as e:
+            pending.pop(key, None)
+            emitted.add(key)
             yield Reject(shard, key, "tar", f"truncated shard: member {member.name} is incomplete ({_describe(e)})")
-            group = None
+            yield from flush(0)
             yield Reject(shard, None, "tar",
                          f"truncated or corrupt archive inside member {member.name}: {_describe(e)}",
                          counts_record=False)
-            break
+            return
         stats.member_bytes += len(data)
         group.entries[ext] = data
-    if group is not None:
-        yield finish(group)
+    yield from flush(0)
+    # tarfile stops at the end-of-archive blocks; drain the rest so gzip checks its trailer
+    try:
+        while stream.read(1 << 16):
+            pass
+    except _STREAM_ERRORS as e:
+        yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+
+
+def _is_integrity_error(e: BaseException) -> bool:
+    text = str(e)
+    return "CRC check failed" in text or "Incorrect length" in text
 
 
 def _describe(e: BaseException) -> str:

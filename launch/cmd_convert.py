@@ -1,0 +1,101 @@
+"""``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards.
+
+Unknown ``--flags`` are passed to Beam as pipeline options (``--runner=FlinkRunner`` ...).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from transforms.stores import StoreConfig
+
+
+def register(sub) -> None:
+    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards (Beam)",
+                       description=__doc__)
+    p.add_argument("sources", nargs="+", help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/...")
+    p.add_argument("--output", "-o", required=True,
+                   help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
+                        "out/train-00000-of-0000N.record; local, gs:// or ais://")
+    p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
+    p.add_argument("--max-shard-size", help="bound on each output file, framing included: 100MB, 1GiB, 5000000")
+    p.add_argument("--records-per-shard", type=int, help="bound on records per output file")
+    p.add_argument("--type-map", help="typed features, e.g. cls:int64,score:float (default: all bytes)")
+    p.add_argument("--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops")
+    p.add_argument("--max-member-size", default="256MB", help="tar members larger than this are rejected")
+    p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
+    p.add_argument("--resume", action="store_true", help="reuse finished pieces of an interrupted run")
+    p.add_argument("--dali-index", action="store_true", help="write DALI tfrecord2idx files beside shards")
+    p.add_argument("--shuffle", action="store_true", help="globally shuffle records across shards (seeded)")
+    p.add_argument("--seed", type=int, default=0, help="seed for --shuffle and random ops")
+    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    p.add_argument("--work-dir", help="where pieces go while the job runs (default beside the output)")
+    p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run, accepts_beam_args=True)
+
+
+def build_config(args):
+    from pipelines.convert import ConvertConfig
+    conversions, selections = (), ()
+    if args.ops:
+        from launch.opsspec import load_ops
+        conversions, selections = load_ops(args.ops)
+    stages = list(conversions)
+    if selections:
+        from pipelines.dataset import selection_stage
+        stages.append(selection_stage(selections))
+    return ConvertConfig(
+        sources=args.sources, output=args.output, base=args.base, max_shard_size=args.max_shard_size,
+        records_per_shard=args.records_per_shard, type_map=args.type_map, sample_stages=tuple(stages),
+        max_member_size=args.max_member_size, max_rejects=args.max_rejects, overwrite=args.overwrite,
+        resume=args.resume, store=StoreConfig(ais_endpoint=args.ais_endpoint), dali_index=args.dali_index,
+        shuffle=args.shuffle, seed=args.seed, progress=False if args.no_progress else None,
+        work_dir=args.work_dir)
+
+
+def summary(res) -> str:
+    t = res.totals
+    rate = t["bytes_written"] / 1e6 / max(res.seconds, 1e-9)
+    lines = [
+        f"records: {t['records_read']} read, {t['records_written']} written, "
+        f"{t['records_rejected']} rejected, {t['records_filtered']} filtered",
+        f"shards:  {t['shards_read']} input ({t['shards_rejected']} rejected) -> {t['shards']} output, "
+        f"{t['bytes_written']} bytes ({rate:.1f} MB/s)",
+        f"time:    {res.seconds:.1f} s",
+        f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}",
+    ]
+    for reason, n in res.manifest["rejects"]["by_reason"].items():
+        lines.append(f"  {n:6d}  {reason}")
+    lines.append(f"manifest: {res.manifest_path}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from pipelines.convert import OutputExistsError, convert
+    try:
+        cfg = build_config(args)
+    except (ValueError, ImportError) as e:
+        print(f"tar2tf convert: {e}", file=sys.stderr)
+        return 2
+    try:
+        res = convert(cfg, args.beam_args)
+    except OutputExistsError as e:
+        print(f"tar2tf convert: {e}", file=sys.stderr)
+        return 4
+    except ValueError as e:
+        print(f"tar2tf convert: {e}", file=sys.stderr)
+        return 2
+    for p in res.paths:
+        print(p)
+    print(summary(res), file=sys.stderr)
+    if args.summary_json:
+        with open(args.summary_json, "w") as f:
+            json.dump({"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
+                       "paths": res.paths, "exit_code": res.exit_code}, f, indent=1, sort_keys=True)
+    if res.exit_code == 3:
+        print(f"tar2tf convert: {res.manifest['rejects']['count']} rejects > --max-rejects "
+              f"{cfg.max_rejects}", file=sys.stderr)
+    return res.exit_code

@@ -1,0 +1,189 @@
+"""Finalization: pack per-input-shard pieces into final shards, atomically, with a manifest.
+
+Why this shape: every input shard is converted into one *piece* (a TFRecord file) plus a
+JSON *sidecar* holding its framed record sizes, rejects and counts.  Pieces are named by
+input shard index, so what a worker wrote never depends on bundling or worker count.  The
+plan then packs the records of all pieces, in input order, into final shards with the
+greedy rule of :func:`transforms.tfrecord.pack`; since TFRecord files concatenate
+byte-wise, writing a final shard is a copy of byte ranges -- no record is parsed or
+re-framed.  Each final shard is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from transforms.records import Reject
+from transforms.stores import Store, StoreConfig, basename, dirname, get_store, join, split_url
+from transforms.tfrecord import pack
+
+log = logging.getLogger("tar2tf")
+COPY_CHUNK = 4 << 20
+
+
+# -- names ------------------------------------------------------------------------------
+
+def _split_ext(url: str) -> Tuple[str, str]:
+    base = basename(url)
+    stem, dot, ext = base.rpartition(".")
+    if not dot or not stem:
+        return url, ""
+    return url[: len(url) - len(ext) - 1], "." + ext
+
+
+def shard_names(output: str, n: int) -> List[str]:
+    """Final shard URLs: ``{}`` -> 1..n; otherwise ``<stem>-00000-of-0000n<ext>``."""
+    if "{}" in output:
+        return [output.replace("{}", str(i + 1)) for i in range(n)]
+    stem, ext = _split_ext(output)
+    return [f"{stem}-{i:05d}-of-{n:05d}{ext}" for i in range(n)]
+
+
+def output_pattern(output: str) -> "re.Pattern[str]":
+    """Regex matching any shard name this output template could produce (for stale files)."""
+    if "{}" in output:
+        head, tail = output.split("{}", 1)
+        return re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
+    stem, ext = _split_ext(output)
+    return re.compile(re.escape(stem) + r"-\d{5,}-of-\d{5,}" + re.escape(ext) + r"\Z")
+
+
+def companion(output: str, suffix: str) -> str:
+    """``train-{}.record`` -> ``train.record<suffix>``: manifest, rejects, report."""
+    base = re.sub(r"[-_.]?\{\}", "", output) if "{}" in output else output
+    return base + suffix
+
+
+def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[str]:
+    pat = output_pattern(output)
+    store = get_store(output, config)
+    prefix = output.split("{}", 1)[0] if "{}" in output else _split_ext(output)[0]
+    return [u for u in store.list(prefix) if pat.match(u)]
+
+
+# -- plan -------------------------------------------------------------------------------
+
+def make_plan(pieces: Sequence[Dict[str, Any]], output: str, max_bytes: Optional[int],
+              max_records: Optional[int]) -> List[Dict[str, Any]]:
+    """Final shard tasks: ``{index, path, ranges: [[piece, offset, length]], sizes}``."""
+    pieces = sorted(pieces, key=lambda p: p["index"])
+    flat: List[Tuple[int, int]] = []  # (piece position, record size)
+    for pi, p in enumerate(pieces):
+        flat.extend((pi, s) for s in p["sizes"])
+    spans = pack([s for _, s in flat], max_bytes, max_records)
+    names = shard_names(output, len(spans))
+    offsets = [0] * len(pieces)
+    tasks = []
+    for n, ((a, b), path) in enumerate(zip(spans, names)):
+        ranges: List[List[Any]] = []
+        for pi, size in flat[a:b]:
+            url = pieces[pi]["piece"]
+            if ranges and ranges[-1][0] == url:
+                ranges[-1][2] += size
+            else:
+                ranges.append([url, offsets[pi], size])
+            offsets[pi] += size
+        sizes = [s for _, s in flat[a:b]]
+        if max_bytes is not None and len(sizes) == 1 and sizes[0] > max_bytes:
+            log.warning("record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                        sizes[0], max_bytes, path)
+        tasks.append({"index": n, "path": path, "ranges": ranges, "sizes": sizes})
+    return tasks
+
+
+# -- writing ----------------------------------------------------------------------------
+
+def _copy_range(src, dst, offset: int, length: int, digest) -> None:
+    try:
+        src.seek(offset)
+    except (AttributeError, OSError, ValueError):
+        _discard(src, offset)
+    left = length
+    while left:
+        chunk = src.read(min(COPY_CHUNK, left))
+        if not chunk:
+            raise IOError(f"piece ended {left} bytes early")
+        dst.write(chunk)
+        digest.update(chunk)
+        left -= len(chunk)
+
+
+def _discard(src, n: int) -> None:
+    while n:
+        chunk = src.read(min(COPY_CHUNK, n))
+        if not chunk:
+            raise IOError("piece shorter than its sidecar says")
+        n -= len(chunk)
+
+
+def write_shard(task: Dict[str, Any], config: Optional[StoreConfig] = None,
+                dali_index: bool = False) -> Dict[str, Any]:
+    """Copy the task's byte ranges into its final name, atomically; return its manifest row."""
+    store = get_store(task["path"], config)
+    digest = hashlib.sha256()
+    total = 0
+    with store.open_write(task["path"]) as out:
+        for url, offset, length in task["ranges"]:
+            with get_store(url, config).open_read(url) as src:
+                _copy_range(src, out, offset, length, digest)
+            total += length
+    if dali_index:
+        lines, off = [], 0
+        for s in task["sizes"]:
+            lines.append(f"{off} {s}\n")
+            off += s
+        store.write_bytes(task["path"] + ".idx", "".join(lines).encode())
+    return {"path": task["path"], "records": len(task["sizes"]), "bytes": total,
+            "sha256": digest.hexdigest()}
+
+
+def delete_tree(store: Store, prefix: str) -> None:
+    """Remove a work directory (and its parent, when that is left empty)."""
+    if split_url(prefix)[0] == "":
+        store.delete(prefix)
+        parent = os.path.dirname(prefix.rstrip(os.sep))
+        if os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+        return
+    for url in list(store.list(prefix.rstrip("/") + "/")):
+        store.delete(url)
+
+
+# -- manifest ---------------------------------------------------------------------------
+
+def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
+              shards: Sequence[Dict[str, Any]]) -> Dict[str, int]:
+    t = {"shards_read": len(pieces), "records_read": 0, "records_written": 0,
+         "records_rejected": 0, "records_filtered": 0, "shards_rejected": len(list_rejects),
+         "bytes_written": sum(s["bytes"] for s in shards), "shards": len(shards)}
+    for p in pieces:
+        t["records_read"] += p["records_read"]
+        t["records_written"] += len(p["sizes"])
+        t["records_filtered"] += p["filtered"]
+        for r in p["rejects"]:
+            if r.get("record", True):
+                t["records_rejected"] += 1
+            else:
+                t["shards_rejected"] += 1
+    return t
+
+
+def all_rejects(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]) -> List[Dict[str, Any]]:
+    out = [r.to_dict() for r in list_rejects]
+    for p in sorted(pieces, key=lambda p: p["index"]):
+        out.extend(p["rejects"])
+    return out
+
+
+def write_manifest(output: str, manifest: Dict[str, Any], rejects: List[Dict[str, Any]],
+                   config: Optional[StoreConfig] = None) -> Tuple[str, str]:
+    mpath, rpath = companion(output, ".manifest.json"), companion(output, ".rejects.jsonl")
+    store = get_store(mpath, config)
+    store.write_bytes(rpath, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode())
+    store.write_bytes(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    return mpath, rpath

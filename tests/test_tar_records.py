@@ -1,0 +1,213 @@
+"""Tar grouping: the WebDataset key rule, bad input, and the compat golden shards."""
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+import shardgen
+from transforms.records import Reject
+from transforms.tar_records import TarStats, iter_records, split_key
+
+TRICKY = [
+    "n01/img7.jpg", "n01/img7.cls", "n01/a.seg.png", "n01/a.seg.PNG.json", "dir.with.dots/x.JPG",
+    "dir.with.dots/x.cls", "UPPER/Case.JPEG", "UPPER/Case.Txt",
+    "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".tar.gz", "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".cls",
+]
+
+
+def _records(path, **kw):
+    with open(path, "rb") as f:
+        return list(iter_records(f, path, **kw))
+
+
+def _tricky_members():
+    return [(n, f"payload of {n}".encode()) for n in TRICKY]
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("n01/img7.jpg", ("n01/img7", "jpg")), ("n01/a.seg.png", ("n01/a.seg", None)),
+    ("a.tar.gz", ("a", "tar.gz")), ("x/y/Z.JPG", ("x/y/Z", "jpg")), ("noext", None), (".hidden", None),
+])
+def test_split_key(name, expected):
+    got = split_key(name)
+    if expected is None:
+        assert got is None
+    elif expected[1] is None:
+        assert got == ("n01/a", "seg.png")
+    else:
+        assert got == expected
+
+
+def _wds_samples(path):
+    import webdataset as wds
+    from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
+    out = []
+    for s in group_by_keys(tar_file_expander(url_opener([{"url": path}]))):
+        out.append({k: v for k, v in s.items() if not k.startswith("__")} | {"__key__": s["__key__"]})
+    return out
+
+
+def _ours(path):
+    return [{k: v for k, v in r.items() if k != "__shard__"} for r in _records(path)]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
+def test_grouping_matches_webdataset_python_tar(tmp_path, fmt):
+    members = _tricky_members()
+    if fmt == tarfile.USTAR_FORMAT:
+        members = [m for m in members if len(m[0]) < 100]
+    p = shardgen.write_tar(str(tmp_path / "t.tar"), members, fmt=fmt)
+    ours = _ours(p)
+    assert ours == _wds_samples(p)
+    keys = [r["__key__"] for r in ours]
+    assert "n01/a" in keys and "dir.with.dots/x" in keys and "UPPER/Case" in keys
+    if fmt != tarfile.USTAR_FORMAT:
+        assert any(len(k) > 200 for k in keys), "long (pax/GNU) names keep their full key"
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar not installed")
+def test_grouping_matches_webdataset_gnu_tar(tmp_path):
+    src = tmp_path / "src"
+    for name, data in _tricky_members():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    p = str(tmp_path / "gnu.tar")
+    # GNU tar writes directory entries too, and sorts names: both must be handled
+    subprocess.run(["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(src), "."], check=True)
+    stats = TarStats()
+    with open(p, "rb") as f:
+        ours = [{k: v for k, v in r.items() if k != "__shard__"} for r in iter_records(f, p, stats=stats)]
+    assert ours == _wds_samples(p)
+    assert stats.skipped_members >= 4  # ./ and the directories
+    assert sum(len(r) - 1 for r in ours) == len(TRICKY)
+
+
+def test_compat_golden_shards(compat_dir):
+    expect = {"small-10.tar": 10, "small-10.tar.gz": 10, "small-mnist-21.tar": 21, "ais-small-mnist-3.tar": 3}
+    for name, n in expect.items():
+        path = os.path.join(compat_dir, name)
+        recs = _records(path)
+        assert not [r for r in recs if isinstance(r, Reject)]
+        assert len(recs) == n
+        # the bytes are the members' bytes, as tarfile extracts them
+        opener = tarfile.open(path)
+        by_name = {m.name: opener.extractfile(m).read() for m in opener.getmembers() if m.isreg()}
+        for r in recs:
+            for ext, data in r.items():
+                if not ext.startswith("__"):
+                    assert by_name[f"{r['__key__']}.{ext}"] == data
+    gz = _records(os.path.join(compat_dir, "small-10.tar.gz"))
+    plain = _records(os.path.join(compat_dir, "small-10.tar"))
+    # same records (the two archives list members in different orders)
+    key = lambda r: r["__key__"]  # noqa: E731
+    assert [dict(r, __shard__="") for r in sorted(gz, key=key)] == [dict(r, __shard__="") for r in sorted(plain, key=key)]
+
+
+def test_strict_window_is_webdataset_rule(compat_dir):
+    """group_window=1 is WebDataset's rule: interleaved members become duplicates."""
+    path = os.path.join(compat_dir, "small-10.tar.gz")
+    with open(path, "rb") as f:
+        strict = list(iter_records(f, path, group_window=1))
+    dups = [r for r in strict if isinstance(r, Reject)]
+    assert dups and all(r.reason.startswith("duplicate key") for r in dups)
+    good = [r for r in strict if not isinstance(r, Reject)]
+    assert len(good) + len(dups) > 10
+
+
+def test_duplicate_zero_length_and_oversize(tmp_path):
+    members = [("a.jpg", b"1"), ("a.cls", b"1"), ("b.jpg", b""), ("b.cls", b"2"), ("c.jpg", b"x" * 50),
+               ("c.cls", b"3"), ("d.jpg", b"4"), ("a.jpg", b"again"), ("e.cls", b"5")]
+    members += [(f"f{i:03d}.cls", b"6") for i in range(70)] + [("e.cls", b"far again")]
+    p = shardgen.write_tar(str(tmp_path / "bad.tar"), members)
+    recs = _records(p, max_member_size=10)
+    good = [r["__key__"] for r in recs if not isinstance(r, Reject)]
+    bad = {r.key: r.reason for r in recs if isinstance(r, Reject)}
+    assert good == ["a", "d", "e"] + [f"f{i:03d}" for i in range(70)]
+    assert bad["b"].startswith("zero-length member")
+    assert bad["c"].startswith("member too large")
+    assert bad["a"].startswith("duplicate key")  # within the window: a repeated member
+    assert bad["e"].startswith("duplicate key")  # beyond the window: a key seen again
+    assert len([r for r in recs if isinstance(r, Reject)]) == 4
+    assert all(r.stage == "tar" and r.counts_record for r in recs if isinstance(r, Reject))
+
+
+def test_truncated_tar_keeps_earlier_records(tmp_path):
+    p = shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 6))
+    data = open(p, "rb").read()
+    cut = tmp_path / "cut.tar"
+    # cut in the middle of the 5th record's jpg data
+    with tarfile.open(p) as tf:
+        m = [x for x in tf.getmembers() if x.name == "000004.jpg"][0]
+    cut.write_bytes(data[: m.offset_data + m.size // 2])
+    recs = _records(str(cut))
+    good = [r["__key__"] for r in recs if not isinstance(r, Reject)]
+    rej = [r for r in recs if isinstance(r, Reject)]
+    assert good == ["000000", "000001", "000002", "000003"]
+    assert [(r.key, r.counts_record) for r in rej] == [("000004", True), (None, False)]
+    assert "truncated" in rej[0].reason
+
+
+def test_corrupt_gzip_keeps_earlier_records(tmp_path):
+    """A gzip stream that ends early: records before the damage survive intact."""
+    p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 40), gz=True)
+    data = open(p, "rb").read()
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(data[: len(data) * 2 // 3])
+    recs = _records(str(bad))
+    good = [r for r in recs if not isinstance(r, Reject)]
+    rej = [r for r in recs if isinstance(r, Reject)]
+    assert 5 < len(good) < 40
+    assert rej and rej[-1].key is None and not rej[-1].counts_record
+    expect = dict(shardgen.sample_members(0, 40))
+    for r in good:
+        assert r["jpg"] == expect[r["__key__"] + ".jpg"]
+
+
+def test_gzip_crc_mismatch_is_reported(tmp_path):
+    """Damage deflate decodes without error is still caught by the gzip CRC trailer."""
+    from transforms.tar_records import ShardCorrupt
+    p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 10), gz=True)
+    data = bytearray(open(p, "rb").read())
+    start = len(data) * 2 // 3
+    data[start:start + 4096] = bytes(4096)  # decodes without a deflate error...
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(bytes(data))
+    recs = _records(str(bad))
+    assert isinstance(recs[-1], ShardCorrupt) and "CRC" in recs[-1].reason  # ...but not the CRC
+
+
+@pytest.mark.parametrize("content", [b"", b"this is not a tar file at all" * 40, b"\x1f\x8b\x08garbage" * 10])
+def test_not_a_tar(tmp_path, content):
+    p = tmp_path / "x.tar"
+    p.write_bytes(content)
+    recs = _records(str(p))
+    assert len(recs) == 1 and isinstance(recs[0], Reject)
+    assert recs[0].key is None and not recs[0].counts_record
+    assert recs[0].reason.startswith(("not a tar archive", "truncated"))
+
+
+def test_streaming_reads_members_incrementally(tmp_path):
+    """The reader never needs the whole shard: it works from a non-seekable pipe."""
+    p = shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 20))
+
+    class Pipe(io.RawIOBase):
+        def __init__(self, data):
+            self.data, self.pos, self.max_read = data, 0, 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            n = min(len(b), len(self.data) - self.pos, 65536)
+            b[:n] = self.data[self.pos:self.pos + n]
+            self.pos += n
+            self.max_read = max(self.max_read, n)
+            return n
+
+    pipe = Pipe(open(p, "rb").read())
+    recs = list(iter_records(io.BufferedReader(pipe), p))
+    assert len(recs) == 20 and pipe.max_read <= 65536
