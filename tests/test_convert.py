@@ -164,7 +164,7 @@ def test_determinism_across_processes_and_worker_counts(shards, tmp_path):
         m = open(tmp_path / f"r{i}" / "t.record.manifest.json").read()
         runs[-1]["manifest"] = hashlib.sha256(m.replace(f"/r{i}/", "/rX/").encode()).hexdigest()
         assert "records: 24 read, 24 written, 0 rejected" in p.stderr
-    assert runs[0] == runs[1] and len(runs[0]) >= 4
+    assert runs[0] == runs[1] and len(runs[0]) >= 3
 
 
 def test_cli_exit_codes(shards, tmp_path):
