@@ -145,9 +145,9 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
         rejects.append(corrupt.to_dict())
         reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, schema, digest = [], {}, hashlib.sha256()
+        sizes, keys, schema, digest = [], [], {}, hashlib.sha256()
         store.write_bytes(piece, b"")
-    info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "bytes": sum(sizes),
+    info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
             "sha256": digest.hexdigest(), "records_read": read, "filtered": filtered,
             "rejects": rejects, "schema": schema, "members": stats.members,
             "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
