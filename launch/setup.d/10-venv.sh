@@ -4,16 +4,22 @@
 set -euo pipefail
 : "${TAR2TF_CACHE:?}" "${TAR2TF_ROOT:?}"
 PY=${PYTHON:-python3}
-key=$( (cat "$TAR2TF_ROOT/pyproject.toml"; $PY -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
+# the key covers the dependency lists only, so editing other metadata reuses the venv
+key=$( (sed -n '/^dependencies = \[/,/^\[project.scripts\]/p' "$TAR2TF_ROOT/pyproject.toml"
+        $PY -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
+log="$TAR2TF_CACHE/pip-install.log"
 venv="$TAR2TF_CACHE/venv-$key"
 if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   rm -rf "$venv"
   $PY -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -e "$TAR2TF_ROOT[test]"
+  echo "installing dependencies into $venv (log: $log)" >&2
+  if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -e "$TAR2TF_ROOT[test]"; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    exit 1
+  fi
   touch "$venv/.complete"
 else
   # the source tree may have moved (fresh clone): re-point the editable install cheaply
-  "$venv/bin/pip" install -q --no-deps -e "$TAR2TF_ROOT" >/dev/null
+  "$venv/bin/pip" install -q --no-deps -e "$TAR2TF_ROOT" >"$log" 2>&1 || { tail -n 30 "$log" >&2; exit 1; }
 fi
 echo "$venv/bin/python" > "$TAR2TF_CACHE/venv-current"
