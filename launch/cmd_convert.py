@@ -61,7 +61,8 @@ def summary(res) -> str:
     rate = t["bytes_written"] / 1e6 / max(res.seconds, 1e-9)
     lines = [
         f"records: {t['records_read']} read, {t['records_written']} written, "
-        f"{t['records_rejected']} rejected, {t['records_filtered']} filtered",
+        f"{t['records_rejected']} rejected, {t['records_filtered']} filtered"
+        f" ({t.get('members_skipped', 0)} non-file/extensionless members skipped)",
         f"shards:  {t['shards_read']} input ({t['shards_rejected']} rejected) -> {t['shards']} output, "
         f"{t['bytes_written']} bytes ({rate:.1f} MB/s)",
         f"time:    {res.seconds:.1f} s",

@@ -181,7 +181,7 @@ class ConvertShardFn(beam.DoFn):
         self.cfg, self.work, self.job = cfg, work, job
         self.c = {n: Metrics.counter(NS, n) for n in (
             "shards_read", "shards_resumed", "records_read", "records_written", "records_rejected",
-            "records_filtered", "shards_rejected", "bytes_written", "member_bytes_read")}
+            "records_filtered", "shards_rejected", "bytes_written", "member_bytes_read", "members_skipped")}
 
     def setup(self):
         self.stages = self.cfg.stages()
@@ -207,6 +207,7 @@ class ConvertShardFn(beam.DoFn):
         c["records_filtered"].inc(info["filtered"])
         c["bytes_written"].inc(info["bytes"])
         c["member_bytes_read"].inc(info["member_bytes"])
+        c["members_skipped"].inc(info["skipped_members"])
         for r in info["rejects"]:
             if r.get("record", True):
                 c["records_rejected"].inc()

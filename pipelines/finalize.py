@@ -160,9 +160,11 @@ def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
               shards: Sequence[Dict[str, Any]]) -> Dict[str, int]:
     t = {"shards_read": len(pieces), "records_read": 0, "records_written": 0,
          "records_rejected": 0, "records_filtered": 0, "shards_rejected": len(list_rejects),
-         "bytes_written": sum(s["bytes"] for s in shards), "shards": len(shards)}
+         "bytes_written": sum(s["bytes"] for s in shards), "shards": len(shards),
+         "members_skipped": 0}
     for p in pieces:
         t["records_read"] += p["records_read"]
+        t["members_skipped"] += p.get("skipped_members", 0)
         t["records_written"] += len(p["sizes"])
         t["records_filtered"] += p["filtered"]
         for r in p["rejects"]:
