@@ -70,8 +70,9 @@ class ConvertConfig:
     work_dir: Optional[str] = None
 
     def stages(self) -> Stages:
-        return Stages(tuple(self.sample_stages), self.record_to_example, tuple(self.example_stages),
-                      ex.parse_type_map(self.type_map))
+        from transforms.gostages import as_stage  # user stages may be Beam DoFns
+        return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
+                      tuple(as_stage(s) for s in self.example_stages), ex.parse_type_map(self.type_map))
 
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""
