@@ -1,0 +1,122 @@
+"""One input image -> a progressive JPEG, lossless whenever the input is a JPEG.
+
+* JPEG input: piped through ``jpegtran -copy none -optimize -progressive`` (libjpeg-turbo),
+  which rewrites the entropy coding only: decoded pixels stay identical.  If the source
+  carries an EXIF orientation other than 1, the same jpegtran call applies it losslessly
+  (``-rotate``/``-flip``/``-transpose``/``-transverse`` with ``-perfect``) before
+  ``-copy none`` strips the EXIF block; when the image size makes that impossible
+  (partial MCU blocks at the edges), the image is decoded, turned upright and encoded once
+  at ``quality`` (recorded as ``lossless=False``).
+* Any other image Pillow can open (PNG, WebP, TIFF, BMP, GIF...): turned upright by its
+  EXIF orientation, converted to L (gray modes; 16-bit gray keeps its high byte), CMYK
+  (kept) or RGB (everything else; an alpha channel is dropped), encoded once as baseline JPEG at ``quality`` (default 90,
+  4:2:0), then sent through the same jpegtran call.
+
+Bytes go through jpegtran's stdin/stdout: inputs are never modified nor written to disk.
+Failures raise :class:`ImageRejected` with a reason whose prefix is a stable kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+import subprocess
+import warnings
+from typing import List, Optional
+
+import numpy as np
+from PIL import Image, ImageOps
+
+DEFAULT_QUALITY = 90
+JPEGTRAN_ARGS = ["-copy", "none", "-optimize", "-progressive"]
+# EXIF orientation -> the jpegtran transform that makes the image upright (EXIF 2.3, 4.6.4)
+_ORIENT = {2: ["-flip", "horizontal"], 3: ["-rotate", "180"], 4: ["-flip", "vertical"],
+           5: ["-transpose"], 6: ["-rotate", "90"], 7: ["-transverse"], 8: ["-rotate", "270"]}
+_EXIF_ORIENTATION = 0x0112
+_GRAY_MODES = {"1", "L", "LA", "La"}
+
+
+class ImageRejected(ValueError):
+    """The input cannot become a progressive JPEG; ``str(e)`` is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Progressive:
+    data: bytes            # the progressive JPEG
+    source_format: str     # "JPEG", "PNG", ...
+    orientation: int       # EXIF orientation found in the source (1 = none/upright)
+    lossless: bool         # decoded pixels equal the (upright) source decode
+
+
+def jpegtran_path() -> Optional[str]:
+    return shutil.which("jpegtran")
+
+
+def jpegtran(data: bytes, extra: List[str] = (), timeout: float = 120.0) -> bytes:
+    """Run jpegtran on bytes; warnings count as failure (they mean damaged input)."""
+    exe = jpegtran_path()
+    if exe is None:
+        raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (launch/setup.d/20-apt.sh)")
+    proc = subprocess.run([exe, *JPEGTRAN_ARGS, *extra], input=data, capture_output=True, timeout=timeout)
+    if proc.returncode != 0 or not proc.stdout:
+        msg = proc.stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or f"exit {proc.returncode}"
+        raise ImageRejected(f"jpegtran rejected: {msg}")
+    return proc.stdout
+
+
+def _open(data: bytes, load: bool = True) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            if load:
+                img.load()
+        return img
+    except Exception as e:  # noqa: BLE001 - any Pillow failure means: not a usable image
+        kind = "not an image" if isinstance(e, Image.UnidentifiedImageError) else "undecodable image"
+        raise ImageRejected(f"{kind}: {e.__class__.__name__}: {e}") from None
+
+
+def _orientation(img: Image.Image) -> int:
+    try:
+        value = int(img.getexif().get(_EXIF_ORIENTATION, 1))
+    except Exception:  # noqa: BLE001 - a broken EXIF block is treated as no orientation
+        return 1
+    return value if value in range(1, 9) else 1
+
+
+def _baseline(img: Image.Image, quality: int) -> bytes:
+    img = ImageOps.exif_transpose(img)
+    if img.mode.startswith("I;16"):  # 16-bit gray: keep the high byte
+        img = Image.fromarray((np.asarray(img, dtype=np.uint16) >> 8).astype(np.uint8))
+    elif img.mode in ("I", "F"):      # 32-bit gray: values taken as 0..255
+        img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8))
+    elif img.mode in _GRAY_MODES:
+        img = img.convert("L")
+    elif img.mode != "CMYK":
+        img = img.convert("RGB")
+    out = io.BytesIO()
+    img.save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+def is_jpeg(data: bytes) -> bool:
+    return data[:3] == b"\xff\xd8\xff"
+
+
+def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY) -> Progressive:
+    if not data:
+        raise ImageRejected("not an image: empty")
+    if is_jpeg(data):
+        # header only: jpegtran decodes every coefficient, so it is the integrity check
+        img = _open(data, load=False)
+        orient = _orientation(img)
+        if orient == 1:
+            return Progressive(jpegtran(data), "JPEG", 1, True)
+        try:
+            return Progressive(jpegtran(data, ["-perfect", *_ORIENT[orient]]), "JPEG", orient, True)
+        except ImageRejected:
+            return Progressive(jpegtran(_baseline(_open(data), quality)), "JPEG", orient, False)
+    img = _open(data)
+    return Progressive(jpegtran(_baseline(img, quality)), img.format or "unknown", _orientation(img), False)
