@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Beam Flink job server jar, so that FlinkRunner never downloads anything at run time:
+#   org.apache.beam:beam-runners-flink-<flink>-job-server:<beam>   (mvn dependency:get)
+# <beam> is the apache-beam installed in the venv; <flink> is tried from the newest Flink
+# that Beam publishes a job server for (FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS) down.
+# $TAR2TF_FLINK_JOB_SERVER_JAR (+ $TAR2TF_FLINK_VERSION) may name a jar you already have.
+# Result, read by launch/flink.sh and tests/test_flink.py:
+#   $TAR2TF_CACHE/flink.env  with FLINK_VERSION=, FLINK_JOB_SERVER_JAR=, BEAM_VERSION=
+# Optional component: on failure it warns loudly and exits 0 (the Flink test then skips),
+# and remembers the failure for a day ($TAR2TF_CACHE/flink.unavailable) so reruns stay fast.
+set -uo pipefail
+: "${TAR2TF_CACHE:?}"
+envfile="$TAR2TF_CACHE/flink.env"
+marker="$TAR2TF_CACHE/flink.unavailable"
+warn() {
+  echo "WARNING [50-flink]: $* -- the Flink runner test will be SKIPPED" >&2
+  echo "$*" > "$marker"
+  exit 0
+}
+PY=$(cat "$TAR2TF_CACHE/venv-current" 2>/dev/null) || PY=""
+[[ -x "$PY" ]] || { echo "WARNING [50-flink]: no tar2tf venv yet" >&2; exit 0; }
+# the Beam version from its dist-info (cheap); Flink versions from Beam itself (slower)
+BEAM=$(ls -d "$(dirname "$PY")"/../lib/python3*/site-packages/apache_beam-*.dist-info 2>/dev/null | head -n1 \
+       | sed 's/.*apache_beam-\(.*\)\.dist-info/\1/')
+[[ -n "$BEAM" ]] || { echo "WARNING [50-flink]: apache-beam is not installed in the venv" >&2; exit 0; }
+flink_versions() {
+  "$PY" -c 'from apache_beam.options.pipeline_options import FlinkRunnerOptions as F
+print(*reversed(F.PUBLISHED_FLINK_VERSIONS))' 2>/dev/null
+}
+
+write_env() {  # flink version, jar
+  printf 'FLINK_VERSION=%s\nFLINK_JOB_SERVER_JAR=%s\nBEAM_VERSION=%s\n' "$1" "$2" "$BEAM" > "$envfile.tmp"
+  mv "$envfile.tmp" "$envfile"
+  rm -f "$marker"
+}
+
+if [[ -n "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" ]]; then
+  [[ -s "$TAR2TF_FLINK_JOB_SERVER_JAR" ]] || warn "TAR2TF_FLINK_JOB_SERVER_JAR=$TAR2TF_FLINK_JOB_SERVER_JAR does not exist"
+  FLINKS=$(flink_versions)
+  write_env "${TAR2TF_FLINK_VERSION:-${FLINKS%% *}}" "$TAR2TF_FLINK_JOB_SERVER_JAR"
+  exit 0
+fi
+for jar in "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar; do  # already fetched?
+  if [[ -s "$jar" ]]; then
+    v=${jar##*/beam-runners-flink-}; v=${v%%-job-server-*}
+    [[ -f "$envfile" ]] && grep -qx "FLINK_JOB_SERVER_JAR=$jar" "$envfile" || write_env "$v" "$jar"
+    exit 0
+  fi
+done
+# a failure less than a day old for this Beam version: do not ask Maven again
+if [[ -f "$marker" ]] && grep -q ":$BEAM" "$marker" && [[ -n $(find "$marker" -mmin -1440) ]]; then
+  echo "WARNING [50-flink]: $(cat "$marker") (cached; rm $marker to retry) -- the Flink runner test will be SKIPPED" >&2
+  exit 0
+fi
+FLINKS=$(flink_versions)
+[[ -n "$FLINKS" ]] || warn "cannot read the Flink versions of apache-beam $BEAM :$BEAM"
+command -v java >/dev/null || warn "java not found (apt-get install openjdk-17-jre-headless) :$BEAM"
+command -v mvn >/dev/null || warn "mvn not found (apt-get install maven) :$BEAM"
+mkdir -p "$TAR2TF_CACHE/jars"
+repo="$TAR2TF_CACHE/m2"
+log="$TAR2TF_CACHE/mvn-flink.log"
+: > "$log"
+for v in $FLINKS; do
+  artifact="beam-runners-flink-$v-job-server"
+  echo "fetching org.apache.beam:$artifact:$BEAM from Maven Central" >&2
+  if mvn -q -B -Dmaven.repo.local="$repo" dependency:get -Dtransitive=false \
+       -Dartifact="org.apache.beam:$artifact:$BEAM" >>"$log" 2>&1; then
+    src="$repo/org/apache/beam/$artifact/$BEAM/$artifact-$BEAM.jar"
+    jar="$TAR2TF_CACHE/jars/$artifact-$BEAM.jar"
+    if [[ -s "$src" ]] && mv "$src" "$jar.tmp" && mv "$jar.tmp" "$jar"; then
+      rm -rf "$repo/org/apache/beam/$artifact"
+      write_env "$v" "$jar"
+      exit 0
+    fi
+  fi
+done
+grep -m1 "Could not find\|ERROR" "$log" >&2
+warn "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log; or set TAR2TF_FLINK_JOB_SERVER_JAR) :$BEAM"

@@ -1,0 +1,300 @@
+"""Check a finished dataset against its manifest (``tar2tf verify``).
+
+For a TFRecord dataset every shard is read once, streaming, and checked for:
+
+* existence, byte size and sha256 against the manifest row;
+* TFRecord framing: length and data CRCs of every record (``tfrecord.iter_frames``);
+* record count against the manifest row;
+* every ``tf.train.Example`` parsed and compared with the manifest schema (feature
+  names, dtypes, fixed lengths, required features);
+* optionally (``decode_images``) every image feature decoded with Pillow;
+* the DALI ``.idx`` file, when the job wrote one, against the real record offsets.
+
+Then the manifest's own totals are checked against the shards (records, bytes, shard
+count), the conservation rule ``read = written + rejected + filtered`` and the rejects
+file's line count.  PCR datasets (manifest ``kind: pcr``) are handed to ``verify_pcr``
+from the PCR modules.  Nothing stops at the first problem: the report lists all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import io
+import json
+from typing import Any, Dict, List, Optional
+
+from pipelines import finalize
+from transforms.stores import StoreConfig, basename, dirname, get_store, join, split_url
+from transforms.tfrecord import FRAME_OVERHEAD, CorruptRecordError, iter_frames
+
+IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
+_KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
+PCR_VERIFIERS = ("transforms.pcr_verify", "transforms.pcr", "pipelines.pcr_verify", "pipelines.pcr")
+
+
+@dataclasses.dataclass
+class Problem:
+    check: str            # file, size, sha256, crc, count, schema, image, index, totals, rejects, pcr
+    detail: str
+    shard: Optional[str] = None
+    record: Optional[int] = None   # record number inside the shard, from 0
+    key: Optional[str] = None
+
+    def line(self) -> str:
+        where = self.shard or "manifest"
+        if self.record is not None:
+            where += f" record {self.record}"
+        if self.key:
+            where += f" ({self.key})"
+        return f"{self.check:8s} {where}: {self.detail}"
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    manifest: str
+    kind: str = "tfrecord"
+    shards_checked: int = 0
+    records_checked: int = 0
+    bytes_checked: int = 0
+    images_decoded: int = 0
+    problems: List[Problem] = dataclasses.field(default_factory=list)
+    max_listed_per_shard: int = 20
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["ok"] = self.ok
+        return d
+
+    def text(self) -> str:
+        lines = [f"{'OK' if self.ok else 'MISMATCH'}: {self.manifest} ({self.kind}): "
+                 f"{self.shards_checked} shards, {self.records_checked} records, {self.bytes_checked} bytes"
+                 + (f", {self.images_decoded} images decoded" if self.images_decoded else "")]
+        if self.problems:
+            lines.append(f"{len(self.problems)} problem(s):")
+            lines.extend("  " + p.line() for p in self.problems)
+        return "\n".join(lines)
+
+
+class _HashingReader:
+    """Wraps a binary stream: every byte read also goes into a sha256 and a byte count."""
+
+    def __init__(self, f):
+        self._f, self.sha, self.n = f, hashlib.sha256(), 0
+
+    def read(self, n=-1):
+        data = self._f.read(n)
+        self.sha.update(data)
+        self.n += len(data)
+        return data
+
+    def drain(self):
+        for chunk in iter(lambda: self.read(4 << 20), b""):
+            pass
+
+
+def manifest_path_for(target: str) -> str:
+    """``out/x.manifest.json`` as given, or the manifest of an output template."""
+    if target.endswith(".manifest.json"):
+        return target
+    return finalize.companion(target, ".manifest.json")
+
+
+def _locate(path: str, manifest_path: str, config: StoreConfig) -> str:
+    """Where to read a shard: beside the manifest (so a copied or moved dataset is checked
+    where it is now), else the path recorded in the manifest."""
+    beside = join(dirname(manifest_path), basename(path))
+    if beside != path and get_store(beside, config).exists(beside):
+        return beside
+    return path
+
+
+def _check_example(payload: bytes, schema: Dict[str, Dict[str, Any]], example_pb2) -> tuple:
+    """(key, features, problems) of one serialized Example against the schema."""
+    ex = example_pb2.Example.FromString(payload)
+    feats = ex.features.feature
+    key = None
+    if "__key__" in feats and feats["__key__"].bytes_list.value:
+        key = feats["__key__"].bytes_list.value[0].decode("utf-8", "replace")
+    problems = []
+    for name, f in feats.items():
+        kind = f.WhichOneof("kind")
+        dtype = _KINDS.get(kind, "none")
+        n = len(getattr(f, kind).value) if kind else 0
+        spec = schema.get(name)
+        if spec is None:
+            problems.append(f"feature {name!r} ({dtype}) is not in the manifest schema")
+            continue
+        if spec.get("dtype") not in ("mixed", dtype):
+            problems.append(f"feature {name!r} is {dtype}, schema says {spec.get('dtype')}")
+        shape = spec.get("shape", [-1])
+        if shape != [-1] and [n] != shape:
+            problems.append(f"feature {name!r} has {n} values, schema says {shape[0]}")
+    for name, spec in schema.items():
+        if not spec.get("optional") and name not in feats:
+            problems.append(f"required feature {name!r} is missing")
+    return key, feats, problems
+
+
+def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
+    from PIL import Image
+    done, problems = 0, []
+    for name in sorted(feats):
+        if name.lower() not in limit_names or feats[name].WhichOneof("kind") != "bytes_list":
+            continue
+        for value in feats[name].bytes_list.value:
+            try:
+                with Image.open(io.BytesIO(value)) as im:
+                    im.load()
+                done += 1
+            except Exception as e:  # noqa: BLE001 - any decoder error is the finding
+                problems.append(f"feature {name!r} does not decode: {type(e).__name__}: {e}")
+    return done, problems
+
+
+def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, config: StoreConfig,
+                 decode_images: bool = False, dali_index: bool = False) -> int:
+    """Check one shard; append problems to the report; return the records read."""
+    from tensorflow.core.example import example_pb2
+    store = get_store(path, config)
+    shown = 0
+
+    def add(check, detail, record=None, key=None):
+        nonlocal shown
+        shown += 1
+        if shown <= report.max_listed_per_shard:
+            report.problems.append(Problem(check, detail, path, record, key))
+        elif shown == report.max_listed_per_shard + 1:
+            report.problems.append(Problem(check, "... further problems in this shard not listed", path))
+
+    if not store.exists(path):
+        add("file", "shard is missing")
+        return 0
+    offsets: List[tuple] = []
+    with store.open_read(path) as raw:
+        f = _HashingReader(raw)
+        try:
+            for n, (offset, payload) in enumerate(iter_frames(f)):
+                offsets.append((offset, len(payload) + FRAME_OVERHEAD))
+                try:
+                    key, feats, bad = _check_example(payload, schema, example_pb2)
+                except Exception as e:  # noqa: BLE001 - a payload that is not an Example
+                    add("schema", f"not a tf.train.Example: {type(e).__name__}: {e}", n)
+                    continue
+                for b in bad:
+                    add("schema", b, n, key)
+                if decode_images:
+                    done, bad = _decode_images(feats)
+                    report.images_decoded += done
+                    for b in bad:
+                        add("image", b, n, key)
+        except CorruptRecordError as e:
+            add("crc", f"{e} (after {len(offsets)} good records)", len(offsets))
+            f.drain()
+    report.shards_checked += 1
+    report.records_checked += len(offsets)
+    report.bytes_checked += f.n
+    if f.n != row["bytes"]:
+        add("size", f"{f.n} bytes, manifest says {row['bytes']}")
+    if f.sha.hexdigest() != row["sha256"]:
+        add("sha256", f"{f.sha.hexdigest()}, manifest says {row['sha256']}")
+    if len(offsets) != row["records"]:
+        add("count", f"{len(offsets)} readable records, manifest says {row['records']}")
+    if dali_index:
+        _check_index(path, offsets, store, add)
+    return len(offsets)
+
+
+def _check_index(path: str, offsets, store, add) -> None:
+    idx = path + ".idx"
+    if not store.exists(idx):
+        add("index", "DALI index file is missing")
+        return
+    try:
+        rows = [tuple(int(x) for x in line.split()) for line in store.read_bytes(idx).decode().splitlines()
+                if line.strip()]
+    except ValueError as e:
+        add("index", f"DALI index is not 'offset size' lines: {e}")
+        return
+    if rows != [tuple(o) for o in offsets]:
+        first = next((i for i, (a, b) in enumerate(zip(rows, offsets)) if tuple(a) != tuple(b)),
+                     min(len(rows), len(offsets)))
+        add("index", f"DALI index differs from the records from entry {first} "
+                     f"({len(rows)} entries, {len(offsets)} records)")
+
+
+def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, manifest_path: str) -> None:
+    t, shards = m.get("totals", {}), m.get("shards", [])
+
+    def want(name, actual):
+        if name in t and t[name] != actual:
+            report.problems.append(Problem("totals", f"{name} is {t[name]} but the shards give {actual}"))
+
+    want("shards", len(shards))
+    want("records_written", sum(s["records"] for s in shards))
+    want("bytes_written", sum(s["bytes"] for s in shards))
+    if all(k in t for k in ("records_read", "records_written", "records_rejected", "records_filtered")):
+        if t["records_read"] != t["records_written"] + t["records_rejected"] + t["records_filtered"]:
+            report.problems.append(Problem("totals", "records read != written + rejected + filtered"))
+    rej = m.get("rejects", {})
+    rpath = rej.get("path")
+    if rpath:
+        rpath = _locate(rpath, manifest_path, config)
+        store = get_store(rpath, config)
+        if not store.exists(rpath):
+            report.problems.append(Problem("rejects", f"rejects file {rpath} is missing"))
+        else:
+            n = sum(1 for line in store.read_bytes(rpath).splitlines() if line.strip())
+            if n != rej.get("count", n):
+                report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
+
+
+def _verify_pcr(manifest_path: str, report: VerifyReport) -> None:
+    fn = None
+    for name in PCR_VERIFIERS:
+        try:
+            fn = getattr(importlib.import_module(name), "verify_pcr", None)
+        except ImportError:
+            continue
+        if fn is not None:
+            break
+    if fn is None:
+        report.problems.append(Problem("pcr", "this is a PCR dataset but no verify_pcr() is installed "
+                                              f"(looked in {', '.join(PCR_VERIFIERS)})"))
+        return
+    try:
+        res = fn(dirname(manifest_path) or ".")
+    except Exception as e:  # noqa: BLE001 - the verifier's failure is the finding
+        report.problems.append(Problem("pcr", f"verify_pcr failed: {type(e).__name__}: {e}"))
+        return
+    found = res
+    if isinstance(res, dict):
+        found = res.get("problems", res.get("errors", [] if res.get("ok", True) else ["verify_pcr: not ok"]))
+        report.records_checked += int(res.get("records", 0) or 0)
+    elif hasattr(res, "problems"):
+        found = res.problems
+    for p in found or []:
+        report.problems.append(Problem("pcr", str(p)))
+
+
+def verify(target: str, decode_images: bool = False, config: Optional[StoreConfig] = None) -> VerifyReport:
+    """Verify the dataset whose manifest is ``target`` (or belongs to output template ``target``)."""
+    config = config or StoreConfig()
+    mpath = manifest_path_for(target)
+    m = json.loads(get_store(mpath, config).read_bytes(mpath))
+    report = VerifyReport(manifest=mpath, kind=m.get("kind", "tfrecord"))
+    if report.kind == "pcr":
+        _verify_pcr(mpath, report)
+        return report
+    schema = m.get("schema", {})
+    dali = bool(m.get("options", {}).get("dali_index"))
+    for row in m.get("shards", []):
+        verify_shard(row, _locate(row["path"], mpath, config), schema, report, config, decode_images, dali)
+    _check_totals(m, report, config, mpath)
+    return report
+
