@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from transforms import pcr_pb2
 from transforms.jpeg_scans import EOI, SCAN_GROUPS, MAPS, ScanGroupMap
-from transforms.stores import StoreConfig, basename, get_store, join
+from transforms.stores import StoreConfig, basename, get_store, join, split_url
 
 INDEX_NAME = "PCR_index.pb"
 RECORD_EXTS = (".db", ".pcr")
@@ -150,9 +150,18 @@ def lookup(entries: Dict[str, RecordEntry], filename: str) -> RecordEntry:
     raise KeyError(f"{filename} is not in the PCR index")
 
 
+def open_exact(url: str, config: Optional[StoreConfig] = None):
+    """A reader that fetches no byte the caller does not ask for: local files unbuffered
+    (the store's buffered reader would read ahead past the prefix), others via the store."""
+    scheme, _, path = split_url(url)
+    if scheme == "":
+        return open(path, "rb", buffering=0)
+    return get_store(url, config).open_read(url)
+
+
 def read_prefix(url: str, nbytes: int, config: Optional[StoreConfig] = None, opener=None) -> bytes:
-    """Exactly the first ``nbytes`` of a file (one sequential read, nothing after it)."""
-    f = opener(url) if opener is not None else get_store(url, config).open_read(url)
+    """Exactly the first ``nbytes`` of a file: sequential reads, nothing after it."""
+    f = opener(url) if opener is not None else open_exact(url, config)
     with f:
         parts, left = [], nbytes
         while left:
@@ -164,20 +173,28 @@ def read_prefix(url: str, nbytes: int, config: Optional[StoreConfig] = None, ope
     return b"".join(parts)
 
 
-def parse_prefix(buf: bytes, entry: RecordEntry, k: int):
-    """(metadata, jpegs) from a record prefix holding scan groups 1..k (k is clamped)."""
+def parse_groups(buf: bytes, entry: RecordEntry, k: int):
+    """(metadata, pieces) from a record prefix holding scan groups 1..k (k is clamped);
+    ``pieces[i]`` lists image i's pieces 1..k (a group shorter than the label list, which
+    only a damaged or foreign file has, gives empty pieces)."""
     k = max(1, min(k, entry.groups))
     off = entry.lengths[0]
     meta = pcr_pb2.MetadataRecord.FromString(buf[:off])
     n = len(meta.labels)
-    joined: List[List[bytes]] = [[] for _ in range(n)]
+    pieces: List[List[bytes]] = [[] for _ in range(n)]
     for g in range(1, k + 1):
         chunk = buf[off: off + entry.lengths[g]]
         off += entry.lengths[g]
-        pieces = pcr_pb2.ScanGroup.FromString(chunk).image_bytes
-        for i in range(min(n, len(pieces))):
-            joined[i].append(pieces[i])
-    return meta, [b"".join(p) + EOI for p in joined]
+        group = pcr_pb2.ScanGroup.FromString(chunk).image_bytes
+        for i in range(n):
+            pieces[i].append(group[i] if i < len(group) else b"")
+    return meta, pieces
+
+
+def parse_prefix(buf: bytes, entry: RecordEntry, k: int):
+    """(metadata, jpegs): image i at level k is its pieces 1..k joined, plus EOI."""
+    meta, pieces = parse_groups(buf, entry, k)
+    return meta, [b"".join(p) + EOI for p in pieces]
 
 
 def record_files(directory: str, config: Optional[StoreConfig] = None) -> List[str]:

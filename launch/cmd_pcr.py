@@ -1,0 +1,76 @@
+"""``tar2tf pcr SOURCE... --output DIR``: images to Progressive Compressed Records (Beam).
+
+SOURCE is an ImageFolder directory (``root/<class>/<image>``, labels = positions of the
+sorted class names) or tar shard templates (local, ``ais://``, ``gs://``; label = the
+integer in ``--label-field``, default ``cls``).  JPEGs are made progressive losslessly
+with jpegtran; other images are encoded once at ``--quality``.  Unknown ``--flags`` go to
+Beam.  See docs/pcr.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from transforms.stores import StoreConfig
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pcr", help="convert images to Progressive Compressed Records (Beam)",
+                       description=__doc__)
+    p.add_argument("sources", nargs="+", help="ImageFolder directory, or tar shard templates")
+    p.add_argument("--output", "-o", required=True, help="output directory (PCR_<i>.db + PCR_index.pb)")
+    p.add_argument("--images-per-record", type=int, default=1024, help="images per record file (default 1024)")
+    p.add_argument("--seed", type=int, help="shuffle images (seeded, deterministic); default: input order")
+    p.add_argument("--input-format", choices=("auto", "imagefolder", "tar"), default="auto",
+                   help="auto: a local directory is an ImageFolder, anything else tar shards")
+    p.add_argument("--label-field", default="cls", help="tar inputs: field holding the integer label")
+    p.add_argument("--image-field", help="tar inputs: image field (default: first of jpg, jpeg, png, ...)")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality for non-JPEG inputs (default 90)")
+    p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
+    p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
+    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
+    p.set_defaults(func=run, accepts_beam_args=True)
+
+
+def run(args) -> int:
+    from pipelines.convert import OutputExistsError
+    from pipelines.pcr import PcrConfig, convert_pcr
+    cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
+                    images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
+                    label_field=args.label_field, image_field=args.image_field, quality=args.quality,
+                    base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
+                    store=StoreConfig(ais_endpoint=args.ais_endpoint))
+    try:
+        res = convert_pcr(cfg, args.beam_args)
+    except OutputExistsError as e:
+        print(f"tar2tf pcr: {e}", file=sys.stderr)
+        return 4
+    except ValueError as e:
+        print(f"tar2tf pcr: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"tar2tf pcr: {e}", file=sys.stderr)
+        return 1
+    for path in res.paths:
+        print(path)
+    print(res.index_path)
+    t = res.totals
+    lines = [f"images:  {t['records_read']} read, {t['records_written']} written, {t['records_rejected']} rejected",
+             f"records: {t['shards']} files, {t['bytes_written']} bytes, {len(res.manifest['inputs'])} input(s) "
+             f"({t['shards_rejected']} rejected)",
+             f"time:    {res.seconds:.1f} s",
+             f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}"]
+    lines += [f"  {n:6d}  {reason}" for reason, n in res.manifest["rejects"]["by_reason"].items()]
+    lines.append(f"manifest: {res.manifest_path}")
+    print("\n".join(lines), file=sys.stderr)
+    if args.summary_json:
+        with open(args.summary_json, "w") as f:
+            json.dump({"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
+                       "paths": res.paths, "exit_code": res.exit_code}, f, indent=1, sort_keys=True)
+    if res.exit_code == 3:
+        print(f"tar2tf pcr: {res.manifest['rejects']['count']} rejects > --max-rejects {cfg.max_rejects}",
+              file=sys.stderr)
+    return res.exit_code

@@ -1,0 +1,250 @@
+"""The Progressive Compressed Records Beam pipeline and its ``convert_pcr()`` entry point.
+
+Graph (thin shells over ``transforms.pcr_convert`` / ``transforms.pcr_format``)::
+
+    Create(units) -> Reshuffle -> ConvertUnit (read, jpegtran, split scans; one work blob
+    + info per unit) -> gather infos -> plan records (input order or seeded shuffle,
+    N images each, the last one partial) -> Reshuffle -> WriteRecord (PCR_<i>.db,
+    atomic) -> gather index entries -> PCR_index.pb (each record once) + manifest + rejects
+
+Units are tar shards or slices of an ImageFolder tree.  The record plan depends only on
+the unit infos (ordered by unit index) and the seed, never on bundling or worker count,
+so output is byte-identical across runs and runners.  The shuffle sorts images by
+``sha256(seed, unit index, key)`` (the TFRecord shuffle's key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+import transforms
+from pipelines import finalize, options as opts
+from pipelines.convert import OutputExistsError, _counters
+from pipelines.shuffle import sort_key
+from transforms import pcr_convert as pc
+from transforms import pcr_format as fmt
+from transforms.jpeg_scans import SCAN_GROUPS, ScanGroupMap
+from transforms.pcr_image import DEFAULT_QUALITY, jpegtran_path
+from transforms.records import Reject
+from transforms.sources import resolve
+from transforms.stores import StoreConfig, get_store, join
+
+log = logging.getLogger("tar2tf")
+NS = "tar2tf"
+MANIFEST_STEM = "PCR"  # -> PCR.manifest.json, PCR.rejects.jsonl inside the output directory
+
+
+@dataclasses.dataclass
+class PcrConfig:
+    sources: Union[str, Sequence[str]]
+    output: str                          # a directory (local, gs://bucket/dir, ais://bucket/dir)
+    images_per_record: int = 1024
+    seed: Optional[int] = None           # None: input order; an int: seeded shuffle
+    input_format: str = "auto"           # auto | imagefolder | tar
+    label_field: str = "cls"
+    image_field: Optional[str] = None    # default: the record's first image extension
+    quality: int = DEFAULT_QUALITY       # for non-JPEG inputs (and un-rotatable JPEGs)
+    files_per_unit: int = 64             # ImageFolder files per work unit
+    base: Optional[str] = None
+    max_rejects: int = 0
+    overwrite: bool = False
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+
+    def describe(self) -> Dict[str, Any]:
+        return {"images_per_record": self.images_per_record, "seed": self.seed,
+                "shuffle": self.seed is not None, "input_format": self.input_format,
+                "label_field": self.label_field, "image_field": self.image_field, "quality": self.quality,
+                "scan_groups": SCAN_GROUPS, "max_rejects": self.max_rejects}
+
+
+@dataclasses.dataclass
+class PcrResult:
+    paths: List[str]
+    index_path: str
+    manifest: Dict[str, Any]
+    manifest_path: str
+    rejects_path: str
+    totals: Dict[str, int]
+    counters: Dict[str, int]
+    seconds: float
+    exit_code: int
+
+
+def manifest_path(output: str) -> str:
+    return finalize.companion(join(output, MANIFEST_STEM), ".manifest.json")
+
+
+# -- Beam shells ----------------------------------------------------------------------------
+
+class ConvertUnitFn(beam.DoFn):
+    def __init__(self, cfg: PcrConfig, work: str):
+        self.cfg, self.work = cfg, work
+        self.c = {n: Metrics.counter(NS, n) for n in (
+            "shards_read", "records_read", "records_written", "records_rejected", "shards_rejected")}
+
+    def process(self, unit):
+        cfg = self.cfg
+        info = pc.convert_unit(unit, self.work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
+        self.c["shards_read"].inc()
+        self.c["records_read"].inc(info["records_read"])
+        self.c["records_written"].inc(len(info["images"]))
+        for r in info["rejects"]:
+            self.c["records_rejected" if r.get("record", True) else "shards_rejected"].inc()
+            Metrics.counter(NS, "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind).inc()
+        yield info
+
+
+def plan_records(infos: List[Dict[str, Any]], cfg: PcrConfig) -> List[Dict[str, Any]]:
+    """Record tasks ``{index, path, images: [image info + blob]}``; the last may be partial."""
+    flat = []
+    for info in sorted(infos, key=lambda i: i["index"]):
+        for im in info["images"]:
+            flat.append(dict(im, blob=info["blob"], unit=info["index"]))
+    if cfg.seed is not None:
+        flat.sort(key=lambda im: sort_key(cfg.seed, im["unit"], im["key"]))
+    n = cfg.images_per_record
+    return [{"index": r, "path": join(cfg.output, fmt.record_name(r)), "images": flat[a:a + n]}
+            for r, a in enumerate(range(0, len(flat), n))]
+
+
+def write_record_task(task: Dict[str, Any], config: Optional[StoreConfig] = None) -> Dict[str, Any]:
+    images = []
+    handles: Dict[str, Any] = {}
+    try:
+        for im in task["images"]:
+            f = handles.get(im["blob"])
+            if f is None:
+                f = handles[im["blob"]] = get_store(im["blob"], config).open_read(im["blob"])
+            f.seek(im["offset"])
+            pieces = []
+            for size in im["piece_sizes"]:
+                pieces.append(f.read(size))
+                if len(pieces[-1]) != size:
+                    raise IOError(f"work blob {im['blob']} is shorter than its info says")
+            images.append(fmt.PcrImage(
+                im["key"], im["label"], pieces, im["scan_map"], im["orientation"], im["lossless"],
+                im["source_format"], im["width"], im["height"], im["components"]))
+    finally:
+        for f in handles.values():
+            f.close()
+    entry = fmt.write_record(task["path"], images, config)
+    return {"index": task["index"], "path": task["path"], "entry": entry.SerializeToString(deterministic=True),
+            "records": len(images), "bytes": sum(entry.offsets64), "sha256": entry.sha256}
+
+
+def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: List[str],
+            classes: Optional[List[str]], work: str):
+    from transforms import pcr_pb2
+    records = sorted(records, key=lambda r: r["index"])
+    entries = [pcr_pb2.RecordOffsetsIndex.FromString(r["entry"]) for r in records]
+    maps: Dict[str, Any] = {}
+    for info in infos:
+        maps.update(info["maps"])
+    smaps = [ScanGroupMap(name, comps, tuple(groups), desc) for name, (_, comps, groups, desc) in sorted(maps.items())]
+    index_path = join(cfg.output, fmt.INDEX_NAME)
+    index_bytes = fmt.build_index(entries, SCAN_GROUPS, smaps, transforms.__version__)
+    store = get_store(index_path, cfg.store)
+    keep = {r["path"] for r in records}
+    for stale in _existing_records(cfg):
+        if stale not in keep:
+            store.delete(stale)
+    store.write_bytes(index_path, index_bytes)
+    shards = [{"path": r["path"], "records": r["records"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records]
+    rejects = finalize.all_rejects(infos, list_rejects)
+    totals = finalize.totals_of(infos, list_rejects, shards)
+    by_reason: Dict[str, int] = {}
+    for r in rejects:
+        k = f"{r['stage']}: {Reject.from_dict(r).kind}"
+        by_reason[k] = by_reason.get(k, 0) + 1
+    stem = join(cfg.output, MANIFEST_STEM)
+    manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "pcr", "inputs": inputs,
+                "output": cfg.output, "directory": cfg.output, "options": cfg.describe(), "classes": classes,
+                "index": {"path": index_path, "bytes": len(index_bytes),
+                          "sha256": hashlib.sha256(index_bytes).hexdigest()},
+                "scan_maps": {m.name: {"components": m.components, "group_of_scan": list(m.group_of_scan),
+                                       "description": m.description} for m in smaps},
+                "shards": shards, "totals": totals,
+                "rejects": {"count": len(rejects), "by_reason": dict(sorted(by_reason.items())),
+                            "path": finalize.companion(stem, ".rejects.jsonl")}}
+    finalize.write_manifest(stem, manifest, rejects, cfg.store)
+    finalize.delete_tree(get_store(work, cfg.store), work)
+    yield manifest
+
+
+def _existing_records(cfg: PcrConfig) -> List[str]:
+    store = get_store(cfg.output, cfg.store)
+    prefix = join(cfg.output, "PCR_")
+    return [u for u in store.list(prefix) if fmt.RECORD_RE.match(u.rpartition("/")[2])
+            and u.rpartition("/")[0].rstrip("/") == cfg.output.rstrip("/")]
+
+
+def build(p: beam.Pipeline, cfg: PcrConfig, units: List, list_rejects: List[Reject], inputs: List[str],
+          classes: Optional[List[str]], work: str):
+    infos = (p | "Units" >> beam.Create(units, reshuffle=False)
+               | "SpreadUnits" >> beam.Reshuffle()
+               | "ConvertUnit" >> beam.ParDo(ConvertUnitFn(cfg, work)))
+    all_infos = infos | "GatherUnits" >> beam.combiners.ToList()
+    records = (all_infos
+               | "PlanRecords" >> beam.FlatMap(plan_records, cfg)
+               | "SpreadRecords" >> beam.Reshuffle()
+               | "WriteRecord" >> beam.Map(write_record_task, cfg.store))
+    return (records
+            | "GatherRecords" >> beam.combiners.ToList()
+            | "Finish" >> beam.FlatMap(_finish, beam.pvalue.AsSingleton(all_infos), cfg, list_rejects,
+                                       inputs, classes, work))
+
+
+def list_units(cfg: PcrConfig):
+    """(units, list rejects, input names, classes or None)."""
+    fmt_ = cfg.input_format
+    if fmt_ == "auto":
+        fmt_ = "imagefolder" if pc.is_image_folder(cfg.sources) else "tar"
+    if fmt_ == "imagefolder":
+        root = cfg.sources if isinstance(cfg.sources, str) else cfg.sources[0]
+        units, classes, skipped = pc.list_image_folder(root, cfg.store, cfg.files_per_unit)
+        if skipped:
+            log.warning("%d file(s) directly under %s belong to no class and were skipped", skipped, root)
+        return units, [], [root], classes
+    if fmt_ != "tar":
+        raise ValueError(f"unknown input format {cfg.input_format!r} (auto, imagefolder, tar)")
+    urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+    return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
+
+
+def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
+    """Run the conversion; raises OutputExistsError, ValueError, RuntimeError (no jpegtran)."""
+    t0 = time.time()
+    if cfg.images_per_record <= 0:
+        raise ValueError("images_per_record must be positive")
+    if not 1 <= cfg.quality <= 100:
+        raise ValueError("quality must be in 1..100")
+    if jpegtran_path() is None:
+        raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)")
+    cfg.output = cfg.output.rstrip("/")
+    existing = _existing_records(cfg)
+    if (existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))) \
+            and not cfg.overwrite:
+        raise OutputExistsError(f"{cfg.output} already holds a PCR dataset; pass --overwrite to replace it")
+    units, list_rejects, inputs, classes = list_units(cfg)
+    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}, sort_keys=True)
+    work = join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
+    p = beam.Pipeline(options=opts.make_pipeline_options(opts.effective_args(beam_args)))
+    build(p, cfg, units, list_rejects, inputs, classes, work)
+    result = p.run()
+    result.wait_until_finish()
+    mpath = manifest_path(cfg.output)
+    manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
+    counters = _counters(result)
+    rejected = manifest["rejects"]["count"]
+    return PcrResult(paths=[s["path"] for s in manifest["shards"]], index_path=manifest["index"]["path"],
+                     manifest=manifest, manifest_path=mpath, rejects_path=manifest["rejects"]["path"],
+                     totals=manifest["totals"], counters=counters, seconds=time.time() - t0,
+                     exit_code=0 if rejected <= cfg.max_rejects else 3)
