@@ -42,7 +42,7 @@ def build_config(args):
     conversions, selections = (), ()
     if args.ops:
         from launch.opsspec import load_ops
-        conversions, selections = load_ops(args.ops)
+        conversions, selections = load_ops(args.ops, seed=args.seed)
     stages = list(conversions)
     if selections:
         from pipelines.dataset import selection_stage

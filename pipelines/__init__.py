@@ -1,1 +1,17 @@
-"""Beam pipelines and the user-facing Python API of tar2tf."""
+"""Beam pipelines and the user-facing Python API of tar2tf.
+
+``from pipelines import Dataset, default_record_parser`` is the stable entry point of the
+seed API (loaded lazily, so Beam workers importing ``pipelines.convert`` do not pay for it).
+"""
+
+_API = {"Dataset": "pipelines.dataset", "AisDataset": "pipelines.dataset",
+        "default_record_parser": "pipelines.parsers", "make_record_parser": "pipelines.parsers"}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")

@@ -1,0 +1,175 @@
+"""``--ops``: conversions and selections for ``tar2tf convert`` from a small spec.
+
+The spec is one of:
+
+* ``module:function`` -- a Python callable returning ``(conversions, selections)``, a dict
+  with those keys, or a list of conversions;
+* a JSON or YAML file, or the same text inline, holding a mapping with ``conversions``
+  and ``selections`` lists (a bare list means conversions only).
+
+Each op is written either as a call expression, ``"Resize(Decode(jpg), (32, 32))"``, or
+as a mapping, ``{"op": "Resize", "args": ["jpg", [32, 32]], "kwargs": {"method": "bicubic"}}``
+(shorthand ``{"Resize": ["jpg", [32, 32]]}``).  In call expressions bare words are
+strings (``jpg``), ``tf.float32`` / ``np.uint8`` are dtypes, and only op names may be
+called -- the text is parsed with :mod:`ast`, never evaluated.  Callables for ``Func``,
+``SampleF``... are given as ``"module:function"`` strings.  A selection may also be a
+bare extension (``cls``).  The seed example as one command::
+
+    tar2tf convert 'train-{0..3}.tar' --base data -o out/train-{}.record \\
+        --ops '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"], selections: [jpg, cls]}'
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+from typing import Any, List, Tuple
+
+from transforms import ops as O
+
+OPS = {name: getattr(O, name) for name in O.__all__
+       if isinstance(getattr(O, name), type) and name not in ("Op", "OpError", "FeatureType")}
+_CALLABLE_FIRST = {"Func", "SampleF", "TFExampleF", "BySampleF", "ByExampleF"}
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+class SpecError(ValueError):
+    """An --ops spec that cannot be understood (usage error, exit status 2)."""
+
+
+def resolve_callable(ref: str):
+    """``"package.module:function"`` -> the object."""
+    mod, _, attr = ref.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+    except ImportError as e:
+        raise SpecError(f"cannot import {mod!r} for {ref!r}: {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SpecError(f"{mod!r} has no {attr!r}") from None
+    return obj
+
+
+def _make(name: str, args: List[Any], kwargs: dict):
+    cls = OPS.get(name)
+    if cls is None:
+        raise SpecError(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+    if name in _CALLABLE_FIRST and args and isinstance(args[0], str):
+        args = [resolve_callable(args[0])] + list(args[1:])
+    try:
+        return cls(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"bad arguments for {name}: {e}") from None
+
+
+# -- call expressions -----------------------------------------------------------------------
+
+def _node(n: ast.AST) -> Any:
+    if isinstance(n, ast.Call):
+        if not isinstance(n.func, ast.Name):
+            raise SpecError(f"only op names can be called, not {ast.unparse(n.func)!r}")
+        kwargs = {k.arg: _node(k.value) for k in n.keywords if k.arg}
+        return _make(n.func.id, [_node(a) for a in n.args], kwargs)
+    if isinstance(n, ast.Constant):
+        return n.value
+    if isinstance(n, ast.Name):
+        return n.id  # bare word: an extension name
+    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("tf", "np", "numpy"):
+        return n.attr  # tf.float32 -> "float32"
+    if isinstance(n, (ast.Tuple, ast.List)):
+        return [_node(e) for e in n.elts]
+    if isinstance(n, ast.Dict):
+        return {_node(k): _node(v) for k, v in zip(n.keys, n.values)}
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+        return -n.operand.value
+    raise SpecError(f"not allowed in an op expression: {ast.unparse(n)!r}")
+
+
+def parse_expr(text: str):
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise SpecError(f"cannot parse op {text!r}: {e.msg}") from None
+    return _node(tree.body)
+
+
+# -- mappings -------------------------------------------------------------------------------
+
+def _item(x: Any, selection: bool):
+    if isinstance(x, str):
+        if "(" in x:
+            return parse_expr(x)
+        return x if selection else parse_expr(x)
+    if isinstance(x, dict):
+        if "op" in x:
+            args = [_arg(a) for a in (x.get("args") or [])]
+            return _make(x["op"], args, {k: _arg(v) for k, v in (x.get("kwargs") or {}).items()})
+        if len(x) == 1:
+            name, val = next(iter(x.items()))
+            if name in OPS:
+                if isinstance(val, dict):
+                    return _make(name, [], {k: _arg(v) for k, v in val.items()})
+                return _make(name, [_arg(a) for a in (val if isinstance(val, list) else [val])], {})
+        if selection:
+            return O.SelectDict({k: _item(v, True) for k, v in x.items()})
+        raise SpecError(f"cannot read op {x!r}")
+    if isinstance(x, list) and selection:
+        return [_item(v, True) for v in x]
+    if isinstance(x, O.Op) or callable(x):
+        return x
+    raise SpecError(f"cannot read op {x!r}")
+
+
+def _arg(a: Any):
+    if isinstance(a, dict) and ("op" in a or (len(a) == 1 and next(iter(a)) in OPS)):
+        return _item(a, False)
+    if isinstance(a, str) and "(" in a:
+        return parse_expr(a)
+    return a
+
+
+def from_data(data: Any) -> Tuple[list, list]:
+    if isinstance(data, (list, tuple)) and len(data) == 2 and all(isinstance(d, (list, tuple)) for d in data) \
+            and not isinstance(data, list):
+        conv, sel = data
+    elif isinstance(data, (list, tuple)):
+        conv, sel = data, []
+    elif isinstance(data, dict):
+        unknown = set(data) - {"conversions", "selections"}
+        if unknown:
+            raise SpecError(f"unknown keys in ops spec: {sorted(unknown)} (use conversions, selections)")
+        conv, sel = data.get("conversions") or [], data.get("selections") or []
+    else:
+        raise SpecError(f"an ops spec is a mapping with conversions/selections, not {type(data).__name__}")
+    return [_item(c, False) for c in conv], [_item(s, True) for s in sel]
+
+
+def load_ops(spec: str, seed: int = None) -> Tuple[list, list]:
+    """``--ops`` value -> ``(conversions, selections)``; see the module docstring."""
+    if _REF.match(spec.strip()) and not os.path.exists(spec):
+        obj = resolve_callable(spec.strip())
+        data = obj() if callable(obj) else obj
+        conv, sel = from_data(data)
+    else:
+        import yaml
+        text = spec
+        if os.path.isfile(spec):
+            with open(spec, encoding="utf-8") as f:
+                text = f.read()
+        elif re.fullmatch(r"[\w./-]+\.(json|ya?ml)", spec.strip()):
+            raise SpecError(f"ops spec file {spec!r} does not exist")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SpecError(f"ops spec is neither a file nor valid JSON/YAML: {e}") from None
+        conv, sel = from_data(data)
+    if sel and not 1 <= len(sel) <= 2:
+        raise SpecError(f"selections are [value] or [value, label], got {len(sel)}")
+    conv = O.fuse(conv)
+    if seed is not None:
+        conv, sel = O.with_seed(conv, seed), O.with_seed(sel, seed)
+    return conv, sel

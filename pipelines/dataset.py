@@ -1,0 +1,330 @@
+"""Seed 000's Python API: ``Dataset(source, ...).load(template, ...)``.
+
+``load`` without ``path`` returns a streaming ``tf.data.Dataset``; with ``path`` it writes
+TFRecord shards through the conversion pipeline and returns their paths.  Ops run as
+sample stages in both modes, through the same :class:`transforms.stages.Stages` code.
+``remote_exec`` chooses where they run -- see ``docs/ops.md`` ("executed in the cluster"
+means: by Beam workers of the configured runner)::
+
+    remote_exec   in-memory load                         load(path=...)
+    False         threads in this process                 threads in this process (no Beam)
+    True          Beam job, then a dataset over its       Beam job on the configured runner
+                  TFRecords (parsed back to the same
+                  elements)
+    None          Beam job if a cluster runner is         Beam job (local FnApiRunner unless
+                  configured (beam_args --runner=...),    --runner is given)
+                  else threads in this process
+
+An op that cannot be pickled (so cannot be shipped to Beam workers, e.g. a ``Func``
+closing over a generator) makes True/None run in this process, with a warning saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from typing import Any, Callable, Iterator, List, Optional, Sequence
+
+from pipelines import datapoints as dp
+from pipelines import options as opts
+from pipelines.inmemory import ordered_stream
+from pipelines.parsers import make_record_parser
+from pipelines.pathgen import run_with_path_generator
+from transforms.fetch import read_shard
+from transforms.gostages import as_stage
+from transforms.ops import Convert, Decode, Resize, fuse, walk, with_seed
+from transforms.records import KEY, Reject, is_reject
+from transforms.sources import resolve
+from transforms.stages import FILTERED, Stages, stage_name
+from transforms.stores import StoreConfig
+from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt
+
+log = logging.getLogger("tar2tf")
+selection_stage = dp.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
+
+IMAGE_SIZE = (224, 224)
+#: the seed's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
+DEFAULT_VALUE = Convert(Resize(Decode("jpg"), IMAGE_SIZE), "float32")
+#: what path= mode stores for it (uint8, 4x smaller); default_record_parser converts it
+DEFAULT_STORED_VALUE = Resize(Decode("jpg"), IMAGE_SIZE)
+DEFAULT_LABEL = "cls"
+_UNSET = object()
+
+
+class LoadStats:
+    """Counts of the last in-memory ``load`` (thread-safe); ``rejects`` lists the Rejects."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.records_read = self.records_yielded = self.records_filtered = 0
+        self.rejects: List[Reject] = []
+
+    def add(self, what: str, reject: Optional[Reject] = None):
+        with self._lock:
+            if reject is not None:
+                self.rejects.append(reject)
+            else:
+                setattr(self, what, getattr(self, what) + 1)
+
+    @property
+    def records_rejected(self) -> int:
+        return sum(1 for r in self.rejects if r.counts_record)
+
+
+class _ElementStage:
+    """Last sample stage of in-memory mode: the record becomes one tf.data element."""
+
+    def __init__(self, sels, spec=None):
+        self.sels, self.spec = sels, spec
+
+    def __call__(self, record):
+        el = dp.datapoint(self.sels, record)
+        return {KEY: record.get(KEY), "__element__": el if self.spec is None else dp.fit(el, self.spec)}
+
+    def describe(self):
+        return "Select[" + ", ".join(s.describe() for s in self.sels) + "]"
+
+
+def location(source: str, proxy_url: Optional[str]) -> str:
+    """Seed's bucket name + proxy -> ``ais://bucket``; URLs and directories unchanged."""
+    if "://" in source:
+        return source.rstrip("/")
+    if os.path.isdir(source) or source.startswith((".", "/", "~")):
+        return os.path.abspath(os.path.expanduser(source))
+    if proxy_url or os.environ.get("AIS_ENDPOINT"):
+        return "ais://" + source.strip("/")
+    raise ValueError(f"{source!r} is not a directory; give proxy_url for an AIS bucket, or a URL "
+                     f"(ais://bucket, gs://bucket)")
+
+
+class Dataset:
+    """Tar shards under ``bucket_or_source`` -> tf.data / TFRecords (see the module doc).
+
+    ``conversions``: ops applied to each record (``[Decode("jpg"), Resize("jpg", (32, 32))]``).
+    ``selections``: ``[value, label]`` (or ``[value]``); default ``["jpg", "cls"]`` when
+    conversions are given, else the seed's 224x224x3 float32 image and int32 ``cls``.
+    ``sample_stages`` / ``example_stages``: go-tfdata-style stages (callables or Beam
+    DoFns) run before the conversions / after encoding (path mode).  ``seed`` seeds random
+    ops; ``beam_args`` configure the Beam runner; ``remote_output`` is where a remote
+    in-memory load writes its TFRecords (default: a local temp directory).
+    """
+
+    def __init__(self, bucket_or_source: str, proxy_url: Optional[str] = None,
+                 conversions: Sequence[Any] = (), selections: Optional[Sequence[Any]] = None,
+                 remote_exec: Optional[bool] = None, *, seed: int = 0, beam_args: Sequence[str] = (),
+                 sample_stages: Sequence[Any] = (), example_stages: Sequence[Any] = (),
+                 max_member_size=DEFAULT_MAX_MEMBER_SIZE, remote_output: Optional[str] = None,
+                 store: Optional[StoreConfig] = None):
+        self.base = location(bucket_or_source, proxy_url)
+        self.store = store or StoreConfig(ais_endpoint=proxy_url)
+        self.conversions = fuse(with_seed(list(conversions or ()), seed))
+        self.defaulted = selections is None
+        if selections is None:
+            selections = ["jpg", DEFAULT_LABEL] if self.conversions else [DEFAULT_VALUE, DEFAULT_LABEL]
+        self.selections = dp.normalize_selections(with_seed(list(selections), seed))
+        self.remote_exec, self.seed, self.beam_args = remote_exec, seed, list(beam_args)
+        self.sample_stages = [as_stage(s) for s in sample_stages]
+        self.example_stages = [as_stage(s) for s in example_stages]
+        self.max_member_size, self.remote_output = max_member_size, remote_output
+        self.stats: Optional[LoadStats] = None
+        self.element_spec = None
+        self.last_result = None  # ConvertResult of the last path= / remote load
+
+    # -- where the ops run ----------------------------------------------------------------
+    def _stored_selections(self):
+        if self.defaulted and not self.conversions:
+            return [DEFAULT_STORED_VALUE, DEFAULT_LABEL]
+        return self.selections
+
+    def unshippable(self, extra: Sequence[Any] = ()) -> Optional[str]:
+        """Why the stages cannot be pickled for Beam workers, or None if they can."""
+        from apache_beam.internal import pickler
+        things = list(self.sample_stages) + list(self.conversions) + list(self.selections) + \
+            list(self.example_stages) + [x for x in extra if x is not None]
+        for thing in things:
+            for part in (list(walk(thing)) or [thing]):
+                try:
+                    pickler.dumps(part)
+                except Exception as e:  # noqa: BLE001 - any pickling failure means "cannot ship"
+                    return f"{stage_name(part)} cannot be pickled ({e.__class__.__name__}: {e})"
+        return None
+
+    def _use_beam(self, remote_exec, in_memory: bool, extra=()) -> bool:
+        mode = self.remote_exec if remote_exec is _UNSET else remote_exec
+        if mode is False:
+            return False
+        cluster = not opts.is_local(opts.effective_args(self.beam_args))
+        if mode is None and in_memory and not cluster:
+            return False
+        why = self.unshippable(extra)
+        if why is not None:
+            warnings.warn(f"tar2tf: running the ops in this process, not on Beam workers: {why}",
+                          RuntimeWarning, stacklevel=3)
+            log.warning("remote execution disabled: %s", why)
+            return False
+        return True
+
+    # -- load -------------------------------------------------------------------------------
+    def load(self, template, num_workers: int = 1, output_types=None, output_shapes=None,
+             output_signature=None, path=None, record_to_example: Optional[Callable] = None,
+             max_shard_size=None, remote_exec=_UNSET, prefetch: int = 64, **convert_options):
+        """See the module docstring.  ``convert_options`` go to ``ConvertConfig``
+        (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...)."""
+        if path is not None:
+            return self._to_tfrecords(template, path, num_workers, record_to_example, max_shard_size,
+                                      remote_exec, convert_options)
+        if self._use_beam(remote_exec, in_memory=True):
+            return self._remote_dataset(template, num_workers, output_types, output_shapes, output_signature)
+        return self._stream_dataset(template, num_workers, output_types, output_shapes, output_signature,
+                                    prefetch)
+
+    def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
+        from pipelines.convert import ConvertConfig
+        sels = self._stored_selections() if stored else self.selections
+        stages = list(self.sample_stages) + list(self.conversions) + [dp.selection_stage(sels)]
+        if record_to_example is not None:  # the seed's record_to_example sees the raw converted record
+            stages = stages[:-1]
+        return ConvertConfig(sources=template, output=output, base=self.base, max_shard_size=max_shard_size,
+                             sample_stages=tuple(stages), record_to_example=record_to_example,
+                             example_stages=tuple(self.example_stages), max_member_size=self.max_member_size,
+                             store=self.store, seed=self.seed, progress=False, **options)
+
+    def _convert(self, cfg, num_workers, remote_exec, extra=()):
+        if self._use_beam(remote_exec, in_memory=False, extra=extra):
+            from pipelines.convert import convert
+            args = list(self.beam_args)
+            if opts.is_local(opts.effective_args(args)) and not any(a.startswith("--direct_num_workers") for a in args):
+                args.append(f"--direct_num_workers={max(1, int(num_workers))}")
+            res = convert(cfg, args)
+        else:
+            from pipelines.local_convert import convert_in_process
+            res = convert_in_process(cfg, num_workers)
+        if res.totals["records_rejected"] or res.totals["shards_rejected"]:
+            log.warning("%d records and %d shards rejected; see %s", res.totals["records_rejected"],
+                        res.totals["shards_rejected"], res.rejects_path)
+        self.last_result = res
+        return res
+
+    def _to_tfrecords(self, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options):
+        if isinstance(path, str):
+            cfg = self._config(template, path, record_to_example, max_shard_size, options)
+            return list(self._convert(cfg, num_workers, remote_exec, [record_to_example]).paths)
+        tmp = tempfile.mkdtemp(prefix="tar2tf-paths-")
+        cfg = self._config(template, os.path.join(tmp, "part-{}.tfrecord"), record_to_example, max_shard_size,
+                           options)
+        res = self._convert(cfg, num_workers, remote_exec, [record_to_example])
+        return run_with_path_generator(res, iter(path), self.store)
+
+    # -- in memory: Beam job, then read its output ------------------------------------------
+    def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):
+        import tensorflow as tf
+        from transforms.example import parse_example
+        from transforms.tfrecord import read_records
+        out_dir = self.remote_output or tempfile.mkdtemp(prefix="tar2tf-remote-")
+        cfg = self._config(template, out_dir.rstrip("/") + "/part-{}.tfrecord", None, "100MB",
+                           {"overwrite": True}, stored=False)
+        res = self._convert(cfg, num_workers, True)
+        spec = output_signature
+        if spec is None:
+            if not res.paths:
+                raise ValueError(f"no record could be converted; see {res.rejects_path}")
+            first = parse_example(next(iter(read_records(res.paths[0]))))
+            parts = tuple(dp.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, dp.NAMES))
+            el = parts if len(parts) > 1 else parts[0]
+            spec = dp.spec_of(el, output_shapes, output_types)
+        self.element_spec = spec
+        parser = make_record_parser(spec, with_label=len(self.selections) == 2)
+        return tf.data.TFRecordDataset(res.paths).map(parser)
+
+    # -- in memory: threads in this process --------------------------------------------------
+    def _stages(self, spec=None) -> Stages:
+        return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (_ElementStage(self.selections, spec),))
+
+    def elements(self, template, num_workers: int = 1, spec=None, prefetch: int = 64,
+                 stats: Optional[LoadStats] = None) -> Iterator[Any]:
+        """The datapoints, as numpy, in source order (what the tf.data dataset yields)."""
+        urls, list_rejects = resolve(template, self.base, self.store)
+        stats = stats if stats is not None else LoadStats()
+        for r in list_rejects:
+            log.warning("reject: %s", r.reason)
+            stats.add("", r)
+        stages = self._stages(spec)
+        max_member = int(self.max_member_size)
+
+        def produce(url):
+            for item in read_shard(url, self.store, max_member):
+                if isinstance(item, ShardCorrupt):
+                    log.warning("shard %s failed its integrity check after its records were streamed: %s",
+                                url, item.reason)
+                    stats.add("", item)
+                    continue
+                if is_reject(item):
+                    stats.add("", item)
+                    log.warning("reject %s %s: %s", item.shard, item.key, item.reason)
+                    continue
+                stats.add("records_read")
+                out = stages.run_samples(item)
+                if out is FILTERED:
+                    stats.add("records_filtered")
+                elif is_reject(out):
+                    stats.add("", out)
+                    log.warning("reject %s %s: %s", out.shard, out.key, out.reason)
+                else:
+                    stats.add("records_yielded")
+                    yield out["__element__"]
+
+        return ordered_stream(urls, produce, num_workers, prefetch)
+
+    def _stream_dataset(self, template, num_workers, output_types, output_shapes, output_signature, prefetch):
+        import tensorflow as tf
+        spec = output_signature
+        if spec is None:
+            first = self.elements(template, 1, None, 1)
+            try:
+                el = next(first)
+            except StopIteration:
+                raise ValueError(f"no record under {template!r} could be converted (all rejected or none "
+                                 f"found); nothing to infer the element spec from") from None
+            finally:
+                first.close()
+            spec = dp.spec_of(el, output_shapes, output_types)
+        self.element_spec = spec
+        self.stats = LoadStats()
+
+        def gen():
+            self.stats = LoadStats()
+            yield from self.elements(template, num_workers, spec, prefetch, self.stats)
+
+        return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+def _unflatten(sel, name, record):
+    """A selection's value read back from the ``value``/``label`` entries it was stored as."""
+    from transforms.selections import SelectDict, SelectList
+    if isinstance(sel, SelectDict):
+        return {k: _unflatten(s, f"{name}.{k}", record) for k, s in sel.items.items()}
+    if isinstance(sel, SelectList):
+        return [_unflatten(s, f"{name}.{i}", record) for i, s in enumerate(sel.items)]
+    return record[name]
+
+
+# -- seed 001 aliases ---------------------------------------------------------------------
+
+class AisDataset(Dataset):
+    """Seed 001: ``AisDataset(bucket, proxy_url, val_op, label_op, num_workers)``."""
+
+    def __init__(self, bucket_name: str, proxy_url: Optional[str] = None, val_op: Any = None,
+                 label_op: Any = None, num_workers: int = 1, **kwargs):
+        selections = None
+        if val_op is not None or label_op is not None:
+            selections = [val_op if val_op is not None else DEFAULT_VALUE,
+                          label_op if label_op is not None else DEFAULT_LABEL]
+        super().__init__(bucket_name, proxy_url, selections=selections, **kwargs)
+        self.num_workers = num_workers
+
+    def load_from_tar(self, template, path=None, **kwargs):
+        kwargs.setdefault("num_workers", self.num_workers)
+        return self.load(template, path=path, **kwargs)

@@ -1,0 +1,58 @@
+"""The TFRecord conversion without Beam: the same functions, driven by threads in-process.
+
+``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
+when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
+is the one the Beam graph runs -- :func:`pipelines.convert.convert_shard` per input shard,
+:func:`pipelines.finalize.make_plan` / ``write_shard``, and the same manifest -- so the
+output files are byte-identical to a Beam run with the same inputs and options (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+from pipelines import convert as cv
+from pipelines import finalize
+from transforms.sizes import parse_size
+from transforms.sources import resolve
+from transforms.stores import get_store
+
+
+def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.ConvertResult":
+    """Like :func:`pipelines.convert.convert`, with ``num_workers`` threads and no Beam."""
+    t0 = time.time()
+    if cfg.output.count("{}") > 1:
+        raise ValueError("output may contain '{}' only once")
+    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
+    urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+    existing = finalize.existing_outputs(cfg.output, cfg.store)
+    if existing and not (cfg.overwrite or cfg.resume):
+        raise cv.OutputExistsError(f"{len(existing)} output file(s) already match {cfg.output} "
+                                   f"(e.g. {existing[0]}); pass overwrite=True to replace them")
+    work = cv.work_dir_for(cfg, urls)
+    stages = cfg.stages()
+
+    def one(task):
+        index, url = task
+        info = cv.load_verified_piece(index, work, cfg.store) if cfg.resume else None
+        return info if info is not None else cv.convert_shard(index, url, work, cfg, stages)
+
+    with ThreadPoolExecutor(max_workers=max(1, int(num_workers)), thread_name_prefix="tar2tf-convert") as pool:
+        pieces = list(pool.map(one, list(enumerate(urls))))
+        if cfg.shuffle:
+            raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
+        plan = cv._plan(pieces, cfg)  # noqa: SLF001 - same planning step as the Beam graph
+        shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+    manifest = next(iter(cv._finish(shards, pieces, cfg, list_rejects, urls, work)))  # noqa: SLF001
+    manifest_path = finalize.companion(cfg.output, ".manifest.json")
+    written = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
+    assert written["totals"] == manifest["totals"]
+    rejected = manifest["rejects"]["count"]
+    return cv.ConvertResult(paths=[s["path"] for s in manifest["shards"]], manifest=manifest,
+                            manifest_path=manifest_path,
+                            rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
+                            totals=manifest["totals"], counters={}, seconds=time.time() - t0,
+                            exit_code=0 if rejected <= cfg.max_rejects else 3)

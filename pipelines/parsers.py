@@ -1,0 +1,120 @@
+"""Parse TFRecords written by ``Dataset.load(path=...)`` / ``tar2tf convert --ops`` back
+into the same datapoints as in-memory mode.
+
+* :func:`default_record_parser` reads the default layout (``value`` + ``label``) into
+  ``(float32 H x W x C image, int32 label)``: a raw uint8 array (``value`` + ``value/shape``
+  + ``value/dtype``) is converted with ``tf.image.convert_image_dtype`` -- the same
+  arithmetic as ``Convert`` -- float arrays are kept, and encoded JPEG/PNG/BMP bytes are
+  decoded.  This is what the default in-memory dataset yields.
+* :func:`make_record_parser` takes an element spec (``tf.TensorSpec`` structure, e.g.
+  ``Dataset.element_spec``) and returns exactly those dtypes and shapes, for any
+  selections (dict / tuple values become ``value.<name>`` features).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+_RAW_DTYPES = ("uint8", "uint16", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def _raw_image_as_float(data, dtype_name, shape):
+    """Raw array bytes of any supported dtype -> float32 image (convert_image_dtype)."""
+    tf = _tf()
+    branches = []
+    for name in _RAW_DTYPES:
+        def decode(name=name):
+            arr = tf.reshape(tf.io.decode_raw(data, tf.as_dtype(name), little_endian=True), shape)
+            return tf.image.convert_image_dtype(arr, tf.float32)
+        branches.append((tf.equal(dtype_name, name), decode))
+
+    def unsupported():
+        with tf.control_dependencies([tf.debugging.Assert(False, ["unsupported value/dtype", dtype_name])]):
+            return tf.zeros(shape, tf.float32)
+    return tf.case(branches, default=unsupported, exclusive=True)
+
+
+def default_record_parser(serialized):
+    """``tf.data`` map function: serialized Example -> ``(float32 image, int32 label)``."""
+    tf = _tf()
+    spec = {
+        "value": tf.io.FixedLenFeature([], tf.string),
+        "value/dtype": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "value/shape": tf.io.VarLenFeature(tf.int64),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    f = tf.io.parse_single_example(serialized, spec)
+    shape = tf.sparse.to_dense(f["value/shape"])
+
+    def encoded():
+        img = tf.io.decode_image(f["value"], channels=3, expand_animations=False)
+        return tf.image.convert_image_dtype(img, tf.float32)
+
+    def raw():
+        return _raw_image_as_float(f["value"], f["value/dtype"], shape)
+
+    value = tf.cond(tf.equal(f["value/dtype"], ""), encoded, raw)
+    value = tf.ensure_shape(value, [None, None, None])  # images are H x W x C
+    return value, tf.cast(f["label"], tf.int32)
+
+
+def _leaf_names(spec, name: str) -> List[Tuple[str, Any]]:
+    if isinstance(spec, dict):
+        return [x for k in spec for x in _leaf_names(spec[k], f"{name}.{k}")]
+    if isinstance(spec, (tuple, list)):
+        return [x for i, s in enumerate(spec) for x in _leaf_names(s, f"{name}.{i}")]
+    return [(name, spec)]
+
+
+def _feature_spec(name: str, s) -> Dict[str, Any]:
+    tf = _tf()
+    if s.shape.rank == 0 and s.dtype.is_integer:
+        return {name: tf.io.FixedLenFeature([], tf.int64)}
+    if s.shape.rank == 0 and s.dtype.is_floating:
+        return {name: tf.io.FixedLenFeature([], tf.float32)}
+    if s.dtype == tf.string:
+        return {name: tf.io.FixedLenFeature([], tf.string)}
+    return {name: tf.io.FixedLenFeature([], tf.string), name + "/shape": tf.io.VarLenFeature(tf.int64)}
+
+
+def _leaf(f, name, s):
+    tf = _tf()
+    if s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating) or s.dtype == tf.string:
+        return tf.cast(f[name], s.dtype) if s.dtype != tf.string else f[name]
+    raw = tf.io.decode_raw(f[name], s.dtype, little_endian=True)
+    shape = tf.sparse.to_dense(f[name + "/shape"])
+    out = tf.reshape(raw, shape)
+    return tf.ensure_shape(out, s.shape)
+
+
+def _rebuild(spec, name, f):
+    if isinstance(spec, dict):
+        return {k: _rebuild(spec[k], f"{name}.{k}", f) for k in spec}
+    if isinstance(spec, (tuple, list)):
+        return tuple(_rebuild(s, f"{name}.{i}", f) for i, s in enumerate(spec))
+    return _leaf(f, name, spec)
+
+
+def make_record_parser(element_spec, with_label: bool = None):
+    """A ``tf.data`` map function giving exactly ``element_spec``: a ``(value, label)``
+    tuple of specs, or (``with_label=False``) the value's spec alone.  By default a
+    2-tuple is taken as ``(value, label)``."""
+    pair = with_label if with_label is not None else (isinstance(element_spec, tuple) and len(element_spec) == 2)
+    parts = element_spec if pair else (element_spec,)
+    names = ("value", "label")[: len(parts)]
+    fspec: Dict[str, Any] = {}
+    for name, s in zip(names, parts):
+        for leaf_name, leaf_spec in _leaf_names(s, name):
+            fspec.update(_feature_spec(leaf_name, leaf_spec))
+
+    def parse(serialized):
+        f = _tf().io.parse_single_example(serialized, fspec)
+        out = tuple(_rebuild(s, name, f) for name, s in zip(names, parts))
+        return out if pair else out[0]
+    return parse
+

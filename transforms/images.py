@@ -1,0 +1,248 @@
+"""Image arrays with Pillow and numpy: decode, dtype conversion, resize, rotate, encode.
+
+These are the plain functions behind the ops in :mod:`transforms.ops`.  Arrays are always
+``H x W x C`` (channels last, 3-D), like ``tf.image``.
+
+Channel rules of :func:`decode` (``channels`` = 3 by default):
+
+* ``channels=3``: grayscale is replicated to RGB; RGBA/LA drop alpha (no compositing,
+  as ``tf.io.decode_png(channels=3)``); palette images are expanded through their
+  palette; CMYK (JPEG, including Adobe-inverted CMYK, which Pillow un-inverts) is
+  converted with Pillow's CMYK->RGB formula; 16-bit grayscale is scaled to 8 bits.
+* ``channels=1``: luma ``L = 0.299 R + 0.587 G + 0.114 B`` (Pillow's ``convert("L")``).
+* ``channels=4``: RGBA; images without alpha get alpha 255.
+* ``channels=None``: keep what the file has: L -> 1, LA -> 2, RGB/CMYK/YCbCr -> 3,
+  RGBA -> 4, palette -> 3 (4 if the palette has transparency).
+
+EXIF orientation (tag 274) is applied, so the array is upright as a viewer shows it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+FORMATS = ("BMP", "JPEG", "PNG")
+_FORMAT_ALIASES = {"JPG": "JPEG", "MPO": "JPEG"}  # MPO: camera JPEGs with a multi-picture index
+_SWAPS_AXES = (5, 6, 7, 8)  # EXIF orientations that transpose width and height
+_METHODS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
+            "lanczos": Image.LANCZOS, "area": Image.BOX, "box": Image.BOX}
+
+
+class ImageError(ValueError):
+    """Bytes that are not an image this op accepts."""
+
+
+def norm_format(fmt: str) -> str:
+    f = fmt.upper()
+    return _FORMAT_ALIASES.get(f, f)
+
+
+def _open(data: bytes, formats: Sequence[str]) -> Image.Image:
+    if isinstance(data, np.ndarray):
+        raise ImageError("value is already an array (decoded twice?)")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageError(f"value is {type(data).__name__}, not encoded image bytes")
+    try:
+        img = Image.open(io.BytesIO(bytes(data)))
+    except UnidentifiedImageError:
+        head = bytes(data[:8])
+        raise ImageError(f"not an image: bytes start with {head!r}") from None
+    fmt = norm_format(img.format or "?")
+    allowed = [norm_format(f) for f in formats]
+    if fmt not in allowed:
+        raise ImageError(f"unsupported image format {fmt}: expected {'/'.join(allowed)}")
+    return img
+
+
+def _orientation(img: Image.Image) -> int:
+    try:
+        return int(img.getexif().get(274, 1))
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not fail the decode
+        return 1
+
+
+def decode(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FORMATS,
+           exif: bool = True, draft_size: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """Encoded BMP/JPEG/PNG bytes -> uint8 ``H x W x C`` array (see the module docstring).
+
+    ``draft_size`` = (w, h): for JPEG, let libjpeg decode at 1/2, 1/4 or 1/8 scale in the
+    DCT domain, never below ``draft_size`` (Pillow's ``draft``); other formats ignore it.
+    """
+    img = _open(data, formats)
+    orient = _orientation(img) if exif else 1
+    if draft_size is not None and norm_format(img.format or "") == "JPEG":
+        w, h = draft_size
+        if orient in _SWAPS_AXES:
+            w, h = h, w
+        img.draft(None, (max(1, int(w)), max(1, int(h))))
+    try:
+        img.load()
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"corrupt {norm_format(img.format or '?')} image: {e}") from None
+    if orient != 1:
+        img = ImageOps.exif_transpose(img)
+    img = _to_channels(img, channels)
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    return np.ascontiguousarray(arr)
+
+
+def _to_channels(img: Image.Image, channels: Optional[int]) -> Image.Image:
+    mode = img.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(img).astype(np.uint32)
+        img = Image.fromarray((arr >> 8).clip(0, 255).astype(np.uint8), "L")
+        mode = "L"
+    elif mode == "1":
+        img, mode = img.convert("L"), "L"
+    elif mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+        mode = img.mode
+    elif mode == "PA":
+        img, mode = img.convert("RGBA"), "RGBA"
+    elif mode in ("CMYK", "YCbCr", "LAB", "HSV"):
+        img, mode = img.convert("RGB"), "RGB"
+    if channels is None:
+        return img if mode in ("L", "LA", "RGB", "RGBA") else img.convert("RGB")
+    target = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}.get(int(channels))
+    if target is None:
+        raise ValueError(f"channels must be 1, 2, 3, 4 or None, not {channels!r}")
+    if mode == target:
+        return img
+    if target == "RGB" and mode in ("RGBA", "LA"):
+        img = img.convert("RGBA") if mode == "LA" else img
+        return Image.fromarray(np.asarray(img)[:, :, :3], "RGB")  # drop alpha, no compositing
+    return img.convert(target)
+
+
+# -- dtypes -----------------------------------------------------------------------------
+
+def as_numpy_dtype(dtype) -> np.dtype:
+    """numpy dtype from a numpy dtype, a name (``"float32"``) or a ``tf.DType``."""
+    npd = getattr(dtype, "as_numpy_dtype", None)
+    if npd is not None:
+        return np.dtype(npd)
+    if getattr(dtype, "name", None) and not isinstance(dtype, (str, np.dtype, type)):
+        return np.dtype(dtype.name)
+    return np.dtype(dtype)
+
+
+def convert_dtype(arr: np.ndarray, dtype) -> np.ndarray:
+    """Change dtype scaling as ``tf.image.convert_image_dtype`` (saturating).
+
+    Integer images span ``[0, max]`` of their type, float images ``[0, 1]``: uint8 255
+    becomes 1.0; 1.0 becomes uint8 255; uint8 -> uint16 multiplies by 257.
+    """
+    arr = np.asarray(arr)
+    dst = as_numpy_dtype(dtype)
+    src = arr.dtype
+    if src == dst:
+        return arr
+    if src.kind == "b" or dst.kind == "b":
+        return arr.astype(dst)
+    src_int, dst_int = src.kind in "iu", dst.kind in "iu"
+    if src_int and dst_int:
+        smax, dmax = int(np.iinfo(src).max), int(np.iinfo(dst).max)
+        if smax > dmax:
+            return (arr.astype(np.int64) // ((smax + 1) // (dmax + 1))).astype(dst)
+        return (arr.astype(np.int64) * ((dmax + 1) // (smax + 1))).astype(dst)
+    if src_int:  # int -> float: cast, then multiply by 1/max in the target type (TF's exact formula)
+        return arr.astype(dst) * np.asarray(1.0 / np.iinfo(src).max, dtype=dst)
+    if dst_int:  # float -> int: scale by max + 0.5 and truncate, like TF, but saturating
+        info = np.iinfo(dst)
+        scaled = arr.astype(np.float64) * (info.max + 0.5)
+        return np.clip(scaled, info.min, info.max).astype(dst)
+    return arr.astype(dst)
+
+
+# -- geometry ---------------------------------------------------------------------------
+
+def _per_channel(arr: np.ndarray, fn) -> np.ndarray:
+    """Apply a Pillow transform to each channel in mode ``F`` (floats, any int type)."""
+    chans = [np.asarray(fn(Image.fromarray(arr[:, :, c].astype(np.float32), "F")))
+             for c in range(arr.shape[2])]
+    out = np.stack(chans, axis=-1)
+    if arr.dtype.kind in "iu":
+        info = np.iinfo(arr.dtype)
+        out = np.clip(np.rint(out), info.min, info.max)
+    return out.astype(arr.dtype)
+
+
+def _apply(arr: np.ndarray, fn) -> np.ndarray:
+    arr = np.asarray(arr)
+    squeeze = arr.ndim == 2
+    if squeeze:
+        arr = arr[:, :, None]
+    if arr.ndim != 3:
+        raise ValueError(f"expected an H x W x C image array, got shape {arr.shape}")
+    c = arr.shape[2]
+    if arr.dtype == np.uint8 and c in (1, 3, 4):
+        mode = {1: "L", 3: "RGB", 4: "RGBA"}[c]
+        out = np.asarray(fn(Image.fromarray(arr[:, :, 0] if c == 1 else arr, mode)))
+        out = out[:, :, None] if out.ndim == 2 else out
+    else:
+        out = _per_channel(arr, fn)
+    return out[:, :, 0] if squeeze else out
+
+
+def resample_method(method: str):
+    try:
+        return _METHODS[method.lower()]
+    except KeyError:
+        raise ValueError(f"unknown resize method {method!r}: use one of {sorted(_METHODS)}") from None
+
+
+def resize(arr: np.ndarray, size: Tuple[int, int], method: str = "bilinear") -> np.ndarray:
+    """Resize to ``size`` = (width, height); antialiased when shrinking (Pillow filters)."""
+    w, h = int(size[0]), int(size[1])
+    if w <= 0 or h <= 0:
+        raise ValueError(f"resize target must be positive, got {size!r}")
+    if arr.shape[1] == w and arr.shape[0] == h:
+        return arr
+    m = resample_method(method)
+    return _apply(arr, lambda im: im.resize((w, h), m))
+
+
+def rotate(arr: np.ndarray, angle: float, method: str = "bilinear", fill: float = 0) -> np.ndarray:
+    """Rotate clockwise by ``angle`` degrees about the centre; same size, corners ``fill``."""
+    m = resample_method(method)
+    if m not in (Image.NEAREST, Image.BILINEAR, Image.BICUBIC):
+        m = Image.BILINEAR
+    return _apply(arr, lambda im: im.rotate(-float(angle), resample=m, expand=False,
+                                            fillcolor=_fill_for(im, fill)))
+
+
+def _fill_for(im: Image.Image, fill: float):
+    if im.mode in ("RGB", "RGBA"):
+        return (int(fill),) * len(im.mode)
+    return float(fill) if im.mode == "F" else int(fill)
+
+
+# -- encode -----------------------------------------------------------------------------
+
+def encode(arr: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
+    """uint8 (or float in [0, 1]) ``H x W x C`` array -> JPEG or PNG bytes (deterministic)."""
+    fmt = norm_format(fmt)
+    arr = np.asarray(arr)
+    if arr.dtype != np.uint8:
+        arr = convert_dtype(arr, np.uint8)
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] not in (2, 3, 4) or arr.ndim not in (2, 3):
+        raise ValueError(f"cannot encode an array of shape {arr.shape} as an image")
+    img = Image.fromarray(arr)
+    buf = io.BytesIO()
+    if fmt == "JPEG":
+        if img.mode not in ("L", "RGB"):
+            raise ValueError(f"JPEG cannot store {img.mode} (alpha channel): use png")
+        img.save(buf, "JPEG", quality=int(quality))
+    elif fmt == "PNG":
+        img.save(buf, "PNG", compress_level=6)
+    else:
+        raise ValueError(f"Encode supports jpeg and png, not {fmt.lower()}")
+    return buf.getvalue()
