@@ -105,12 +105,12 @@ def manifest_path_for(target: str) -> str:
     return finalize.companion(target, ".manifest.json")
 
 
-def _locate(path: str, manifest_path: str, config: StoreConfig) -> str:
-    """Where to read a shard: beside the manifest (so a copied or moved dataset is checked
-    where it is now), else the path recorded in the manifest."""
-    beside = join(dirname(manifest_path), basename(path))
-    if beside != path and get_store(beside, config).exists(beside):
-        return beside
+def _locate(path: str, manifest_path: str, recorded_manifest: str) -> str:
+    """Where to read a file the manifest names: a file written beside the manifest is
+    looked for beside it now (so a copied or moved dataset is checked where it is),
+    anything else at its recorded path."""
+    if dirname(path) == dirname(recorded_manifest):
+        return join(dirname(manifest_path), basename(path))
     return path
 
 
@@ -244,7 +244,7 @@ def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, 
     rej = m.get("rejects", {})
     rpath = rej.get("path")
     if rpath:
-        rpath = _locate(rpath, manifest_path, config)
+        rpath = _locate(rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json"))
         store = get_store(rpath, config)
         if not store.exists(rpath):
             report.problems.append(Problem("rejects", f"rejects file {rpath} is missing"))
@@ -293,8 +293,9 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
         return report
     schema = m.get("schema", {})
     dali = bool(m.get("options", {}).get("dali_index"))
+    recorded = finalize.companion(m.get("output", ""), ".manifest.json")
     for row in m.get("shards", []):
-        verify_shard(row, _locate(row["path"], mpath, config), schema, report, config, decode_images, dali)
+        verify_shard(row, _locate(row["path"], mpath, recorded), schema, report, config, decode_images, dali)
     _check_totals(m, report, config, mpath)
     return report
 

@@ -1,0 +1,151 @@
+"""``tar2tf inspect SHARD``: the schema and first records of a TFRecord shard, plus a
+PNG contact sheet of its first images with their labels.
+
+Images are the bytes features named like an image extension (``jpg``, ``png`` ...) and
+uint8 array features (``name`` + ``name/shape`` + ``name/dtype``, what Decode/Resize
+store).  The label is ``--label`` or the first of cls/label/class/txt that a record has.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from transforms.stores import StoreConfig, basename, get_store
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
+LABEL_NAMES = ("cls", "label", "class", "txt")
+THUMB = 128
+
+
+def register(sub) -> None:
+    p = sub.add_parser("inspect", help="print a shard's schema and records; PNG contact sheet of its images",
+                       description=__doc__)
+    p.add_argument("shard", help="a TFRecord file (local path, gs://, ais://)")
+    p.add_argument("-n", "--records", type=int, default=3, help="records to print (default 3)")
+    p.add_argument("--sheet", help="contact sheet PNG path (default ./<shard name>.contact.png)")
+    p.add_argument("--images", type=int, default=16, help="images on the contact sheet (default 16)")
+    p.add_argument("--label", help="feature to print under each image (default cls/label/class/txt)")
+    p.add_argument("--no-sheet", action="store_true", help="do not write a contact sheet")
+    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    p.set_defaults(func=run)
+
+
+def _value_text(value: Any, limit: int = 60) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array {value.dtype} {list(value.shape)}"
+    if isinstance(value, (bytes, bytearray)):
+        if len(value) <= limit:
+            try:
+                return repr(value.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list):
+        return f"[{len(value)} values]"
+    return repr(value)
+
+
+def _image_of(rec: Dict[str, Any]):
+    """The first image of a parsed record as a PIL image, or None."""
+    from PIL import Image
+    for name in sorted(rec):
+        v = rec[name]
+        if name.lower() in IMAGE_EXTS and isinstance(v, (bytes, bytearray)):
+            try:
+                im = Image.open(io.BytesIO(v))
+                im.load()
+                return im.convert("RGB")
+            except Exception:  # noqa: BLE001 - undecodable: try the next feature
+                continue
+        if isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim in (2, 3):
+            return Image.fromarray(v if v.ndim == 2 or v.shape[2] in (3, 4) else v[..., 0]).convert("RGB")
+    return None
+
+
+def _label_of(rec: Dict[str, Any], label: Optional[str]) -> str:
+    for name in ([label] if label else LABEL_NAMES):
+        if name in rec:
+            v = rec[name]
+            if isinstance(v, (bytes, bytearray)):
+                v = v.decode("utf-8", "replace")
+            return str(v)[:20]
+    return ""
+
+
+def contact_sheet(items: List[Tuple[Any, str]], path: str, thumb: int = THUMB) -> Tuple[int, int]:
+    """Grid of thumbnails with a caption line under each; returns (columns, rows)."""
+    from PIL import Image, ImageDraw
+    cols = max(1, min(8, len(items)))
+    rows = max(1, -(-len(items) // cols))
+    cap = 14
+    sheet = Image.new("RGB", (cols * (thumb + 4) + 4, rows * (thumb + cap + 6) + 4), "white")
+    draw = ImageDraw.Draw(sheet)
+    for i, (im, caption) in enumerate(items):
+        x = 4 + (i % cols) * (thumb + 4)
+        y = 4 + (i // cols) * (thumb + cap + 6)
+        t = im.copy()
+        t.thumbnail((thumb, thumb))
+        sheet.paste(t, (x + (thumb - t.width) // 2, y + (thumb - t.height) // 2))
+        draw.text((x + 2, y + thumb + 2), caption, fill="black")
+    store = get_store(path)
+    buf = io.BytesIO()
+    sheet.save(buf, format="PNG")
+    store.write_bytes(path, buf.getvalue())
+    return cols, rows
+
+
+def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str] = None,
+            config: Optional[StoreConfig] = None, out=sys.stdout) -> List[Tuple[Any, str]]:
+    """Print schema + records of ``shard``; return (image, caption) pairs for the sheet."""
+    from transforms import example as ex
+    from transforms.tfrecord import read_records
+    schema: Dict[str, Any] = {}
+    shown, count, sheet_items = [], 0, []
+    with get_store(shard, config).open_read(shard) as f:
+        for payload in read_records(f):
+            count += 1
+            s = ex.schema_of(payload)
+            schema = ex.merge_schema(schema, s) if schema else s
+            if len(shown) < records or len(sheet_items) < images:
+                rec = ex.parse_example(payload)
+                if len(shown) < records:
+                    shown.append(rec)
+                if len(sheet_items) < images:
+                    im = _image_of(rec)
+                    if im is not None:
+                        sheet_items.append((im, f"{_label_of(rec, label)} {rec.get('__key__', '')}"[:24]))
+    print(f"{shard}: {count} records", file=out)
+    print("schema:", file=out)
+    for name, spec in schema.items():
+        opt = " (optional)" if spec.get("optional") else ""
+        print(f"  {name:24s} {spec['dtype']:6s} {spec['shape']}{opt}", file=out)
+    for i, rec in enumerate(shown):
+        print(f"record {i}:", file=out)
+        for name in sorted(rec):
+            print(f"  {name:24s} {_value_text(rec[name])}", file=out)
+    return sheet_items
+
+
+def run(args) -> int:
+    config = StoreConfig(ais_endpoint=args.ais_endpoint)
+    try:
+        items = inspect(args.shard, args.records, 0 if args.no_sheet else args.images, args.label, config)
+    except FileNotFoundError as e:
+        print(f"tar2tf inspect: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # CorruptRecordError, undecodable Example
+        print(f"tar2tf inspect: {args.shard} is not a readable TFRecord file: {e}", file=sys.stderr)
+        return 1
+    if not args.no_sheet:
+        if not items:
+            print("no images found: no contact sheet written", file=sys.stderr)
+        else:
+            path = args.sheet or basename(args.shard) + ".contact.png"
+            cols, rows = contact_sheet(items, path)
+            print(f"contact sheet: {path} ({len(items)} images, {cols}x{rows})", file=sys.stderr)
+    return 0
+

@@ -1,0 +1,165 @@
+"""``tar2tf verify`` and ``tar2tf inspect`` on real converted output, intact and damaged."""
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ops_fixtures import cli, copy_dataset, demo_output  # noqa: F401 (fixture)
+from pipelines.verify import verify
+from transforms.tfrecord import frame, read_records, record_index
+
+
+def _checks(report):
+    return sorted({(p.check, os.path.basename(p.shard or "manifest")) for p in report.problems})
+
+
+def test_intact_output_verifies_with_images(demo_output):
+    out, manifest = demo_output
+    p = cli("verify", manifest, "--decode-images", "--json", "-")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rep = json.loads(p.stdout)
+    m = json.load(open(manifest))
+    assert rep["ok"] and rep["problems"] == []
+    assert rep["records_checked"] == m["totals"]["records_written"] == 96
+    assert rep["images_decoded"] == 96 and rep["shards_checked"] == len(m["shards"])
+    # the output template works as well as the manifest path
+    assert cli("verify", os.path.join(out, "demo-{}.record")).returncode == 0
+
+
+def test_flipped_byte_is_caught(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+    target = os.path.join(d, "demo-2.record")
+    data = bytearray(open(target, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(target, "wb").write(bytes(data))
+    p = cli("verify", os.path.join(d, "demo.record.manifest.json"))
+    assert p.returncode == 5, p.stdout + p.stderr
+    assert "MISMATCH" in p.stdout and "CRC mismatch" in p.stdout
+    rep = verify(os.path.join(d, "demo.record.manifest.json"))
+    checks = _checks(rep)
+    assert ("crc", "demo-2.record") in checks and ("sha256", "demo-2.record") in checks
+    assert all(shard == "demo-2.record" for _, shard in checks)   # the other shards are fine
+
+
+def test_truncated_shard_is_caught(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+    target = os.path.join(d, "demo-3.record")
+    size = os.path.getsize(target)
+    with open(target, "r+b") as f:
+        f.truncate(size - 100)
+    rep = verify(os.path.join(d, "demo.record.manifest.json"))
+    checks = _checks(rep)
+    assert {("crc", "demo-3.record"), ("size", "demo-3.record"), ("count", "demo-3.record"),
+            ("index", "demo-3.record")} <= set(checks)
+    assert any("truncated" in p.detail for p in rep.problems)
+
+
+def test_count_mismatch_is_caught(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+    mpath = os.path.join(d, "demo.record.manifest.json")
+    m = json.load(open(mpath))
+    m["shards"][0]["records"] += 1
+    json.dump(m, open(mpath, "w"))
+    rep = verify(mpath)
+    assert ("count", "demo-1.record") in _checks(rep)
+    assert any(p.check == "totals" and "records_written" in p.detail for p in rep.problems)
+
+
+def test_missing_shard_and_rejects_mismatch(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+    os.remove(os.path.join(d, "demo-1.record"))
+    with open(os.path.join(d, "demo.record.rejects.jsonl"), "a") as f:
+        f.write('{"shard": "x", "key": null, "stage": "fetch", "reason": "gone"}\n')
+    checks = _checks(verify(os.path.join(d, "demo.record.manifest.json")))
+    assert ("file", "demo-1.record") in checks and ("rejects", "manifest") in checks
+    from launch.cli import main
+    assert main(["verify", str(tmp_path / "nowhere.manifest.json")]) == 2
+    assert main(["verify", os.path.join(d, "demo.record.manifest.json")]) == 5
+
+
+def _rewrite_first_record(d, change):
+    """Re-frame shard 1 with record 0 changed (valid CRCs), update manifest + DALI index."""
+    from tensorflow.core.example import example_pb2
+    from ops_fixtures import sha256_file
+    path = os.path.join(d, "demo-1.record")
+    recs = list(read_records(path))
+    ex = example_pb2.Example.FromString(recs[0])
+    change(ex.features.feature)
+    recs[0] = ex.SerializeToString(deterministic=True)
+    open(path, "wb").write(b"".join(frame(r) for r in recs))
+    with open(path, "rb") as f:
+        idx = record_index(f)
+    open(path + ".idx", "w").write("".join(f"{o} {s}\n" for o, s in idx))
+    mpath = os.path.join(d, "demo.record.manifest.json")
+    m = json.load(open(mpath))
+    old = m["shards"][0]["bytes"]
+    m["shards"][0].update(bytes=os.path.getsize(path), sha256=sha256_file(path))
+    m["totals"]["bytes_written"] += os.path.getsize(path) - old
+    json.dump(m, open(mpath, "w"))
+    return mpath
+
+
+def test_undecodable_image_needs_decode_images(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+
+    def damage(feats):
+        jpg = feats["jpg"].bytes_list.value[0]
+        feats["jpg"].bytes_list.value[0] = jpg[: len(jpg) // 3]   # a cut-off JPEG
+    mpath = _rewrite_first_record(d, damage)
+    assert verify(mpath).ok                       # framing, sums and schema are all consistent
+    rep = verify(mpath, decode_images=True)
+    assert [(p.check, p.record, p.key) for p in rep.problems] == [("image", 0, "class0/img0000")]
+    from launch.cli import main
+    assert main(["verify", mpath, "--decode-images", "--json", str(tmp_path / "r.json")]) == 5
+    assert "does not decode" in json.load(open(tmp_path / "r.json"))["problems"][0]["detail"]
+
+
+def test_schema_mismatch_is_caught(demo_output, tmp_path):
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+
+    def retype(feats):
+        feats["cls"].ClearField("int64_list")
+        feats["cls"].bytes_list.value.append(b"zero")
+        feats["bogus"].float_list.value.append(1.0)
+    rep = verify(_rewrite_first_record(d, retype))
+    details = sorted(p.detail for p in rep.problems)
+    assert [p.check for p in rep.problems] == ["schema", "schema"]
+    assert "'bogus'" in details[0] and "not in the manifest schema" in details[0]
+    assert "'cls' is bytes, schema says int64" in details[1]
+
+
+def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp_path):
+    from launch.cmd_inspect import inspect
+    from transforms.example import parse_example
+    shard = os.path.join(demo_output[0], "demo-1.record")
+    sheet = str(tmp_path / "sheet.png")
+    p = cli("inspect", shard, "-n", "2", "--images", "10", "--sheet", sheet)
+    assert p.returncode == 0, p.stderr
+    first = [parse_example(r) for r, _ in zip(read_records(shard), range(10))]
+    n = len(list(read_records(shard)))
+    assert f"{shard}: {n} records" in p.stdout
+    for line in ("__key__", "cls                      int64", "jpg                      bytes"):
+        assert line in p.stdout
+    assert f"'{first[0]['__key__']}'" in p.stdout and f"'{first[1]['__key__']}'" in p.stdout
+    assert f"'{first[2]['__key__']}'" not in p.stdout           # only -n records are printed
+    im = Image.open(sheet)
+    assert im.format == "PNG" and im.size == (8 * 132 + 4, 2 * 148 + 4)   # 10 thumbs: 8 columns, 2 rows
+    # the first thumbnail is the first record's image (scaled), not a blank tile
+    thumb = np.asarray(im.convert("RGB"))[4:4 + 128, 4:4 + 128].astype(float)
+    ref = Image.open(io.BytesIO(first[0]["jpg"])).convert("RGB")
+    ref.thumbnail((128, 128))
+    ref = np.asarray(ref).astype(float)
+    y0 = (128 - ref.shape[0]) // 2
+    x0 = (128 - ref.shape[1]) // 2
+    assert np.abs(thumb[y0:y0 + ref.shape[0], x0:x0 + ref.shape[1]] - ref).mean() < 2
+    assert thumb.std() > 10
+    # captions carry the labels
+    items = inspect(shard, records=0, images=3, out=io.StringIO())
+    assert [c for _, c in items] == [f"{r['cls']} {r['__key__']}" for r in first[:3]]
+    bad = tmp_path / "bad.record"
+    bad.write_bytes(b"not a tfrecord at all")
+    assert cli("inspect", str(bad), "--no-sheet").returncode == 1
