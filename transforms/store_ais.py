@@ -1,0 +1,179 @@
+"""AIStore buckets (``ais://bucket/object``) through the ``aistore`` Python SDK (2.x).
+
+* Endpoint: ``StoreConfig.ais_endpoint`` (``--ais-endpoint`` / ``proxy_url``), else
+  ``$AIS_ENDPOINT``.  An auth token is taken from ``$AIS_AUTHN_TOKEN`` on each worker and
+  handed to the SDK only; it is never logged, printed or pickled.
+* Every request goes to the proxy.  Object GETs and PUTs are answered with a 307 redirect
+  to the target that owns the object, which the SDK (``requests``) follows; tar2tf never
+  looks up or calls intra-cluster target URLs itself.
+* Listing: ``list-objects`` pages, each page followed with the ``uuid`` and
+  ``continuation_token`` the proxy returned (``StoreConfig.list_page_size`` names per page).
+* Reads stream (``stream=True``) and resume after faults with a range read from the last
+  byte handed out (``Range: bytes=N-``, see :mod:`transforms.retry`).  With an ETL name
+  (``StoreConfig.ais_etl_name``), objects are read through that existing ETL
+  (``?etl_name=``); its output cannot be read from an offset, so a fault restarts the read
+  from the start and skips the bytes already delivered.  The ETL path is untested here
+  (AIS ETL needs Kubernetes).
+* Writes: spool locally, then one PUT of the whole object (:mod:`transforms.upload`).  AIS
+  receives a PUT into a work file and renames it into place only when the body is
+  complete, so readers never see a partial object.
+
+The SDK's own retries are switched off (one attempt, no status retries) so that
+``transforms.retry`` alone decides what is retried and for how long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any, Iterator, Optional, Tuple
+
+from transforms.retry import RetryPolicy, discard, is_transient, iter_pages, open_resumable, permanent_error
+from transforms.stores import Store, StoreConfig, split_url
+from transforms.upload import spooled_upload
+
+log = logging.getLogger("tar2tf.ais")
+TOKEN_ENV = "AIS_AUTHN_TOKEN"
+
+
+def _sdk_retry_off():
+    """An SDK ``RetryConfig`` that tries once: our policy does the retrying."""
+    import tenacity
+    from aistore.sdk.retry_config import RetryConfig
+    from urllib3.util.retry import Retry
+    return RetryConfig(http_retry=Retry(total=0, connect=0, read=0, status=0, status_forcelist=[],
+                                        raise_on_status=False),
+                       network_retry=tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True))
+
+
+class AISStore(Store):
+    def __init__(self, config: StoreConfig):
+        from aistore.sdk import Client
+        self.config = config
+        self.endpoint = config.resolved_ais_endpoint()
+        self.policy = RetryPolicy.from_config(config)
+        self.client = Client(self.endpoint, timeout=(min(10.0, config.read_timeout_s), config.read_timeout_s),
+                             retry_config=_sdk_retry_off(), token=os.environ.get(TOKEN_ENV) or None)
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"AISStore({self.endpoint!r})"
+
+    # -- helpers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _split(url: str) -> Tuple[str, str]:
+        scheme, bucket, name = split_url(url)
+        if scheme != "ais" or not bucket:
+            raise ValueError(f"not an ais://bucket/object URL: {url}")
+        return bucket, name
+
+    def _object(self, url: str):
+        bucket, name = self._split(url)
+        if not name:
+            raise ValueError(f"no object name in {url}")
+        return self.client.bucket(bucket).object(name)
+
+    @contextlib.contextmanager
+    def _errors(self, url: str):
+        """Map 404/401/403 to FileNotFoundError/PermissionError; leave the rest alone."""
+        try:
+            yield
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as e:  # noqa: BLE001 - classify and re-raise
+            perm = None if is_transient(e) else permanent_error(e, url)
+            if perm is not None:
+                raise perm from e
+            raise
+
+    def _call(self, url: str, what: str, fn):
+        def attempt():
+            with self._errors(url):
+                return fn()
+        return self.policy.call(attempt, f"{what} {url}")
+
+    # -- Store --------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[str]:
+        bucket, key_prefix = self._split(prefix)
+        bck = self.client.bucket(bucket)
+        page_size = int(getattr(self.config, "list_page_size", 1000) or 0)
+
+        def page(state):
+            uuid, token = state or ("", "")
+            with self._errors(f"ais://{bucket}"):
+                res = bck.list_objects(prefix=key_prefix, props="name", page_size=page_size,
+                                       uuid=uuid, continuation_token=token)
+            names = [f"ais://{bucket}/{e.name}" for e in res.entries]
+            return names, ((res.uuid, res.continuation_token) if res.continuation_token else None)
+
+        try:
+            yield from iter_pages(page, self.policy, f"list ais://{bucket}/{key_prefix}")
+        except FileNotFoundError:
+            log.warning("AIS bucket ais://%s does not exist (listing %s): nothing listed", bucket, prefix)
+
+    def _open_at(self, url: str, offset: int) -> Tuple[Any, Optional[int], Optional[int]]:
+        obj = self._object(url)
+        etl = self.config.ais_etl_name
+        with self._errors(url):
+            if etl:
+                from aistore.sdk.etl import ETLConfig
+                raw = obj.get_reader(etl=ETLConfig(name=etl)).raw()
+                status = 200
+            elif offset:
+                raw = obj.get_reader(byte_range=f"bytes={offset}-").raw()
+                status = raw.status
+            else:
+                raw = obj.get_reader().raw()
+                status = raw.status
+        headers = raw.headers
+        total = _int(headers.get("Content-Length"))
+        if status == 206:
+            crange = headers.get("Content-Range", "")
+            total = _int(crange.rpartition("/")[2])
+        elif offset:
+            # whole body (ETL output, or a server that ignored Range): restart from the start
+            discard(raw, offset)
+        return raw, total, total
+
+    def open_read(self, url: str):
+        reader = open_resumable(lambda off: self._open_at(url, off), self.policy, url)
+        try:
+            reader.raw.size() if not self.config.ais_etl_name else reader.peek(1)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
+
+    def open_write(self, url: str):
+        obj = self._object(url)
+
+        def upload(path, size):
+            with self._errors(url):
+                obj.get_writer().put_file(path)
+
+        return spooled_upload(url, upload, self.policy)
+
+    def exists(self, url: str) -> bool:
+        try:
+            self.size(url)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete(self, url: str) -> None:
+        try:
+            self._call(url, "delete", lambda: self._object(url).delete())
+        except FileNotFoundError:
+            pass
+
+    def size(self, url: str) -> int:
+        return int(self._call(url, "head", lambda: self._object(url).head().size))
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None

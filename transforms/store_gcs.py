@@ -1,0 +1,145 @@
+"""Google Cloud Storage buckets (``gs://bucket/object``) through ``google-cloud-storage``.
+
+* Credentials: application default credentials (``gcloud auth application-default login``,
+  a service account, or the metadata server), project from ``StoreConfig.gcs_project`` or
+  ADC.  With ``$STORAGE_EMULATOR_HOST`` set, the client talks to that emulator anonymously
+  (the library's own rule).
+* Listing: the library's page iterator, one page (``StoreConfig.list_page_size`` names)
+  per request, each page retried on its own and followed by its ``nextPageToken``.
+* Reads stream as ranged downloads of ``read_chunk`` bytes (8 MiB) of one pinned object
+  generation, so a shard is never held whole in memory and an object replaced mid-read
+  fails instead of mixing two versions.  A fault retries the chunk from the last byte
+  handed out (:mod:`transforms.retry`).
+* Writes: spool locally, then one upload of the whole object (multipart below 8 MiB,
+  resumable above; :mod:`transforms.upload`).  GCS makes an object visible only when its
+  upload is finalized, so readers never see a partial object; a failed upload is started
+  again from its first byte.
+
+The library's own retries are switched off (``retry=None``) so that ``transforms.retry``
+alone decides what is retried and for how long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from typing import Iterator, Tuple
+
+from transforms.retry import RetryPolicy, is_transient, iter_pages, open_resumable, permanent_error
+from transforms.stores import Store, StoreConfig, split_url
+from transforms.upload import spooled_upload
+
+log = logging.getLogger("tar2tf.gcs")
+READ_CHUNK = 8 << 20
+
+
+class GCSStore(Store):
+    def __init__(self, config: StoreConfig):
+        from google.cloud import storage
+        self.config = config
+        self.policy = RetryPolicy.from_config(config)
+        self.timeout = config.read_timeout_s
+        self.client = storage.Client(project=config.gcs_project)
+        self.read_chunk = READ_CHUNK
+        self.upload_chunk = None  # None: the library's default (resumable uploads above 8 MiB)
+
+    def __repr__(self) -> str:
+        return "GCSStore()"
+
+    @staticmethod
+    def _split(url: str) -> Tuple[str, str]:
+        scheme, bucket, name = split_url(url)
+        if scheme != "gs" or not bucket:
+            raise ValueError(f"not a gs://bucket/object URL: {url}")
+        return bucket, name
+
+    def _blob(self, url: str, **kw):
+        bucket, name = self._split(url)
+        if not name:
+            raise ValueError(f"no object name in {url}")
+        return self.client.bucket(bucket).blob(name, **kw)
+
+    @contextlib.contextmanager
+    def _errors(self, url: str):
+        try:
+            yield
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as e:  # noqa: BLE001 - classify and re-raise
+            perm = None if is_transient(e) else permanent_error(e, url)
+            if perm is not None:
+                raise perm from e
+            raise
+
+    def _call(self, url: str, what: str, fn):
+        def attempt():
+            with self._errors(url):
+                return fn()
+        return self.policy.call(attempt, f"{what} {url}")
+
+    # -- Store --------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[str]:
+        bucket, key_prefix = self._split(prefix)
+        page_size = int(getattr(self.config, "list_page_size", 1000) or 1000)
+
+        def page(token):
+            with self._errors(f"gs://{bucket}"):
+                it = self.client.list_blobs(bucket, prefix=key_prefix or None, page_size=page_size,
+                                            page_token=token, fields="items(name),nextPageToken",
+                                            retry=None, timeout=self.timeout)
+                first = next(it.pages, None)
+                names = [f"gs://{bucket}/{b.name}" for b in first] if first is not None else []
+            return names, it.next_page_token
+
+        try:
+            yield from iter_pages(page, self.policy, f"list gs://{bucket}/{key_prefix}")
+        except FileNotFoundError:
+            log.warning("GCS bucket gs://%s does not exist (listing %s): nothing listed", bucket, prefix)
+
+    def _stat(self, url: str):
+        bucket, name = self._split(url)
+        blob = self._call(url, "stat", lambda: self.client.bucket(bucket).get_blob(
+            name, retry=None, timeout=self.timeout))
+        if blob is None:
+            raise FileNotFoundError(f"{url}: not found (HTTP 404)")
+        return blob
+
+    def open_read(self, url: str):
+        meta = self._stat(url)
+        size, generation = int(meta.size or 0), meta.generation
+        pinned = self._blob(url, generation=generation)
+        chunk = max(1, int(self.read_chunk))
+
+        def open_at(offset: int):
+            if offset >= size:
+                return io.BytesIO(b""), size, size
+            end = min(size, offset + chunk)
+            with self._errors(url):
+                data = pinned.download_as_bytes(start=offset, end=end - 1, raw_download=True, checksum=None,
+                                                retry=None, timeout=self.timeout)
+            return io.BytesIO(data), end, size
+
+        return open_resumable(open_at, self.policy, url)
+
+    def open_write(self, url: str):
+        blob = self._blob(url, chunk_size=self.upload_chunk)
+
+        def upload(path, size):
+            with self._errors(url):
+                blob.upload_from_filename(path, retry=None, timeout=self.timeout)
+
+        return spooled_upload(url, upload, self.policy)
+
+    def exists(self, url: str) -> bool:
+        return bool(self._call(url, "stat", lambda: self._blob(url).exists(retry=None, timeout=self.timeout)))
+
+    def delete(self, url: str) -> None:
+        try:
+            self._call(url, "delete", lambda: self._blob(url).delete(retry=None, timeout=self.timeout))
+        except FileNotFoundError:
+            pass
+
+    def size(self, url: str) -> int:
+        return int(self._stat(url).size or 0)
