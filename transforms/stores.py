@@ -33,7 +33,8 @@ class StoreConfig:
 
     ``ais_endpoint`` falls back to ``$AIS_ENDPOINT``.  The AIS auth token is read from
     ``$AIS_AUTHN_TOKEN`` on the worker and is never stored here (so it is never pickled
-    into a job graph nor printed).  ``retry_*`` bound the retry of transient faults.
+    into a job graph nor printed).  ``retry_*`` bound the retry of transient faults;
+    ``list_page_size`` is the number of names per listing request (AIS, GCS).
     """
 
     ais_endpoint: Optional[str] = None
@@ -44,6 +45,7 @@ class StoreConfig:
     retry_total_s: float = 60.0
     read_timeout_s: float = 60.0
     ais_etl_name: Optional[str] = None
+    list_page_size: int = 1000
 
     def resolved_ais_endpoint(self) -> str:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")
