@@ -22,11 +22,13 @@ import dataclasses
 import hashlib
 import importlib
 import io
+import inspect
 import json
+import os
 from typing import Any, Dict, List, Optional
 
 from pipelines import finalize
-from transforms.stores import StoreConfig, basename, dirname, get_store, join, split_url
+from transforms.stores import StoreConfig, basename, dirname, get_store, join
 from transforms.tfrecord import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
 IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
@@ -99,9 +101,17 @@ class _HashingReader:
 
 
 def manifest_path_for(target: str) -> str:
-    """``out/x.manifest.json`` as given, or the manifest of an output template."""
+    """The manifest for ``target``: a ``*.manifest.json`` as given; a directory holding
+    ``PCR.manifest.json`` (a PCR dataset) or exactly one manifest; else the manifest of an
+    output template (``out/train-{}.record`` -> ``out/train.record.manifest.json``)."""
     if target.endswith(".manifest.json"):
         return target
+    if os.path.isdir(target):
+        if os.path.exists(os.path.join(target, "PCR.manifest.json")):
+            return os.path.join(target, "PCR.manifest.json")
+        found = sorted(n for n in os.listdir(target) if n.endswith(".manifest.json"))
+        if len(found) == 1:
+            return os.path.join(target, found[0])
     return finalize.companion(target, ".manifest.json")
 
 
@@ -254,7 +264,7 @@ def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, 
                 report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
 
 
-def _verify_pcr(manifest_path: str, report: VerifyReport) -> None:
+def _verify_pcr(manifest_path: str, report: VerifyReport, config: StoreConfig) -> None:
     fn = None
     for name in PCR_VERIFIERS:
         try:
@@ -268,7 +278,9 @@ def _verify_pcr(manifest_path: str, report: VerifyReport) -> None:
                                               f"(looked in {', '.join(PCR_VERIFIERS)})"))
         return
     try:
-        res = fn(dirname(manifest_path) or ".")
+        directory = dirname(manifest_path) or "."
+        takes_config = "config" in inspect.signature(fn).parameters
+        res = fn(directory, config=config) if takes_config else fn(directory)
     except Exception as e:  # noqa: BLE001 - the verifier's failure is the finding
         report.problems.append(Problem("pcr", f"verify_pcr failed: {type(e).__name__}: {e}"))
         return
@@ -289,7 +301,7 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
     m = json.loads(get_store(mpath, config).read_bytes(mpath))
     report = VerifyReport(manifest=mpath, kind=m.get("kind", "tfrecord"))
     if report.kind == "pcr":
-        _verify_pcr(mpath, report)
+        _verify_pcr(mpath, report, config)
         return report
     schema = m.get("schema", {})
     dali = bool(m.get("options", {}).get("dali_index"))

@@ -5,7 +5,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from ops_fixtures import cli, copy_dataset, demo_output  # noqa: F401 (fixture)
