@@ -51,11 +51,20 @@ def _open(data: bytes, formats: Sequence[str]) -> Image.Image:
     except UnidentifiedImageError:
         head = bytes(data[:8])
         raise ImageError(f"not an image: bytes start with {head!r}") from None
+    except (OSError, SyntaxError, ValueError) as e:  # header present but damaged
+        raise ImageError(f"corrupt {_sniff(bytes(data[:8]))} image: {e}") from None
     fmt = norm_format(img.format or "?")
     allowed = [norm_format(f) for f in formats]
     if fmt not in allowed:
         raise ImageError(f"unsupported image format {fmt}: expected {'/'.join(allowed)}")
     return img
+
+
+def _sniff(head: bytes) -> str:
+    for magic, name in ((b"\xff\xd8", "JPEG"), (b"\x89PNG", "PNG"), (b"BM", "BMP")):
+        if head.startswith(magic):
+            return name
+    return "?"
 
 
 def _orientation(img: Image.Image) -> int:
@@ -136,7 +145,7 @@ def convert_dtype(arr: np.ndarray, dtype) -> np.ndarray:
     """Change dtype scaling as ``tf.image.convert_image_dtype`` (saturating).
 
     Integer images span ``[0, max]`` of their type, float images ``[0, 1]``: uint8 255
-    becomes 1.0; 1.0 becomes uint8 255; uint8 -> uint16 multiplies by 257.
+    becomes 1.0; 1.0 becomes uint8 255; uint8 -> uint16 multiplies by 256 (as TF).
     """
     arr = np.asarray(arr)
     dst = as_numpy_dtype(dtype)

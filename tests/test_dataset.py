@@ -1,0 +1,270 @@
+"""The seed API: Dataset(...).load(...) in memory and with path=, remote_exec, aliases, Keras."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import shardgen
+from pipelines import AisDataset, Dataset, default_record_parser, make_record_parser
+from pipelines.dataset import location
+from pipelines.inmemory import ordered_stream
+from transforms.ops import (Convert, Decode, Func, Resize, Rotate, Select, SelectDict, SelectJSON)
+from transforms.tfrecord import read_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEMPLATE = "train-{0000..0001}.tar"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shards")
+    shardgen.make_shards(str(d), 3, 6, size=(64, 48))
+    return str(d)
+
+
+def _sha(p):
+    return hashlib.sha256(open(p, "rb").read()).hexdigest()
+
+
+def _tiny_model(shape, pool):
+    import keras
+    m = keras.Sequential([keras.Input(shape), keras.layers.AveragePooling2D(pool), keras.layers.Conv2D(4, 3),
+                          keras.layers.Flatten(), keras.layers.Dense(10)])
+    m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def test_location_rules(tmp_path, monkeypatch):
+    monkeypatch.delenv("AIS_ENDPOINT", raising=False)
+    assert location("imagenet", "http://proxy:8080") == "ais://imagenet"
+    assert location("gs://bkt/", None) == "gs://bkt" and location("ais://b", None) == "ais://b"
+    assert location(str(tmp_path), None) == str(tmp_path)
+    with pytest.raises(ValueError, match="proxy_url"):
+        location("no-such-bucket-or-dir", None)
+
+
+def test_seed000_conversions_in_memory_and_fit(data):
+    """Dataset(BUCKET, PROXY, [Decode("jpg"), Resize("jpg", (32,32))], ["jpg", "cls"]) + model.fit."""
+    import tensorflow as tf
+    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (32, 32))], ["jpg", "cls"])
+    train = dataset.load(TEMPLATE, num_workers=2)
+    assert train.element_spec == (tf.TensorSpec((32, 32, 3), tf.uint8), tf.TensorSpec((), tf.int32))
+    got = [(v.numpy(), int(l.numpy())) for v, l in train]
+    assert [l for _, l in got] == [i % 10 for i in range(12)]  # source order, labels from .cls
+    members = dict(shardgen.sample_members(0, 12))
+    for i, (v, _) in enumerate(got):
+        np.testing.assert_array_equal(v, Resize(Decode("jpg"), (32, 32)).value({"jpg": members[f"{i:06d}.jpg"]}))
+    assert dataset.stats.records_read == dataset.stats.records_yielded == 12 and not dataset.stats.rejects
+    test = dataset.load("train-0002.tar").batch(4)
+    model = _tiny_model((32, 32, 3), 2)
+    hist = model.fit(train.shuffle(64).batch(4), epochs=1, verbose=0)
+    assert np.isfinite(hist.history["loss"][0])
+    assert np.isfinite(model.evaluate(test, verbose=0))
+
+
+def test_default_dataset_path_mode_and_default_record_parser(data, tmp_path):
+    """Dataset(BUCKET, PROXY).load(...) in memory == load(path=...) + default_record_parser."""
+    import tensorflow as tf
+    dataset = Dataset(data)
+    mem = dataset.load(TEMPLATE, num_workers=2, remote_exec=False)
+    assert mem.element_spec == (tf.TensorSpec((224, 224, 3), tf.float32), tf.TensorSpec((), tf.int32))
+    in_memory = list(mem.as_numpy_iterator())
+    paths = dataset.load(TEMPLATE, path=str(tmp_path / "train.record"))
+    assert [os.path.basename(p) for p in paths] == ["train-00000-of-00001.record"]
+    parsed = tf.data.TFRecordDataset(paths).map(default_record_parser)
+    back = list(parsed.as_numpy_iterator())
+    assert len(back) == len(in_memory) == 12
+    for (v1, l1), (v2, l2) in zip(in_memory, back):
+        assert v2.dtype == np.float32 and l2.dtype == np.int32
+        np.testing.assert_array_equal(v1, v2)
+        assert l1 == l2
+    # the stored value is uint8 (4x smaller than float32), with shape and dtype features
+    rec = tf.train.Example.FromString(next(read_records(paths[0])))
+    assert rec.features.feature["value/dtype"].bytes_list.value == [b"uint8"]
+    model = _tiny_model((224, 224, 3), 8)
+    hist = model.fit(parsed.shuffle(1024).batch(4), epochs=1, verbose=0)
+    assert np.isfinite(hist.history["loss"][0])
+    # limited TFRecord size: "train-{}.record" + max_shard_size
+    many = dataset.load(TEMPLATE, path=str(tmp_path / "s/train-{}.record"), max_shard_size="400KB")
+    assert [os.path.basename(p) for p in many] == [f"train-{i + 1}.record" for i in range(len(many))]
+    assert len(many) > 1 and all(os.path.getsize(p) <= 400_000 for p in many)
+    assert sum(1 for _ in tf.data.TFRecordDataset(many)) == 12
+
+
+def test_remote_exec_true_runs_beam_and_matches_local(data, tmp_path):
+    conv = [Decode("jpg"), Resize("jpg", (32, 32))]
+    local = Dataset(data, None, conv, ["jpg", "cls"], remote_exec=False)
+    remote = Dataset(data, None, conv, ["jpg", "cls"], remote_output=str(tmp_path / "r"))
+    a = list(local.load(TEMPLATE).as_numpy_iterator())
+    b = list(remote.load(TEMPLATE, remote_exec=True).as_numpy_iterator())  # seed: load(..., remote_exec=True)
+    assert local.last_result is None and remote.last_result is not None  # a Beam job ran for the remote one
+    assert remote.last_result.totals["records_written"] == 12
+    assert remote.element_spec == local.element_spec
+    assert len(a) == len(b) == 12
+    for (v1, l1), (v2, l2) in zip(a, b):
+        np.testing.assert_array_equal(v1, v2)
+        assert l1 == l2
+
+
+def test_unpicklable_func_runs_locally_with_warning(data, tmp_path):
+    counter = (i for i in range(10 ** 6))  # generators cannot be pickled: this op cannot be shipped
+
+    def tag(record):
+        return dict(record, n=next(counter) * 0)
+
+    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 8)), Func(tag)], ["jpg", "cls"])
+    with pytest.warns(RuntimeWarning, match=r"Func\(.*tag\) cannot be pickled"):
+        ds = dataset.load(TEMPLATE, remote_exec=True)
+    assert sum(1 for _ in ds) == 12
+    with pytest.warns(RuntimeWarning, match="running the ops in this process"):
+        paths = dataset.load(TEMPLATE, path=str(tmp_path / "u.record"))  # remote_exec None: detected
+    assert sum(1 for p in paths for _ in read_records(p)) == 12
+
+
+def test_in_process_and_beam_paths_identical_across_processes(data, tmp_path):
+    """path= output with a random op: Beam and in-process drivers, two processes, same bytes."""
+    conv = [Decode("jpg"), Rotate("jpg"), Resize("jpg", (16, 16))]
+    beam_paths = Dataset(data, None, conv, seed=5).load(TEMPLATE, path=str(tmp_path / "b/x-{}.rec"),
+                                                        max_shard_size="8KB", remote_exec=True)
+    code = (f"import sys; sys.path[:0] = [{ROOT!r}]; from pipelines import Dataset;"
+            f"from transforms.ops import Decode, Rotate, Resize;"
+            f"print(Dataset({data!r}, None, [Decode('jpg'), Rotate('jpg'), Resize('jpg', (16, 16))], seed=5)"
+            f".load({TEMPLATE!r}, path={str(tmp_path / 'l/x-{}.rec')!r}, max_shard_size='8KB', remote_exec=False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONHASHSEED="123"))
+    local_paths = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
+    assert len(beam_paths) == len(local_paths) > 1
+    assert [_sha(p) for p in beam_paths] == [_sha(p) for p in local_paths]
+    other_seed = Dataset(data, None, conv, seed=6).load(TEMPLATE, path=str(tmp_path / "c/x-{}.rec"),
+                                                        max_shard_size="8KB", remote_exec=False)
+    assert [_sha(p) for p in other_seed] != [_sha(p) for p in local_paths]
+
+
+def test_path_generator(data, tmp_path):
+    def names():
+        for i in range(100):
+            yield str(tmp_path / ("even" if i % 2 == 0 else "odd") / f"part{i}.tfrecord")
+
+    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))])
+    paths = dataset.load(TEMPLATE, path=names(), max_shard_size="4KB")
+    assert len(paths) > 2 and paths == list(names())[: len(paths)]
+    assert sum(1 for p in paths for _ in read_records(p)) == 12
+    manifest = json.load(open(paths[0] + ".manifest.json"))
+    assert [s["path"] for s in manifest["shards"]] == paths
+    assert [s["sha256"] for s in manifest["shards"]] == [_sha(p) for p in paths]
+    with pytest.raises(ValueError, match="yielded 1 names"):
+        dataset.load(TEMPLATE, path=iter([str(tmp_path / "one.rec")]), max_shard_size="4KB")
+
+
+def test_rejects_in_memory_and_path_mode(tmp_path):
+    """Corrupt JPEG, PNG on a JPEG-only path, non-image under Decode, invalid JSON under SelectJSON."""
+    good = [(f"g{i}.jpg", shardgen.jpeg(i)) for i in range(4)]
+    labels = [(f"g{i}.json", json.dumps({"label": i}).encode()) for i in range(4)]
+    members = []
+    for (n, b), (m, j) in zip(good, labels):
+        members += [(n, b), (m, j)]
+    members[4:4] = [("bad_jpeg.jpg", shardgen.jpeg(9)[:-300]), ("bad_jpeg.json", b'{"label": 1}'),
+                    ("png.jpg", shardgen.png(8)), ("png.json", b'{"label": 1}'),
+                    ("text.jpg", b"just some text"), ("text.json", b'{"label": 1}'),
+                    ("badjson.jpg", shardgen.jpeg(7)), ("badjson.json", b'{"label": 1,,}')]
+    shardgen.write_tar(str(tmp_path / "r.tar"), members)
+    dataset = Dataset(str(tmp_path), None, [Decode("jpg", formats=("jpeg",)), Resize("jpg", (16, 16))],
+                      ["jpg", SelectJSON("json", "label")])
+    got = list(dataset.load("r.tar").as_numpy_iterator())
+    assert [int(l) for _, l in got] == [0, 1, 2, 3]
+    for i, (v, _) in enumerate(got):  # the rest of the data is intact
+        np.testing.assert_array_equal(v, Resize(Decode("jpg"), (16, 16)).value({"jpg": good[i][1]}))
+    st = dataset.stats
+    reasons = {r.key: r.reason for r in st.rejects}
+    assert st.records_read == 8 == st.records_yielded + st.records_rejected + st.records_filtered
+    _check_reasons(reasons)
+    res_paths = dataset.load("r.tar", path=str(tmp_path / "o/r.record"), max_rejects=10)
+    res = dataset.last_result
+    t = res.totals
+    assert t["records_read"] == 8 and t["records_written"] == 4 and t["records_rejected"] == 4
+    assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
+    rejects = [json.loads(x) for x in open(res.rejects_path)]
+    assert all(r["stage"] == "op" and r["shard"].endswith("r.tar") for r in rejects)
+    _check_reasons({r["key"]: r["reason"] for r in rejects})
+    spec = dataset.element_spec
+    back = list(__import__("tensorflow").data.TFRecordDataset(res_paths).map(make_record_parser(spec))
+                .as_numpy_iterator())
+    assert len(back) == 4 and all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(got, back))
+
+
+def _check_reasons(reasons):
+    assert set(reasons) == {"bad_jpeg", "png", "text", "badjson"}
+    assert "Resize(Decode('jpg', formats=JPEG), (16, 16)) failed" in reasons["bad_jpeg"]
+    assert "corrupt JPEG image" in reasons["bad_jpeg"]
+    assert "unsupported image format PNG: expected JPEG" in reasons["png"]
+    assert "not an image" in reasons["text"]
+    assert "SelectJSON('json', 'label')" in reasons["badjson"] and "invalid JSON in 'json'" in reasons["badjson"]
+
+
+def test_seed001_aliases_and_dict_values(tmp_path):
+    import tensorflow as tf
+    members = []
+    for i in range(6):
+        members += [(f"{i:03d}.jpg", shardgen.jpeg(i)), (f"{i:03d}.cls", str(i % 3).encode()),
+                    (f"{i:03d}.lab1", str(10 + i).encode())]
+    shardgen.write_tar(str(tmp_path / "train-0.tar"), members)
+    shardgen.write_tar(str(tmp_path / "train-1.tar"), members[:9])
+    ais = AisDataset(str(tmp_path), None, Decode("jpg"), Select("cls"), num_workers=2)
+    ds = ais.load_from_tar("train-{0..1}.tar")
+    assert ds.element_spec == (tf.TensorSpec((48, 64, 3), tf.uint8), tf.TensorSpec((), tf.int32))
+    assert [int(l) for _, l in ds.as_numpy_iterator()] == [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    ais2 = AisDataset(str(tmp_path), None, [Resize(Convert(Decode("jpg"), tf.float32), (224, 224)), Select("lab1")],
+                      Select("cls"))
+    ds2 = ais2.load_from_tar("train-0.tar")
+    v, l = next(iter(ds2))
+    assert set(v) == {"jpg", "lab1"} and v["jpg"].shape == (224, 224, 3) and v["jpg"].dtype == tf.float32
+    assert int(v["lab1"]) == 10 and int(l) == 0
+    paths = ais2.load_from_tar("train-0.tar", path=str(tmp_path / "o/t.record"))
+    back = list(tf.data.TFRecordDataset(paths).map(make_record_parser(ais2.element_spec)).as_numpy_iterator())
+    mem = list(ds2.as_numpy_iterator())
+    assert len(back) == len(mem) == 6
+    for (v1, l1), (v2, l2) in zip(mem, back):
+        np.testing.assert_array_equal(v1["jpg"], v2["jpg"])
+        assert v1["lab1"] == v2["lab1"] and l1 == l2
+    # seed's custom output_types / output_shapes, and output_signature
+    ds3 = Dataset(str(tmp_path), conversions=[Decode("jpg")], selections=[SelectDict({"img": "jpg"}), "cls"]).load(
+        "train-0.tar", output_types=({"img": tf.float32}, tf.int64), output_shapes=({"img": (48, 64, 3)}, ()))
+    assert ds3.element_spec[0]["img"] == tf.TensorSpec((48, 64, 3), tf.float32)
+    assert ds3.element_spec[1] == tf.TensorSpec((), tf.int64)
+    sig = (tf.TensorSpec((None, None, 3), tf.uint8), tf.TensorSpec((), tf.int32))
+    ds4 = Dataset(str(tmp_path), conversions=[Decode("jpg")]).load("train-0.tar", output_signature=sig)
+    assert ds4.element_spec == sig and sum(1 for _ in ds4) == 6
+
+
+def test_ordered_stream_is_ordered_and_bounded():
+    produced, consumed, peak = [0], [0], [0]
+    lock = threading.Lock()
+
+    def produce(task):
+        for j in range(20):
+            time.sleep(0.0005 * ((task * 7 + j) % 3))
+            with lock:
+                produced[0] += 1
+                peak[0] = max(peak[0], produced[0] - consumed[0])
+            yield (task, j)
+
+    out = []
+    for item in ordered_stream(list(range(8)), produce, num_workers=3, prefetch=2):
+        out.append(item)
+        with lock:
+            consumed[0] += 1
+        time.sleep(0.001)
+    assert out == [(t, j) for t in range(8) for j in range(20)]
+    assert peak[0] <= 3 * (2 + 1) + 1  # num_workers * (prefetch + 1), + the item being handed over
+    it = ordered_stream(list(range(8)), produce, num_workers=2, prefetch=1)
+    assert next(it) == (0, 0)
+    it.close()  # stops the workers
+    time.sleep(0.3)
+    assert not [t for t in threading.enumerate() if t.name.startswith("tar2tf-load")]

@@ -1,0 +1,105 @@
+"""go-tfdata stages: selections, Rename, SampleF/TFExampleF, filters, type map, user stages
+(callables and Beam DoFns) in the Beam pipeline, with rejects and conservation."""
+
+import json
+
+import apache_beam as beam
+import pytest
+
+import shardgen
+from pipelines.convert import ConvertConfig, convert
+from transforms.example import parse_example, record_to_example
+from transforms.ops import (INT64, ByExampleF, ByKey, ByKeyValue, ByPrefix, BySampleF, BySubstring, BySuffix,
+                            FeatureType, FilterEmptyExamples, FilterEmptySamples, Rename, SampleF,
+                            SampleToTFExample, TFExampleF, as_stage)
+from transforms.tfrecord import read_records
+
+
+def sample():
+    return {"__key__": "k", "__shard__": "s", "jpg": b"J", "cls": b"3", "seg.png": b"P", "meta.json": b"{}"}
+
+
+def example():
+    return record_to_example(sample())
+
+
+def feats(ex):
+    return sorted(ex.features.feature)
+
+
+def test_selections_on_samples_and_examples():
+    s = sample()
+    assert sorted(ByKey("jpg", "cls")(s)) == ["__key__", "__shard__", "cls", "jpg"]
+    assert sorted(ByKeyValue("cls", "3")(s)) == ["__key__", "__shard__", "cls"]
+    assert sorted(ByKeyValue("cls", b"4")(s)) == ["__key__", "__shard__"]
+    assert sorted(ByPrefix("seg", "meta")(s)) == ["__key__", "__shard__", "meta.json", "seg.png"]
+    assert sorted(BySuffix("png")(s)) == ["__key__", "__shard__", "seg.png"]
+    assert sorted(BySubstring("e")(s)) == ["__key__", "__shard__", "meta.json", "seg.png"]
+    assert sorted(BySampleF(lambda x: [k for k in x if len(k) == 3])(s)) == ["__key__", "__shard__", "cls", "jpg"]
+    assert s == sample()  # samples are not mutated
+    assert feats(ByKey("jpg")(example())) == ["__key__", "jpg"]
+    assert feats(ByKeyValue("cls", b"3")(example())) == ["__key__", "cls"]
+    assert feats(ByPrefix("seg")(example())) == ["__key__", "seg.png"]
+    assert feats(BySuffix("json")(example())) == ["__key__", "meta.json"]
+    assert feats(BySubstring("l")(example())) == ["__key__", "cls"]
+    assert feats(ByExampleF(lambda ex: ["jpg", "cls"])(example())) == ["__key__", "cls", "jpg"]
+
+
+def test_rename_samplef_filters_typemap():
+    s = Rename("image", "jpeg", "jpg")(sample())
+    assert s["image"] == b"J" and "jpg" not in s
+    ex = Rename("label", "cls")(example())
+    assert "label" in feats(ex) and "cls" not in feats(ex)
+    assert Rename("x", "nothing")(sample()) == sample()
+    with pytest.raises(ValueError, match="more than one of jpg, cls"):
+        Rename("x", "jpg", "cls")(sample())
+    assert SampleF(lambda x: dict(x, n=b"1"))(sample())["n"] == b"1"
+    assert TFExampleF(lambda ex: ex)(example()) is not None
+    assert FilterEmptySamples()({"__key__": "k", "__shard__": "s"}) is None
+    assert FilterEmptySamples()(sample()) is not None
+    assert FilterEmptyExamples()(ByKey()(example())) is None
+    assert FilterEmptyExamples()(example()) is not None
+    ex = SampleToTFExample({"cls": FeatureType.INT64, "jpg": "bytes"})(dict(sample(), cls=b" 42\n"))
+    assert list(ex.features.feature["cls"].int64_list.value) == [42]
+    with pytest.raises(ValueError, match="'cls' is not int64"):
+        SampleToTFExample("cls:int64")(dict(sample(), cls=b"4.5"))
+
+
+class TagFn(beam.DoFn):
+    """A user DoFn at the sample stage: setup once, drops keys ending in 3."""
+
+    def setup(self):
+        self.tag = b"dofn"
+
+    def process(self, record):
+        if not record["__key__"].endswith("3"):
+            yield dict(record, tag=self.tag)
+
+
+def _only_even_cls(ex):
+    return ex if ex.features.feature["cls"].int64_list.value[0] % 2 == 0 else None
+
+
+def test_user_stages_in_beam_pipeline(tmp_path):
+    members = shardgen.sample_members(0, 8)
+    members.insert(4, ("000009.txt", b"lonely"))  # a record without jpg/cls: emptied, then filtered
+    members.append(("000010.cls", b"ten"))  # INT64 type map: not an integer -> reject
+    shardgen.write_tar(str(tmp_path / "a.tar"), members)
+    assert isinstance(as_stage(TagFn()), object) and not isinstance(as_stage(TagFn()), beam.DoFn)
+    res = convert(ConvertConfig(
+        sources=str(tmp_path / "a.tar"), output=str(tmp_path / "o/x-{}.rec"), type_map={"cls": INT64},
+        sample_stages=(Rename("label", "cls"), ByKey("jpg", "label"), FilterEmptySamples(), TagFn(),
+                       Rename("cls", "label")),
+        example_stages=(TFExampleF(_only_even_cls), ByExampleF(lambda ex: ["cls", "tag"])), max_rejects=5))
+    t = res.totals
+    got = [parse_example(r) for p in res.paths for r in read_records(p)]
+    # 000000..000007: 3 dropped by the DoFn, odd cls dropped by the example stage; 9 emptied; 10 rejected
+    assert [g["__key__"] for g in got] == ["000000", "000002", "000004", "000006"]
+    assert all(sorted(g) == ["__key__", "cls", "tag"] and g["tag"] == b"dofn" for g in got)
+    assert [g["cls"] for g in got] == [0, 2, 4, 6]
+    assert t["records_read"] == 10 and t["records_written"] == 4 and t["records_rejected"] == 1
+    assert t["records_filtered"] == 5
+    assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
+    (rej,) = [json.loads(line) for line in open(res.rejects_path)]
+    assert rej["key"] == "000010" and rej["stage"] == "encode" and "'cls' is not int64" in rej["reason"]
+    assert res.manifest["options"]["sample_stages"][3] == "TagFn"
