@@ -1,4 +1,4 @@
-"""PCR record files and their index: layout, writing, reading a prefix, verifying.
+"""PCR record files and their index: layout, writing, reading a prefix.
 
 A dataset directory holds ``PCR_index.pb`` and record files ``PCR_<i>.db`` (``.pcr`` is
 read too).  A record file of N images is the concatenation, with no framing, of
@@ -20,10 +20,9 @@ import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import google_crc32c
-from google.protobuf.message import DecodeError
 
 from transforms import pcr_pb2
-from transforms.jpeg_scans import EOI, SCAN_GROUPS, MAPS, ScanGroupMap
+from transforms.jpeg_scans import EOI, SCAN_GROUPS, ScanGroupMap
 from transforms.stores import StoreConfig, basename, get_store, join, split_url
 
 INDEX_NAME = "PCR_index.pb"
@@ -207,92 +206,3 @@ def record_files(directory: str, config: Optional[StoreConfig] = None) -> List[s
             seen.add(r.name)
             out.append(join(directory, r.name))
     return out
-
-
-# -- verification ---------------------------------------------------------------------------
-
-def verify_pcr(directory: str, config: Optional[StoreConfig] = None) -> List[str]:
-    """Check every record file against the index; return the problems found (empty = ok).
-
-    Checks: the index parses; each indexed file exists and its size equals the sum of its
-    chunk lengths; CRC-32C of every chunk (when the index has them); every chunk parses,
-    the metadata's level count matches the index, every scan group has one entry per label,
-    piece sizes and the sha256 (when present) match; no record file is missing from the index.
-    """
-    problems: List[str] = []
-    index_path = join(directory, INDEX_NAME)
-    store = get_store(index_path, config)
-    try:
-        idx, entries = read_index(index_path, config)
-    except FileNotFoundError:
-        return [f"{index_path}: missing"]
-    except DecodeError as e:
-        return [f"{index_path}: does not parse: {e}"]
-    for entry in entries.values():
-        problems.extend(_verify_record(join(directory, entry.name), entry, idx, config))
-    on_disk = {basename(u) for u in store.list(join(directory, "PCR_")) if RECORD_RE.match(basename(u))}
-    for name in sorted(on_disk - set(entries)):
-        problems.append(f"{name}: record file not in the index")
-    return problems
-
-
-def _verify_record(path: str, entry: RecordEntry, idx, config) -> List[str]:
-    name, out = entry.name, []
-    store = get_store(path, config)
-    try:
-        size = store.size(path)
-    except FileNotFoundError:
-        return [f"{name}: indexed but missing"]
-    if size != entry.size:
-        return [f"{name}: {size} bytes, index says {entry.size}"]
-    if entry.crcs and len(entry.crcs) != len(entry.lengths):
-        out.append(f"{name}: index has {len(entry.crcs)} CRCs for {len(entry.lengths)} chunks")
-    digest = hashlib.sha256()
-    meta = None
-    with store.open_read(path) as f:
-        for c, length in enumerate(entry.lengths):
-            chunk = f.read(length)
-            digest.update(chunk)
-            if entry.crcs and c < len(entry.crcs) and google_crc32c.value(chunk) != entry.crcs[c]:
-                out.append(f"{name}: chunk {c} CRC-32C mismatch")
-                continue
-            try:
-                if c == 0:
-                    meta = pcr_pb2.MetadataRecord.FromString(chunk)
-                    out.extend(_check_meta(name, meta, entry))
-                elif meta is not None:
-                    sg = pcr_pb2.ScanGroup.FromString(chunk)
-                    out.extend(_check_group(name, c, sg, meta))
-            except DecodeError as e:
-                out.append(f"{name}: chunk {c} does not parse: {e}")
-    sha = next((r.sha256 for r in idx.records if r.name == name), "")
-    if sha and sha != digest.hexdigest():
-        out.append(f"{name}: sha256 mismatch")
-    return out
-
-
-def _check_meta(name: str, meta, entry: RecordEntry) -> List[str]:
-    out = []
-    if meta.progressive_levels != entry.groups:
-        out.append(f"{name}: metadata says {meta.progressive_levels} scan groups, index {entry.groups}")
-    if entry.num_images is not None and entry.num_images != len(meta.labels):
-        out.append(f"{name}: {len(meta.labels)} labels, index says {entry.num_images} images")
-    if len(meta.images) and len(meta.images) != len(meta.labels):
-        out.append(f"{name}: {len(meta.images)} image infos for {len(meta.labels)} labels")
-    return out
-
-
-def _check_group(name: str, g: int, sg, meta) -> List[str]:
-    n = len(meta.labels)
-    if len(sg.image_bytes) != n:
-        return [f"{name}: scan group {g} has {len(sg.image_bytes)} pieces for {n} images"]
-    out = []
-    for i, info in enumerate(meta.images):
-        if len(info.piece_sizes) >= g and info.piece_sizes[g - 1] != len(sg.image_bytes[i]):
-            out.append(f"{name}: image {i} ({info.key}) piece {g} is {len(sg.image_bytes[i])} bytes, "
-                       f"metadata says {info.piece_sizes[g - 1]}")
-    return out
-
-
-def known_maps() -> List[ScanGroupMap]:
-    return list(MAPS.values())

@@ -73,9 +73,10 @@ def _open(data: bytes, load: bool = True) -> Image.Image:
             if load:
                 img.load()
         return img
-    except Exception as e:  # noqa: BLE001 - any Pillow failure means: not a usable image
-        kind = "not an image" if isinstance(e, Image.UnidentifiedImageError) else "undecodable image"
-        raise ImageRejected(f"{kind}: {e.__class__.__name__}: {e}") from None
+    except Image.UnidentifiedImageError:  # its message holds an object address: not stable
+        raise ImageRejected("not an image: Pillow recognises no image format in it") from None
+    except Exception as e:  # noqa: BLE001 - any other Pillow failure: a damaged image
+        raise ImageRejected(f"undecodable image: {e.__class__.__name__}: {e}") from None
 
 
 def _orientation(img: Image.Image) -> int:

@@ -1,0 +1,97 @@
+"""Shared helpers for the PCR tests: real photos (scikit-image) at small sizes, ImageFolder
+trees, tar shards, and the jpegtran requirement."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+from typing import Dict, Iterable, Optional, Tuple
+
+import numpy as np
+import pytest
+from PIL import Image
+
+JPEGTRAN_MISSING = shutil.which("jpegtran") is None
+requires_jpegtran = pytest.mark.skipif(
+    JPEGTRAN_MISSING,
+    reason="!!! jpegtran NOT FOUND: PCR conversion needs it; run `bash launch/setup.d/20-apt.sh` "
+           "(apt-get install libjpeg-turbo-progs) !!!")
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry")
+
+
+def photo(name: str, size: Tuple[int, int], mode: str = "RGB") -> Image.Image:
+    import skimage.data
+    return Image.fromarray(getattr(skimage.data, name)()).resize(size, Image.BILINEAR).convert(mode)
+
+
+def encode(img: Image.Image, fmt: str = "JPEG", exif: Optional[bytes] = None, **kw) -> bytes:
+    out = io.BytesIO()
+    if exif is not None:
+        kw["exif"] = exif
+    img.save(out, fmt, **({"quality": 88} if fmt == "JPEG" and "quality" not in kw else {}), **kw)
+    return out.getvalue()
+
+
+def exif_orientation(value: int) -> bytes:
+    ex = Image.Exif()
+    ex[0x0112] = value
+    return ex.tobytes()
+
+
+def decode(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im)
+
+
+def make_image_folder(root: str, files: Dict[str, bytes]) -> str:
+    """``files`` maps ``class/name`` to bytes."""
+    for rel, data in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    return root
+
+
+def make_tar(path: str, records: Iterable[Tuple[str, Dict[str, bytes]]]) -> str:
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
+        for key, fields in records:
+            for ext, data in fields.items():
+                ti = tarfile.TarInfo(f"{key}.{ext}")
+                ti.size, ti.mtime, ti.mode = len(data), 0, 0o644
+                tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def sample_images() -> Dict[str, bytes]:
+    """A small mixed ImageFolder: colour, gray, CMYK JPEGs, odd sizes, a PNG."""
+    return {
+        "cat/a_colour.jpg": encode(photo("chelsea", (64, 48))),
+        "cat/b_gray.jpg": encode(photo("camera", (48, 40), "L")),
+        "cat/c_cmyk.jpg": encode(photo("coffee", (56, 40), "CMYK")),
+        "dog/d_odd.jpg": encode(photo("astronaut", (37, 29))),
+        "dog/e_png.png": encode(photo("rocket", (40, 32)), "PNG"),
+        "dog/f_colour.jpg": encode(photo("immunohistochemistry", (80, 64)), quality=75),
+    }
+
+
+def bad_files() -> Dict[str, bytes]:
+    good = encode(photo("astronaut", (64, 48)))
+    png = encode(photo("coffee", (40, 32)), "PNG")
+    return {
+        "dog/bad_text.jpg": b"this is not an image at all\n",
+        "dog/bad_truncated.jpg": good[: len(good) // 2],
+        "dog/bad_png.png": png[: len(png) // 2],
+    }
+
+
+def convert_local(tmp_path, sources, out_name="out", **kw):
+    from pipelines.pcr import PcrConfig, convert_pcr
+    out = str(tmp_path / out_name)
+    kw.setdefault("max_rejects", 1000)
+    res = convert_pcr(PcrConfig(sources=sources, output=out, **kw),
+                      ["--direct_num_workers=2"])
+    return out, res
