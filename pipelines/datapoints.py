@@ -17,7 +17,7 @@ float32, lists of numbers arrays; other bytes stay bytes (``tf.string``).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 

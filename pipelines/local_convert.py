@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
 
 from pipelines import convert as cv
 from pipelines import finalize

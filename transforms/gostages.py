@@ -20,10 +20,10 @@ callable ``x -> x | None`` (None filters, counted as ``filtered``), usable in
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, List
 
 from transforms import example as ex
-from transforms.records import KEY, META_KEYS, Record
+from transforms.records import META_KEYS, Record
 
 BYTES, INT64, FLOAT = ex.BYTES, ex.INT64, ex.FLOAT
 
