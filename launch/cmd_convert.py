@@ -84,21 +84,9 @@ def build_config(args):
 
 
 def summary(res) -> str:
-    t = res.totals
-    rate = t["bytes_written"] / 1e6 / max(res.seconds, 1e-9)
-    lines = [
-        f"records: {t['records_read']} read, {t['records_written']} written, "
-        f"{t['records_rejected']} rejected, {t['records_filtered']} filtered"
-        f" ({t.get('members_skipped', 0)} non-file/extensionless members skipped)",
-        f"shards:  {t['shards_read']} input ({t['shards_rejected']} rejected) -> {t['shards']} output, "
-        f"{t['bytes_written']} bytes ({rate:.1f} MB/s)",
-        f"time:    {res.seconds:.1f} s",
-        f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}",
-    ]
-    for reason, n in res.manifest["rejects"]["by_reason"].items():
-        lines.append(f"  {n:6d}  {reason}")
-    lines.append(f"manifest: {res.manifest_path}")
-    return "\n".join(lines)
+    """The final report's text (see pipelines/report.py; counters checked against the manifest)."""
+    from pipelines import report
+    return report.text(report.build(res))
 
 
 def run(args) -> int:
@@ -118,11 +106,12 @@ def run(args) -> int:
         return 2
     for p in res.paths:
         print(p)
-    print(summary(res), file=sys.stderr)
+    from pipelines import report
+    rep = report.build(res)
+    print(report.text(rep), file=sys.stderr)
     if args.summary_json:
         with open(args.summary_json, "w") as f:
-            json.dump({"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
-                       "paths": res.paths, "exit_code": res.exit_code}, f, indent=1, sort_keys=True)
+            json.dump(rep, f, indent=1, sort_keys=True)
     if res.exit_code == 3:
         print(f"tar2tf convert: {res.manifest['rejects']['count']} rejects > --max-rejects "
               f"{cfg.max_rejects}", file=sys.stderr)

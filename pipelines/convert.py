@@ -309,7 +309,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     work = work_dir_for(cfg, urls)
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
-    bar = prog.Progress(job, len(urls), cfg.progress) if opts.is_local(args) else None
+    bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job)

@@ -44,6 +44,25 @@ def is_local(args: Sequence[str]) -> bool:
                                  "SwitchingDirectRunner")
 
 
+def _value(args: Sequence[str], flag: str) -> Optional[str]:
+    val = None
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            val = a.split("=", 1)[1]
+        elif a == flag and i + 1 < len(args):
+            val = args[i + 1]
+    return val
+
+
+def shows_progress(args: Sequence[str]) -> bool:
+    """True when DoFns run inside this process, so the live bar can see them: the local
+    runner in ``in_memory``/``multi_threading`` mode, or any portable runner (Flink) with
+    ``--environment_type=LOOPBACK``.  ``multi_processing`` workers are other processes."""
+    if is_local(args):
+        return _value(args, "--direct_running_mode") != "multi_processing"
+    return (_value(args, "--environment_type") or "").upper() == "LOOPBACK"
+
+
 def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
     from apache_beam.options.pipeline_options import PipelineOptions
     return PipelineOptions(effective_args(beam_args))

@@ -7,6 +7,7 @@ quiet when stderr is not a TTY.  Every runner also gets Beam counters (see conve
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Dict, Optional
@@ -19,8 +20,10 @@ class Progress:
     def __init__(self, job: str, total_shards: int, enabled: Optional[bool] = None):
         from tqdm import tqdm
         enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._bar = tqdm(total=total_shards, unit="shard", disable=not enabled, dynamic_ncols=True,
-                         desc="tar2tf")
+        # a terminal that reports 0 columns (some ptys, CI consoles) would get an empty bar
+        sized = enabled and _columns() > 0
+        self._bar = tqdm(total=total_shards, unit="shard", disable=not enabled, dynamic_ncols=sized,
+                         ncols=None if sized else 100, nrows=None if sized else 24, desc="tar2tf")
         self._records = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -41,6 +44,13 @@ class Progress:
         self._bar.close()
         with _LOCK:
             _BARS.pop(self.job, None)
+
+
+def _columns() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def get(job: str) -> Optional[Progress]:
