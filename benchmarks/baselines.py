@@ -1,0 +1,211 @@
+"""Reference points for the benchmark: the hardware's limits and two other converters.
+
+Every function here takes a :class:`benchmarks.dataset.BenchData`, a workload name and an
+output directory, does the whole job, and returns ``{"images": n_written, "files": [...]}``.
+The caller times it.  Workloads (identical output features in every variant):
+
+* ``passthrough``  -- ``jpg`` bytes as read, ``cls`` as int64.
+* ``resize224``    -- decode, resize to 224x224, JPEG encode (``ENCODE_QUALITY``).
+* ``resize32``     -- decode, resize to 32x32, raw uint8 pixels (+ ``jpg/shape``, ``jpg/dtype``).
+
+Variants:
+
+* ``limit_io``     -- read every shard whole (``cat`` > /dev/null) and write its JPEG payloads
+  framed as TFRecords with google-crc32c (the fastest writer measured here), one thread
+  per core, each file written under a temporary name, fsync'ed and renamed: the same
+  durability contract tar2tf keeps.  No tar parsing, no protobuf: the passthrough ceiling.
+* ``limit_io_nosync`` -- the same without fsync: what the page cache absorbs (shown for
+  reference; a converter that promises complete, durable files cannot reach it).
+* ``limit_codec``  -- the codec work alone on JPEG bytes already in memory: a thread pool of
+  ``os.cpu_count()`` threads (Pillow releases the GIL) running decode+resize(+encode),
+  with the same DCT-domain draft rule as tar2tf's ``Resize`` (decode at 1/2..1/8 scale
+  while that leaves >= 2x the target).  Nothing is written.
+* ``naive``        -- the seed's approach in one process and one thread: ``tarfile`` ->
+  group by key -> PIL decode/resize -> ``tf.train.Example`` -> ``tf.io.TFRecordWriter``.
+  Full-size decode (no draft), as the seed did.
+* ``webdataset``   -- the ``webdataset`` library reads and groups the shards, the same PIL
+  ops (full-size decode: the library has no DCT-domain scaling) run in ``.map``,
+  ``tf.io.TFRecordWriter`` writes; one pipeline per core on a round-robin slice of the
+  shards (threads), so it gets the same cores as tar2tf.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+from PIL import Image
+
+WORKLOADS = ("passthrough", "resize224", "resize32")
+SIZES = {"resize224": (224, 224), "resize32": (32, 32)}
+ENCODE_QUALITY = 90
+RESAMPLE = Image.Resampling.BILINEAR  # transforms.ops.Resize's default method
+DRAFT_GAP = 2.0  # transforms.ops.Resize's default draft_gap
+
+
+def threads() -> int:
+    return os.cpu_count() or 1
+
+
+# -- the image ops as plain PIL, used by naive / webdataset / limit_codec ------------------
+
+def pil_op(workload: str, draft_gap: Optional[float]) -> Callable[[bytes], object]:
+    """bytes -> output value (bytes for passthrough/resize224, ndarray for resize32).
+
+    ``draft_gap``: like ``transforms.ops.Resize``: let libjpeg decode at a reduced DCT scale
+    that still leaves ``draft_gap`` x the target size; None decodes at full size."""
+    if workload == "passthrough":
+        return lambda data: data
+    size = SIZES[workload]
+    hint = (int(size[0] * draft_gap), int(size[1] * draft_gap)) if draft_gap else None
+
+    def op(data: bytes):
+        img = Image.open(io.BytesIO(data))
+        if hint:
+            img.draft("RGB", hint)
+        img = img.convert("RGB").resize(size, RESAMPLE)
+        if workload == "resize32":
+            return np.asarray(img)
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=ENCODE_QUALITY)
+        return buf.getvalue()
+    return op
+
+
+def make_example(key: str, value, label: int) -> bytes:
+    import tensorflow as tf
+    feat = {"__key__": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
+            "cls": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+    if isinstance(value, np.ndarray):
+        feat["jpg"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.tobytes()]))
+        feat["jpg/shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(value.shape)))
+        feat["jpg/dtype"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.dtype.name.encode()]))
+    else:
+        feat["jpg"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString()
+
+
+# -- limit-io ------------------------------------------------------------------------------
+
+def limit_io(data, workload: str, out: str, sync: bool = True) -> Dict:
+    from transforms.tfrecord import masked_crc32c
+    u64, u32 = struct.Struct("<Q"), struct.Struct("<I")
+    os.makedirs(out, exist_ok=True)
+
+    def one(i: int) -> int:
+        with open(data.shards[i], "rb") as f:
+            buf = f.read()  # the whole shard: google-crc32c takes bytes, not memoryview slices
+        path = os.path.join(out, f"limit-io-{i:05d}.tfrecord")
+        with open(path + ".tmp", "wb") as w:
+            for m in data.index[i]:
+                payload = buf[m["offset"]:m["offset"] + m["size"]]
+                head = u64.pack(m["size"])
+                w.write(head)
+                w.write(u32.pack(masked_crc32c(head)))
+                w.write(payload)
+                w.write(u32.pack(masked_crc32c(payload)))
+            if sync:
+                w.flush()
+                os.fsync(w.fileno())
+        os.replace(path + ".tmp", path)
+        return len(data.index[i])
+
+    with ThreadPoolExecutor(threads()) as pool:
+        n = sum(pool.map(one, range(len(data.shards))))
+    return {"images": n, "files": sorted(os.path.join(out, f) for f in os.listdir(out))}
+
+
+def limit_io_nosync(data, workload: str, out: str) -> Dict:
+    return limit_io(data, workload, out, sync=False)
+
+
+# -- limit-codec ---------------------------------------------------------------------------
+
+def load_jpegs(data) -> List[bytes]:
+    """All JPEG payloads in memory (done before timing starts)."""
+    out = []
+    for path, members in zip(data.shards, data.index):
+        with open(path, "rb") as f:
+            buf = f.read()
+        out.extend(buf[m["offset"]:m["offset"] + m["size"]] for m in members)
+    return out
+
+
+def limit_codec(jpegs: List[bytes], workload: str) -> Dict:
+    op = pil_op(workload, draft_gap=DRAFT_GAP)
+    n = threads()
+    chunks = [jpegs[i::n] for i in range(n)]
+
+    def run(chunk):
+        for d in chunk:
+            op(d)
+        return len(chunk)
+
+    with ThreadPoolExecutor(n) as pool:
+        done = sum(pool.map(run, chunks))
+    return {"images": done, "files": []}
+
+
+# -- naive: the seed's way -----------------------------------------------------------------
+
+def naive(data, workload: str, out: str) -> Dict:
+    import tensorflow as tf
+    os.makedirs(out, exist_ok=True)
+    op = pil_op(workload, draft_gap=None)
+    path = os.path.join(out, "naive.tfrecord")
+    n = 0
+    with tf.io.TFRecordWriter(path) as w:
+        for shard in data.shards:
+            with tarfile.open(shard, "r|*") as tar:
+                record: Dict[str, bytes] = {}
+                key = None
+                for m in tar:
+                    if not m.isfile():
+                        continue
+                    k, ext = m.name.split(".", 1)
+                    if k != key and record:
+                        n += _naive_write(w, key, record, op)
+                        record = {}
+                    key = k
+                    record[ext] = tar.extractfile(m).read()
+                if record:
+                    n += _naive_write(w, key, record, op)
+    return {"images": n, "files": [path]}
+
+
+def _naive_write(w, key, record, op) -> int:
+    w.write(make_example(key, op(record["jpg"]), int(record["cls"])))
+    return 1
+
+
+# -- webdataset ----------------------------------------------------------------------------
+
+def webdataset(data, workload: str, out: str) -> Dict:
+    import tensorflow as tf
+    import webdataset as wds
+    os.makedirs(out, exist_ok=True)
+    op = pil_op(workload, draft_gap=None)
+    n = min(threads(), len(data.shards))
+
+    def run(i: int) -> int:
+        urls = data.shards[i::n]
+        ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+              .map(lambda s: (s["__key__"], op(s["jpg"]), int(s["cls"]))))
+        count = 0
+        with tf.io.TFRecordWriter(os.path.join(out, f"wds-{i:03d}.tfrecord")) as w:
+            for key, value, label in ds:
+                w.write(make_example(key, value, label))
+                count += 1
+        return count
+
+    with ThreadPoolExecutor(n) as pool:
+        done = sum(pool.map(run, range(n)))
+    return {"images": done, "files": sorted(os.path.join(out, f) for f in os.listdir(out))}
+
+
+VARIANTS = {"limit-io": limit_io, "limit-io-nosync": limit_io_nosync, "naive": naive, "webdataset": webdataset}

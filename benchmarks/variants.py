@@ -1,0 +1,188 @@
+"""Worker side of the benchmark: run one (variant, workload) on a dataset, in this process.
+
+``run.py`` starts ``python -m benchmarks.variants '<json spec>'`` once per measurement, so
+each variant gets a fresh interpreter and its own peak RSS.  Imports happen before the
+clock starts; the clock covers the whole job (for tar2tf: building the Beam pipeline,
+running it and finalizing shards + manifest).  After the clock stops the output is
+verified (``benchmarks.verify``).  The last stdout line is ``BENCH-RESULT {json}``.
+
+tar2tf variants:
+
+* ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: ``pipelines.convert.convert``
+  on Beam's FnApiRunner in ``multi_threading`` (one thread per core, the default),
+  ``in_memory`` or ``multi_processing`` mode; the best of them is "tar2tf" in the ratios.
+* ``tar2tf-load``: ``Dataset(...).load(template, path=..., remote_exec=False)``, the
+  in-process API writing TFRecords with one thread per core (no Beam).
+* ``tar2tf-stream``: ``Dataset(...).load(template, num_workers=cores)``, the streaming
+  ``tf.data.Dataset``, iterated to the end (nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Dict, List, Optional
+
+from benchmarks import baselines, dataset, verify
+
+BEAM_MODES = {
+    "tar2tf-beam-threads": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
+                            "--direct_num_workers={n}"],
+    "tar2tf-beam-inmemory": ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
+                             "--direct_num_workers=1"],
+    "tar2tf-beam-processes": ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
+                              "--direct_num_workers={n}"],
+}
+TAR2TF = tuple(BEAM_MODES) + ("tar2tf-load", "tar2tf-stream")
+BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset")
+ALL = BASELINES + TAR2TF
+TYPE_MAP = {"cls": "int64"}
+STREAM_WORKLOADS = ("passthrough", "resize32")  # the in-memory API's typical uses
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def missing_reason(variant: str, workload: str) -> Optional[str]:
+    """Why a variant does not run for a workload: by design ("n/a: ..."), or because a
+    module another engineer writes is absent; None if it runs."""
+    if variant.startswith("limit-io") and workload != "passthrough":
+        return "n/a: only for passthrough"
+    if variant == "limit-codec" and workload == "passthrough":
+        return "n/a: no codec work in passthrough"
+    if variant == "tar2tf-stream" and workload not in STREAM_WORKLOADS:
+        return "n/a: streaming measured for " + ", ".join(STREAM_WORKLOADS)
+    if variant.startswith("tar2tf") and workload != "passthrough" and \
+            not os.path.exists(os.path.join(ROOT, "transforms", "ops.py")):
+        return "transforms/ops.py missing"
+    if variant in ("tar2tf-load", "tar2tf-stream") and \
+            not os.path.exists(os.path.join(ROOT, "pipelines", "dataset.py")):
+        return "pipelines/dataset.py missing"
+    return None
+
+
+def tar2tf_stages(workload: str) -> List:
+    """The project's ops for a workload (the same features the baselines write).
+
+    ``Resize`` on the raw JPEG entry decodes with DCT-domain downscaling (its default
+    ``draft_gap``); ``Encode`` re-encodes at the baselines' quality."""
+    if workload == "passthrough":
+        return []
+    from transforms.ops import Encode, Resize
+    size = baselines.SIZES[workload]
+    if workload == "resize224":
+        return [Encode(Resize("jpg", size), "jpeg", quality=baselines.ENCODE_QUALITY)]
+    return [Resize("jpg", size)]
+
+
+def _prepare(variant: str):
+    """Imports outside the timed region."""
+    if variant in ("naive", "webdataset") or variant.startswith("tar2tf"):
+        import tensorflow  # noqa: F401
+    if variant.startswith("tar2tf"):
+        import apache_beam  # noqa: F401
+        import pipelines.convert  # noqa: F401
+        from transforms import example
+        example._example_pb2()
+    if variant in ("tar2tf-load", "tar2tf-stream"):
+        import pipelines.dataset  # noqa: F401
+        import pipelines.local_convert  # noqa: F401
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
+def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
+    if variant in ("tar2tf-load", "tar2tf-stream"):
+        from pipelines.dataset import Dataset
+        ds = Dataset(data.directory, conversions=tar2tf_stages(workload), selections=["jpg", "cls"])
+        rel = os.path.basename(data.template())
+        if variant == "tar2tf-stream":
+            n = sum(1 for _ in ds.load(rel, num_workers=_cores()))
+            return {"images": n, "files": [], "stats": ds.stats}
+        paths = ds.load(rel, path=os.path.join(out, "train-{}.record"), num_workers=_cores(),
+                        max_shard_size="100MB", remote_exec=False, overwrite=True)
+        return {"images": None, "files": list(paths), "manifest": ds.last_result.manifest}
+    from pipelines.convert import ConvertConfig, convert
+    args = [a.replace("{n}", str(_cores())) for a in BEAM_MODES[variant]]
+    res = convert(ConvertConfig(sources=data.template(), output=os.path.join(out, "train-{}.record"),
+                                type_map=TYPE_MAP, sample_stages=tar2tf_stages(workload),
+                                max_shard_size="100MB", overwrite=True, progress=False,
+                                work_dir=os.path.join(out, "work")), beam_args=args)
+    if res.exit_code != 0:
+        raise RuntimeError(f"convert exit {res.exit_code}: {res.manifest['rejects']}")
+    return {"images": res.totals["records_written"], "files": res.paths, "manifest": res.manifest}
+
+
+def check(variant: str, workload: str, data, r: Dict) -> Optional[str]:
+    """The output verification for this variant (None = all good)."""
+    files = [f for f in r["files"] if os.path.isfile(f)]
+    if variant == "limit-codec":
+        return None if r["images"] == data.images else f"{r['images']} of {data.images} images processed"
+    if variant == "tar2tf-stream":
+        st = r["stats"]
+        if r["images"] != data.images or st.records_read != data.images or st.rejects:
+            return f"streamed {r['images']} of {data.images} (read {st.records_read}, {len(st.rejects)} rejects)"
+        return None
+    if variant.startswith("limit-io"):
+        return verify.verify_limit_io(data, files)
+    if r.get("manifest") is not None:
+        why = verify.verify_manifest(r["manifest"], data.images)
+        if why:
+            return why
+    names = ("value", "label") if variant == "tar2tf-load" else ("jpg", "cls")
+    return verify.verify_examples(data, files, workload, *names)
+
+
+def count_records(files: List[str]) -> int:
+    from transforms.tfrecord import iter_frames
+    n = 0
+    for p in files:
+        with open(p, "rb") as f:
+            n += sum(1 for _ in iter_frames(f, check_crc=False))
+    return n
+
+
+def run(spec: Dict) -> Dict:
+    variant, workload = spec["variant"], spec["workload"]
+    data = dataset.build(spec["size"], spec.get("root"))
+    if spec.get("shards"):
+        data = data.subset(int(spec["shards"]))
+    out = spec["out"]
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    _prepare(variant)
+    jpegs = baselines.load_jpegs(data) if variant == "limit-codec" else None
+    t0 = time.perf_counter()
+    if variant == "limit-codec":
+        r = baselines.limit_codec(jpegs, workload)
+    elif variant in baselines.VARIANTS:
+        r = baselines.VARIANTS[variant](data, workload, out)
+    else:
+        r = run_tar2tf(variant, data, workload, out)
+    seconds = time.perf_counter() - t0
+    files = [f for f in r["files"] if os.path.isfile(f)]
+    records = count_records(files) if files else r["images"]
+    problem = check(variant, workload, data, r) if spec.get("verify", True) else None
+    result = {"variant": variant, "workload": workload, "seconds": seconds, "images_in": data.images,
+              "records_out": records, "bytes_in": data.tar_bytes,
+              "bytes_out": sum(os.path.getsize(f) for f in files), "files": len(files),
+              "verified": spec.get("verify", True) and problem is None, "problem": problem}
+    if not spec.get("keep"):
+        shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(argv[0])
+    result = run(spec)
+    sys.stdout.write("BENCH-RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
