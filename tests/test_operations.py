@@ -17,7 +17,7 @@ from pipelines import report
 from pipelines.convert import ConvertConfig, convert
 from pipelines.verify import verify
 from transforms.example import parse_example
-from transforms.tfrecord import FRAME_OVERHEAD, iter_frames, masked_crc32c, read_records, record_index
+from transforms.tfrecord import FRAME_OVERHEAD, masked_crc32c, read_records, record_index
 
 
 def test_dali_index_offsets_read_back_records(demo_output):
