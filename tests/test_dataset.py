@@ -50,6 +50,10 @@ def test_location_rules(tmp_path, monkeypatch):
         location("no-such-bucket-or-dir", None)
 
 
+def _invert(record):
+    return dict(record, jpg=255 - record["jpg"])
+
+
 def test_seed000_conversions_in_memory_and_fit(data):
     """Dataset(BUCKET, PROXY, [Decode("jpg"), Resize("jpg", (32,32))], ["jpg", "cls"]) + model.fit."""
     import tensorflow as tf
@@ -62,6 +66,10 @@ def test_seed000_conversions_in_memory_and_fit(data):
     for i, (v, _) in enumerate(got):
         np.testing.assert_array_equal(v, Resize(Decode("jpg"), (32, 32)).value({"jpg": members[f"{i:06d}.jpg"]}))
     assert dataset.stats.records_read == dataset.stats.records_yielded == 12 and not dataset.stats.rejects
+    # the same with Func(f) after the conversions (seed 000's last example), num_workers=4
+    with_f = Dataset(data, None, [Decode("jpg"), Resize("jpg", (32, 32)), Func(_invert)], ["jpg", "cls"])
+    inverted = [v for v, _ in with_f.load(TEMPLATE, num_workers=4, remote_exec=False).as_numpy_iterator()]
+    assert len(inverted) == 12 and all(np.array_equal(a, 255 - b) for a, (b, _) in zip(inverted, got))
     test = dataset.load("train-0002.tar").batch(4)
     model = _tiny_model((32, 32, 3), 2)
     hist = model.fit(train.shuffle(64).batch(4), epochs=1, verbose=0)
@@ -233,6 +241,12 @@ def test_seed001_aliases_and_dict_values(tmp_path):
     for (v1, l1), (v2, l2) in zip(mem, back):
         np.testing.assert_array_equal(v1["jpg"], v2["jpg"])
         assert v1["lab1"] == v2["lab1"] and l1 == l2
+    # AisDataset(BUCKET, PROXY).load_from_tar(..., path="train.record") + default_record_parser
+    default = AisDataset(str(tmp_path), None, num_workers=4)
+    dpaths = default.load_from_tar("train-{0..1}.tar", path=str(tmp_path / "d/train.record"), remote_exec=False)
+    elems = list(tf.data.TFRecordDataset(filenames=dpaths).map(default_record_parser).as_numpy_iterator())
+    assert [os.path.basename(p) for p in dpaths] == ["train-00000-of-00001.record"] and len(elems) == 9
+    assert elems[0][0].shape == (224, 224, 3) and [int(x[1]) for x in elems] == [0, 1, 2, 0, 1, 2, 0, 1, 2]
     # seed's custom output_types / output_shapes, and output_signature
     ds3 = Dataset(str(tmp_path), conversions=[Decode("jpg")], selections=[SelectDict({"img": "jpg"}), "cls"]).load(
         "train-0.tar", output_types=({"img": tf.float32}, tf.int64), output_shapes=({"img": (48, 64, 3)}, ()))
