@@ -9,11 +9,14 @@ key=$( (sed -n '/^dependencies = \[/,/^\[project.scripts\]/p' "$TAR2TF_ROOT/pypr
         $PY -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
 log="$TAR2TF_CACHE/pip-install.log"
 venv="$TAR2TF_CACHE/venv-$key"
+# one builder at a time (parallel test runs, a demo started during the tests)
+exec 9>"$TAR2TF_CACHE/venv.lock"
+flock 9
 if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   rm -rf "$venv"
   $PY -m venv "$venv"
   echo "installing dependencies into $venv (log: $log)" >&2
-  if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -e "$TAR2TF_ROOT[test]"; } >"$log" 2>&1; then
+  if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -e "$TAR2TF_ROOT[test,bench]"; } >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     exit 1
   fi
