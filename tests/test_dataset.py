@@ -282,3 +282,23 @@ def test_ordered_stream_is_ordered_and_bounded():
     it.close()  # stops the workers
     time.sleep(0.3)
     assert not [t for t in threading.enumerate() if t.name.startswith("tar2tf-load")]
+
+
+def _my_example(record):
+    import tensorflow as tf
+    img = record["jpg"]
+    return tf.train.Example(features=tf.train.Features(feature={
+        "img": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
+        "h": tf.train.Feature(int64_list=tf.train.Int64List(value=[img.shape[0]])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(record["cls"])]))}))
+
+
+def test_custom_record_to_example_sees_converted_record(data, tmp_path):
+    from transforms.example import parse_example
+    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 6))])
+    paths = dataset.load(TEMPLATE, path=str(tmp_path / "c.record"), record_to_example=_my_example,
+                         remote_exec=False)
+    got = [parse_example(r) for p in paths for r in read_records(p)]
+    assert [g["label"] for g in got] == [i % 10 for i in range(12)]
+    assert all(g["h"] == 6 and len(g["img"]) == 6 * 8 * 3 for g in got)
+    assert dataset.last_result.manifest["options"]["record_to_example"] == "_my_example"
