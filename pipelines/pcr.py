@@ -236,7 +236,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     units, list_rejects, inputs, classes = list_units(cfg)
     key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}, sort_keys=True)
     work = join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
-    p = beam.Pipeline(options=opts.make_pipeline_options(opts.effective_args(beam_args)))
+    p = beam.Pipeline(options=opts.make_pipeline_options(beam_args))
     build(p, cfg, units, list_rejects, inputs, classes, work)
     result = p.run()
     result.wait_until_finish()

@@ -16,7 +16,7 @@ offsets, an index that repeats entries).
 from __future__ import annotations
 
 import io
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, Optional, Sequence, Tuple, Union
 
 from transforms import pcr_format as fmt
 from transforms import pcr_pb2
@@ -121,8 +121,3 @@ def ProgressiveCompressedRecordDataset(filenames: Union[str, Sequence[str]], ind
                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return ds
 
-
-def record_count(index_filename: str, config: Optional[StoreConfig] = None) -> List[int]:
-    """Images per record (from the tar2tf index fields; None for reference indexes)."""
-    _, entries = fmt.read_index(index_filename, config)
-    return [e.num_images for e in entries.values()]
