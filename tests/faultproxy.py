@@ -9,7 +9,8 @@ Content-Length, a slow answer) on 127.0.0.1 only; generic proxies do not do that
     ... point the client at proxy.url ...
     proxy.stop()
 
-Fault kinds (each rule fires on the first ``times`` matching requests, then is spent):
+Fault kinds (each rule lets ``skip`` matching requests pass, fires on the next ``times``,
+then is spent):
 ``status``   answer ``status`` (default 503) without forwarding;
 ``reset``    forward, send the headers and ``after`` body bytes, then reset (RST) the connection;
 ``truncate`` forward, send the headers (full Content-Length) and ``after`` body bytes, then close;
@@ -38,17 +39,23 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
 
 class Rule:
     def __init__(self, kind: str, method: Optional[str], path: Optional[str], times: int,
-                 status: int, after: int, delay: float):
+                 status: int, after: int, delay: float, skip: int = 0):
         if kind not in ("status", "reset", "truncate", "slow"):
             raise ValueError(kind)
         self.kind, self.method, self.times = kind, method, times
         self.path = re.compile(path) if path else None
         self.status, self.after, self.delay = status, after, delay
         self.fired = 0
+        self.skip = skip  # let this many matching requests through first
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.fired < self.times and (self.method is None or self.method == method)
-                and (self.path is None or bool(self.path.search(path))))
+        if not (self.fired < self.times and (self.method is None or self.method == method)
+                and (self.path is None or bool(self.path.search(path)))):
+            return False
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        return True
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -64,6 +71,7 @@ class FaultProxy:
         self.timeout = timeout
         self.rules: List[Rule] = []
         self.log: List[Tuple[str, str, int, str]] = []  # (method, path, status, fault or "")
+        self.headers: List[Dict[str, str]] = []  # request headers, in arrival order
         self.lock = threading.Lock()
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -100,8 +108,8 @@ class FaultProxy:
             self._server = None
 
     def add(self, kind: str, method: Optional[str] = None, path: Optional[str] = None, times: int = 1,
-            status: int = 503, after: int = 0, delay: float = 0.0) -> Rule:
-        rule = Rule(kind, method, path, times, status, after, delay)
+            status: int = 503, after: int = 0, delay: float = 0.0, skip: int = 0) -> Rule:
+        rule = Rule(kind, method, path, times, status, after, delay, skip)
         with self.lock:
             self.rules.append(rule)
         return rule
@@ -110,10 +118,12 @@ class FaultProxy:
         with self.lock:
             self.rules.clear()
             self.log.clear()
+            self.headers.clear()
 
     def faults(self) -> int:
+        """Faults injected so far (counted when a rule fires)."""
         with self.lock:
-            return sum(1 for e in self.log if e[3])
+            return sum(r.fired for r in self.rules)
 
     def count(self, method: Optional[str] = None, path: Optional[str] = None) -> int:
         pat = re.compile(path) if path else None
@@ -140,6 +150,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet
         pass
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except (ValueError, OSError):  # the connection was reset on purpose (or by the client)
+            self.close_connection = True
 
     def _body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -172,6 +188,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         p = self.owner
         method, path = self.command, self.path
         body = self._body()
+        with p.lock:
+            p.headers.append(dict(self.headers.items()))
         rule = p._take(method, path)
         if rule is not None and rule.kind == "status":
             msg = f"injected fault {rule.status}".encode()

@@ -30,6 +30,7 @@ import tenacity
 log = logging.getLogger("tar2tf.retry")
 
 TRANSIENT_STATUS = frozenset({408, 429})
+READ_PIECE = 256 << 10  # bytes asked of a stream at once: a fault loses at most this much work
 
 
 class TransientError(IOError):
@@ -234,7 +235,9 @@ class ResumableReader(io.RawIOBase):
                 self._ensure_open()
                 if self._total is not None and self._pos >= self._total:
                     return 0
-                want = len(view) if self._end is None else min(len(view), self._end - self._pos)
+                want = min(len(view), READ_PIECE)
+                if self._end is not None:
+                    want = min(want, self._end - self._pos)
                 data = self._stream.read(want)
             except BaseException as e:
                 if is_transient(e):

@@ -76,7 +76,7 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
         prefix = _common_prefix(exact)
         listed = set(store.list(prefix))
         for n in exact:
-            (found if n in listed else missing).append(n)
+            (found if n in listed or _confirmed(store, n) else missing).append(n)
     for g in globs:
         matches = sorted(u for u in store.list(_literal_prefix(g)) if fnmatch.fnmatchcase(u, g))
         if not matches:
@@ -86,6 +86,16 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
     order = {n: i for i, n in enumerate(names)}
     found.sort(key=lambda u: (order.get(u, _glob_index(u, globs, order)), u))
     return found, missing
+
+
+def _confirmed(store, url: str) -> bool:
+    """A name the listing lacks, looked up directly before it becomes a reject: object
+    store listings can miss names (AIS 5.0 pages names that share a directory's name as
+    prefix out of order, see docs/object-stores.md), a direct lookup does not."""
+    try:
+        return store.exists(url)
+    except Exception:  # noqa: BLE001 - unreachable, refused...: it stays a missing-shard reject
+        return False
 
 
 def _glob_index(url, globs, order):

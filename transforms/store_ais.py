@@ -3,11 +3,13 @@
 * Endpoint: ``StoreConfig.ais_endpoint`` (``--ais-endpoint`` / ``proxy_url``), else
   ``$AIS_ENDPOINT``.  An auth token is taken from ``$AIS_AUTHN_TOKEN`` on each worker and
   handed to the SDK only; it is never logged, printed or pickled.
-* Every request goes to the proxy.  Object GETs and PUTs are answered with a 307 redirect
-  to the target that owns the object, which the SDK (``requests``) follows; tar2tf never
-  looks up or calls intra-cluster target URLs itself.
+* Every request goes to the proxy.  Object GETs and PUTs are answered with a redirect to
+  the target that owns the object (AIS 5.0: 301 for GET, 307 for PUT), which the SDK
+  (``requests``) follows; tar2tf never looks up or calls intra-cluster target URLs itself.
 * Listing: ``list-objects`` pages, each page followed with the ``uuid`` and
-  ``continuation_token`` the proxy returned (``StoreConfig.list_page_size`` names per page).
+  ``continuation_token`` the proxy returned (``StoreConfig.list_page_size`` names per page,
+  default the server's maximum).  Two AIS 5.0 listing quirks are documented in
+  docs/object-stores.md; the one about virtual directories is worked around here.
 * Reads stream (``stream=True``) and resume after faults with a range read from the last
   byte handed out (``Range: bytes=N-``, see :mod:`transforms.retry`).  With an ETL name
   (``StoreConfig.ais_etl_name``), objects are read through that existing ETL
@@ -97,8 +99,22 @@ class AISStore(Store):
 
     def list(self, prefix: str) -> Iterator[str]:
         bucket, key_prefix = self._split(prefix)
+        names = self._list(bucket, key_prefix)
+        if key_prefix and not key_prefix.endswith("/"):
+            # AIS lists a prefix that names an existing directory ("p", with "p/x" stored)
+            # as that directory only, leaving out siblings such as "p-1" or "pq".  When the
+            # answer shows such a directory, list its parent and filter here instead.
+            names = list(names)
+            dir_prefix = f"ais://{bucket}/{key_prefix}/"
+            if any(n.startswith(dir_prefix) for n in names):
+                parent = key_prefix.rpartition("/")[0]
+                names = [n for n in self._list(bucket, parent + "/" if parent else "")
+                         if n.startswith(prefix)]
+        yield from names
+
+    def _list(self, bucket: str, key_prefix: str) -> Iterator[str]:
         bck = self.client.bucket(bucket)
-        page_size = int(getattr(self.config, "list_page_size", 1000) or 0)
+        page_size = int(getattr(self.config, "list_page_size", 0) or 0)
 
         def page(state):
             uuid, token = state or ("", "")
@@ -111,7 +127,8 @@ class AISStore(Store):
         try:
             yield from iter_pages(page, self.policy, f"list ais://{bucket}/{key_prefix}")
         except FileNotFoundError:
-            log.warning("AIS bucket ais://%s does not exist (listing %s): nothing listed", bucket, prefix)
+            log.warning("AIS bucket ais://%s does not exist (listing ais://%s/%s): nothing listed",
+                        bucket, bucket, key_prefix)
 
     def _open_at(self, url: str, offset: int) -> Tuple[Any, Optional[int], Optional[int]]:
         obj = self._object(url)

@@ -82,7 +82,7 @@ class GCSStore(Store):
 
     def list(self, prefix: str) -> Iterator[str]:
         bucket, key_prefix = self._split(prefix)
-        page_size = int(getattr(self.config, "list_page_size", 1000) or 1000)
+        page_size = int(getattr(self.config, "list_page_size", 0) or 1000)
 
         def page(token):
             with self._errors(f"gs://{bucket}"):
@@ -121,7 +121,13 @@ class GCSStore(Store):
                                                 retry=None, timeout=self.timeout)
             return io.BytesIO(data), end, size
 
-        return open_resumable(open_at, self.policy, url)
+        reader = open_resumable(open_at, self.policy, url)
+        try:
+            reader.raw.size()  # fetch the first chunk now: 403/404 surface at open, as fetch rejects
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     def open_write(self, url: str):
         blob = self._blob(url, chunk_size=self.upload_chunk)

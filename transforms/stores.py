@@ -34,7 +34,8 @@ class StoreConfig:
     ``ais_endpoint`` falls back to ``$AIS_ENDPOINT``.  The AIS auth token is read from
     ``$AIS_AUTHN_TOKEN`` on the worker and is never stored here (so it is never pickled
     into a job graph nor printed).  ``retry_*`` bound the retry of transient faults;
-    ``list_page_size`` is the number of names per listing request (AIS, GCS).
+    ``list_page_size`` is the number of names per listing request (AIS, GCS; 0: the
+    server's maximum).
     """
 
     ais_endpoint: Optional[str] = None
@@ -45,7 +46,7 @@ class StoreConfig:
     retry_total_s: float = 60.0
     read_timeout_s: float = 60.0
     ais_etl_name: Optional[str] = None
-    list_page_size: int = 1000
+    list_page_size: int = 0
 
     def resolved_ais_endpoint(self) -> str:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")

@@ -1,0 +1,200 @@
+"""AIS and GCS stores against real servers (aisnode, fake-gcs-server) on loopback, with
+faults injected by a proxy between client and server."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
+from transforms.fetch import read_shard
+from transforms.records import is_reject
+from transforms.sources import resolve
+from transforms.stores import StoreConfig, get_store
+
+pytestmark = [pytest.mark.ais, pytest.mark.gcs]
+
+
+def _blob(n: int, seed: int = 0) -> bytes:
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+def test_list_is_paged_by_prefix_and_survives_a_failed_page(backend):
+    for i in range(7):
+        backend.put(f"p/obj-{i}", b"x")
+    backend.put("q/other", b"y")
+    backend.put("p-not-under-slash", b"z")
+    cfg = backend.config(list_page_size=3)
+    store = get_store(backend.url(), cfg)
+    want = [backend.url(f"p/obj-{i}") for i in range(7)]
+    assert sorted(store.list(backend.url("p/"))) == want
+    pages = backend.front.count("GET", backend.list_re())
+    assert pages >= 3  # 7 names, 3 per page
+    # a 503 on the second page: that page is retried, no name repeated or lost
+    backend.clear()
+    backend.front.add("status", method="GET", path=backend.list_re(), skip=1, times=1)
+    assert sorted(store.list(backend.url("p/"))) == want
+    assert backend.front.faults() == 1
+    # "p" is also a directory: its sibling "p-not-under-slash" is listed too (AIS lists a
+    # prefix naming a directory as that directory only; the store works around it)
+    everything = sorted(want + [backend.url("p-not-under-slash")])
+    assert sorted(get_store(backend.url(), backend.config()).list(backend.url("p"))) == everything
+    # exact names are found even where a paged listing misses them (AIS 5.0 pages names
+    # that share a directory's name as prefix out of order: docs/object-stores.md)
+    urls, rejects = resolve(backend.url("{p-not-under-slash,p/obj-{0..6}}"), config=cfg)
+    assert sorted(urls) == everything and rejects == []
+
+
+def test_streamed_read_seek_and_size(backend):
+    data = _blob(300_000, 1)
+    backend.put("d/blob.bin", data)
+    store = get_store(backend.url(), backend.config())
+    if backend.scheme == "gs":
+        store.read_chunk = 64 * 1024  # several ranged requests per object
+    url = backend.url("d/blob.bin")
+    assert store.size(url) == len(data) and store.exists(url) and not store.exists(url + "x")
+    with store.open_read(url) as f:
+        assert f.read(1000) == data[:1000]
+        f.seek(5)
+        assert f.read() == data[5:]
+        raw = f.raw  # below the buffer: a seek is a new ranged request
+        raw.seek(250_000)
+        assert raw.tell() == 250_000
+        buf = bytearray(10_000)
+        got = bytearray()
+        while len(got) < 10_000:
+            n = raw.readinto(memoryview(buf)[: 10_000 - len(got)])
+            got += buf[:n]
+        assert bytes(got) == data[250_000:260_000]
+    if backend.scheme == "gs":
+        assert backend.front.count("GET", backend.obj_re("d/blob.bin")) >= 5  # 64 KiB ranges
+    else:  # the proxy redirects each GET to the target; bytes come from the target
+        statuses = [s for m, p, s, _ in backend.front.log if m == "GET" and p.startswith("/v1/objects/")]
+        assert len(statuses) == 2 and set(statuses) <= {301, 307}
+        assert backend.data.count("GET", backend.obj_re("d/blob.bin")) == 2
+    assert any(h.get("Range") == "bytes=250000-" for h in backend.data.headers) or backend.scheme == "gs"
+
+
+def test_reads_resume_after_faults_without_losing_or_repeating_bytes(backend):
+    data = _blob(400_000, 2)
+    backend.put("f/blob.bin", data)
+    store = get_store(backend.url(), backend.config(read_timeout_s=1.0, retry_attempts=8))
+    if backend.scheme == "gs":
+        store.read_chunk = 96 * 1024
+    target, obj = backend.data, backend.obj_re("f/blob.bin")
+    first = 0
+    if backend.scheme == "gs":  # let the first 96 KiB range (fetched at open) through untouched
+        target.add("slow", method="GET", path=obj, delay=0.0)
+        first = 1
+    target.add("truncate", method="GET", path=obj, after=50_000)
+    target.add("reset", method="GET", path=obj, after=30_000)
+    target.add("status", method="GET", path=obj, status=503)
+    target.add("status", method="GET", path=obj, status=429)
+    target.add("slow", method="GET", path=obj, delay=1.6)  # longer than the read timeout
+    target.add("slow", method="GET", path=obj, delay=0.2)  # shorter: just slow
+    with store.open_read(backend.url("f/blob.bin")) as f:
+        got = b"".join(iter(lambda: f.read(7_000), b""))
+        reopens = f.raw.reopens
+    assert got == data
+    assert target.faults() == 6 + first
+    assert reopens >= 2  # the truncated and the reset body were resumed mid-stream
+
+
+def test_permanent_errors_are_not_retried(backend):
+    store = get_store(backend.url(), backend.config())
+    missing = backend.url("nope/missing.tar")
+    with pytest.raises(FileNotFoundError):
+        store.open_read(missing)
+    assert backend.front.count("GET", backend.obj_re("nope/missing.tar")) <= 1
+    backend.put("forbidden.tar", b"secret")
+    backend.clear()
+    rule = backend.data.add("status", method="GET", path=backend.obj_re("forbidden.tar"), status=403, times=10)
+    with pytest.raises(PermissionError):
+        store.open_read(backend.url("forbidden.tar"))
+    assert rule.fired == 1
+    # through the fetch stage they are clear shard-level rejects
+    items = list(read_shard(missing, backend.config()))
+    assert len(items) == 1 and is_reject(items[0]) and items[0].stage == "fetch"
+    assert items[0].reason.startswith("missing shard") and items[0].shard == missing
+    rule.fired = 0
+    items = list(read_shard(backend.url("forbidden.tar"), backend.config()))
+    assert len(items) == 1 and items[0].reason.startswith("permission denied") and rule.fired == 1
+
+
+def test_retries_are_bounded(backend):
+    backend.put("busy.bin", b"abc")
+    store = get_store(backend.url(), backend.config(retry_attempts=3))
+    rule = backend.data.add("status", method="GET", path=backend.obj_re("busy.bin"), status=503, times=100)
+    with pytest.raises(Exception) as err:
+        store.read_bytes(backend.url("busy.bin"))
+    assert not isinstance(err.value, (FileNotFoundError, PermissionError))
+    assert rule.fired == 3
+    items = list(read_shard(backend.url("busy.bin"), backend.config(retry_attempts=2)))
+    assert len(items) == 1 and items[0].reason.startswith("fetch failed")
+
+
+def test_writes_are_atomic_and_retried(backend):
+    store = get_store(backend.url(), backend.config())
+    url = backend.url("w/out.bin")
+    store.write_bytes(url, b"old")
+    with pytest.raises(RuntimeError):
+        with store.open_write(url) as f:
+            f.write(b"new, half written")
+            assert backend.get("w/out.bin") == b"old"  # nothing visible while writing
+            raise RuntimeError("job failed")
+    assert backend.get("w/out.bin") == b"old"
+    with pytest.raises(RuntimeError):
+        with store.open_write(backend.url("w/never.bin")) as f:
+            f.write(b"x")
+            raise RuntimeError("job failed")
+    assert not store.exists(backend.url("w/never.bin"))
+    # faults during the upload: it is restarted from its first byte
+    data = _blob(700_000, 3)
+    if backend.scheme == "gs":
+        store.upload_chunk = 256 * 1024  # resumable upload in several requests
+    backend.data.add("status", method=backend.put_method, path=backend.put_re("w/out.bin"), status=503)
+    backend.data.add("reset", method="PUT", path=backend.put_re("w/out.bin"), after=0)
+    with store.open_write(url) as f:
+        f.write(data)
+    assert backend.get("w/out.bin") == data
+    assert backend.data.faults() >= 1
+    store.delete(url)
+    store.delete(url)  # missing: no error
+    assert not store.exists(url)
+
+
+def test_missing_names_and_buckets_are_list_rejects(backend):
+    for i in (0, 1, 3):
+        backend.put(f"s/shard-{i}.tar", b"t")
+    urls, rejects = resolve(backend.url("s/shard-{0..3}.tar"), config=backend.config())
+    assert urls == [backend.url(f"s/shard-{i}.tar") for i in (0, 1, 3)]
+    assert [(r.shard, r.stage) for r in rejects] == [(backend.url("s/shard-2.tar"), "list")]
+    urls, rejects = resolve("shard-{0..1}.tar", base=f"{backend.scheme}://no-such-bucket-xyz/s",
+                            config=backend.config())
+    assert urls == [] and len(rejects) == 2 and all("missing shard" in r.reason for r in rejects)
+
+
+def test_ais_token_from_env_is_sent_and_never_shown(ais_cluster, ais_proxies, monkeypatch, caplog):  # noqa: F811
+    front, data = ais_proxies
+    front.clear()
+    secret = "tok-" + os.urandom(8).hex()
+    monkeypatch.setenv("AIS_AUTHN_TOKEN", secret)
+    cfg = StoreConfig(ais_endpoint=front.url, retry_attempts=2, retry_initial_s=0.01)
+    caplog.set_level(logging.DEBUG)
+    store = get_store("ais://x", cfg)
+    bucket = ais_cluster.new_bucket()
+    list(store.list(f"ais://{bucket}/"))
+    assert any(h.get("Authorization") == f"Bearer {secret}" for h in front.headers)
+    assert secret not in repr(store) and secret not in repr(cfg) and secret not in caplog.text
+
+
+def test_ais_endpoint_resolution(monkeypatch):
+    monkeypatch.delenv("AIS_ENDPOINT", raising=False)
+    with pytest.raises(ValueError, match="AIS endpoint"):
+        StoreConfig().resolved_ais_endpoint()
+    monkeypatch.setenv("AIS_ENDPOINT", "http://127.0.0.1:1/")
+    assert StoreConfig().resolved_ais_endpoint() == "http://127.0.0.1:1"
+    assert StoreConfig(ais_endpoint="http://h:2").resolved_ais_endpoint() == "http://h:2"
