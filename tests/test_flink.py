@@ -1,0 +1,82 @@
+"""The real pipeline on Apache Flink (Beam's portable Flink runner, embedded cluster,
+LOOPBACK workers) through launch/flink.sh: output byte-identical to the local runner's."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, demo_output, output_digest  # noqa: F401 (fixture)
+
+CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
+FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")
+
+
+def _flink_env():
+    env = {}
+    path = os.path.join(CACHE, "flink.env")
+    if os.path.exists(path):
+        for line in open(path):
+            k, _, v = line.strip().partition("=")
+            env[k] = v
+    env["FLINK_JOB_SERVER_JAR"] = os.environ.get("FLINK_JOB_SERVER_JAR", env.get("FLINK_JOB_SERVER_JAR", ""))
+    env["FLINK_VERSION"] = os.environ.get("FLINK_VERSION", env.get("FLINK_VERSION", ""))
+    return env
+
+
+def _run(*args, **env):
+    e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TAR2TF_CACHE=CACHE, TF_CPP_MIN_LOG_LEVEL="3")
+    e.update(env)
+    return subprocess.run(["bash", FLINK_SH, *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=1200)
+
+
+def test_flink_script_options(tmp_path):
+    """The script's arguments parse as Beam Flink options (no Flink needed)."""
+    jar = tmp_path / "beam-runners-flink-2.0-job-server-9.9.9.jar"
+    jar.write_bytes(b"")
+    fake = {"FLINK_JOB_SERVER_JAR": str(jar), "FLINK_VERSION": "2.0"}
+    p = _run("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), "--parallelism=2", **fake)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads(p.stdout)
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, PortableOptions
+    o = PipelineOptions(d["beam_args"])
+    f = o.view_as(FlinkRunnerOptions)
+    assert (f.flink_master, f.flink_version, f.flink_job_server_jar, f.parallelism) == ("[local]", "2.0", str(jar), 2)
+    assert o.view_as(PortableOptions).environment_type == "LOOPBACK" and d["runner"] == "FlinkRunner"
+    # a real cluster cannot call back into LOOPBACK workers, nor read this machine's disk
+    p = _run("--dry-run", DEMO_SOURCES, "--output", "out/o-{}.record", FLINK_MASTER="jm:8081", **fake)
+    assert p.returncode == 2 and "LOOPBACK" in p.stderr and "is a local path" in p.stderr
+    p = _run("--dry-run", "gs://b/x-{0..3}.tar", "--output", "gs://b/o/o-{}.record", FLINK_MASTER="jm:8081",
+             ENVIRONMENT_TYPE="EXTERNAL", ENVIRONMENT_CONFIG="localhost:50000", **fake)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["portable"] == {"environment_type": "EXTERNAL", "environment_config": "localhost:50000",
+                                                "job_endpoint": None}
+    p = _run("--dry-run", DEMO_SOURCES, "--output", "o", FLINK_VERSION="1.19", FLINK_JOB_SERVER_JAR=str(jar))
+    assert p.returncode == 2 and "does not match the jar" in p.stderr
+
+
+@pytest.mark.flink
+@pytest.mark.slow
+def test_flink_output_equals_local_runner(demo_output, tmp_path):
+    env = _flink_env()
+    if not shutil.which("java"):
+        pytest.skip("FLINK TEST SKIPPED: java is not on PATH (apt-get install openjdk-17-jre-headless)")
+    if not env["FLINK_JOB_SERVER_JAR"] or not os.path.isfile(env["FLINK_JOB_SERVER_JAR"]):
+        why = ""
+        marker = os.path.join(CACHE, "flink.unavailable")
+        if os.path.exists(marker):
+            why = ": " + open(marker).read().strip()
+        pytest.skip("FLINK TEST SKIPPED: no Beam Flink job server jar (launch/setup.d/50-flink.sh; "
+                    f"or set FLINK_JOB_SERVER_JAR and FLINK_VERSION){why}")
+    summary = tmp_path / "summary.json"
+    p = _run(DEMO_SOURCES, "--output", str(tmp_path / "out" / "demo-{}.record"), *DEMO_ARGS, "--no-progress",
+             "--summary-json", str(summary), "--parallelism=2",
+             FLINK_JOB_SERVER_JAR=env["FLINK_JOB_SERVER_JAR"], FLINK_VERSION=env["FLINK_VERSION"])
+    assert p.returncode == 0, p.stderr[-5000:]
+    assert output_digest(str(tmp_path / "out")) == output_digest(demo_output[0])
+    rep = json.load(open(summary))
+    assert rep["counters_reported"] and rep["counter_mismatches"] == []
+    assert rep["counters"]["records_written"] == 96
