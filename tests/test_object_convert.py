@@ -1,0 +1,137 @@
+"""convert() with shards read from and written to ais:// and gs:// (real aisnode and
+fake-gcs-server on loopback): same bytes as a local run, atomic outputs, the Beam work
+dir beside the output, faults retried without changing a byte, 404/403 as rejects."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import shardgen
+from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
+from pipelines import finalize
+from pipelines.convert import ConvertConfig, OutputExistsError, convert
+from transforms.stores import get_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+N_SHARDS, PER_SHARD = 3, 6
+OPTS = dict(max_shard_size="5KB", type_map={"cls": "int64"})
+BEAM = ["--direct_num_workers=2"]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The input shards and the reference output of a local-to-local run."""
+    d = tmp_path_factory.mktemp("in")
+    paths = shardgen.make_shards(str(d), N_SHARDS, PER_SHARD, size=(32, 24))
+    out = tmp_path_factory.mktemp("ref")
+    res = convert(ConvertConfig(sources=str(d / "train-{0000..0002}.tar"), output=str(out / "train-{}.record"),
+                                progress=False, **OPTS), BEAM)
+    assert res.exit_code == 0 and len(res.paths) >= 3
+    shards = [open(p, "rb").read() for p in res.paths]
+    return paths, shards, res.manifest["totals"]
+
+
+def _upload(backend, paths):
+    for p in paths:
+        backend.put("in/" + os.path.basename(p), open(p, "rb").read())
+
+
+def _outputs(backend, res):
+    store = get_store(res.paths[0], backend.config())
+    return [store.read_bytes(p) for p in res.paths]
+
+
+def test_convert_from_and_to_object_store_matches_local_run(backend, local_run):
+    paths, ref_shards, ref_totals = local_run
+    _upload(backend, paths)
+    cfg = backend.config()
+    output = backend.url("out/train-{}.record")
+    res = convert(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), output=output, store=cfg,
+                                progress=False, **OPTS), BEAM)
+    assert res.exit_code == 0
+    assert res.paths == [backend.url(f"out/train-{i + 1}.record") for i in range(len(ref_shards))]
+    assert _outputs(backend, res) == ref_shards
+    assert res.manifest["totals"] == ref_totals
+    store = get_store(output, cfg)
+    # manifest and rejects beside the output, in the bucket; the work dir is gone
+    manifest = json.loads(store.read_bytes(backend.url("out/train.record.manifest.json")))
+    assert [s["sha256"] for s in manifest["shards"]] == [hashlib.sha256(b).hexdigest() for b in ref_shards]
+    assert store.read_bytes(backend.url("out/train.record.rejects.jsonl")) == b""
+    assert list(store.list(backend.url("out/.tar2tf-work/"))) == []
+    assert sorted(finalize.existing_outputs(output, cfg)) == sorted(res.paths)
+    with pytest.raises(OutputExistsError):
+        convert(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), output=output, store=cfg,
+                              progress=False, **OPTS), BEAM)
+
+
+def test_convert_under_faults_gives_identical_output(backend, local_run):
+    paths, ref_shards, ref_totals = local_run
+    _upload(backend, paths)
+    cfg = backend.config(retry_attempts=8)
+    data, front = backend.data, backend.front
+    for i in range(N_SHARDS):  # every input shard's stream is broken at least once
+        shard = backend.obj_re(f"in/train-{i:04d}.tar")
+        data.add("truncate", method="GET", path=shard, after=3000 + 500 * i)
+        data.add("reset", method="GET", path=shard, after=1000)
+        data.add("status", method="GET", path=shard, status=503)
+    data.add("status", method="GET", path=r"piece-\d+\.tfrecord", status=500, times=2)  # reading pieces back
+    data.add("status", method=backend.put_method, status=503, times=3)  # uploads of pieces/shards
+    data.add("reset", method=backend.put_method, times=1)
+    front.add("status", method="GET", path=backend.list_re(), status=429, times=1)  # a listing
+    data.add("slow", method="GET", path=backend.obj_re("in/train-0001.tar"), delay=0.3, times=1)
+    res = convert(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), store=cfg,
+                                output=backend.url("faulty/train-{}.record"), progress=False, **OPTS), BEAM)
+    assert data.faults() + front.faults() >= 3 * N_SHARDS + 5
+    assert res.exit_code == 0 and res.manifest["rejects"]["count"] == 0
+    assert _outputs(backend, res) == ref_shards
+    assert res.manifest["totals"] == ref_totals
+
+
+def test_missing_and_forbidden_shards_are_rejects_without_retry(backend, local_run):
+    paths, _, _ = local_run
+    _upload(backend, paths[:1])
+    backend.put("in/forbidden.tar", open(paths[1], "rb").read())
+    rule = backend.data.add("status", method="GET", path=backend.obj_re("in/forbidden.tar"), status=403,
+                            times=100)
+    cfg = backend.config()
+    res = convert(ConvertConfig(sources=backend.url("in/{train-0000,missing,forbidden}.tar"), store=cfg,
+                                output=backend.url("rej/train.record"), max_rejects=5, progress=False,
+                                **OPTS), BEAM)
+    assert rule.fired == 1  # 403 is final: asked once
+    rejects = [json.loads(line) for line in
+               get_store(res.rejects_path, cfg).read_bytes(res.rejects_path).decode().splitlines()]
+    assert {(r["shard"], r["stage"], r["reason"].split(":")[0]) for r in rejects} == {
+        (backend.url("in/missing.tar"), "list", "missing shard"),
+        (backend.url("in/forbidden.tar"), "fetch", "permission denied")}
+    t = res.manifest["totals"]
+    assert t["records_written"] == PER_SHARD and t["shards_rejected"] == 2 and res.exit_code == 0
+    assert all(p.startswith(backend.url("rej/train-")) and p.endswith(f"-of-{len(res.paths):05d}.record")
+               for p in res.paths)
+
+
+def test_cli_with_ais_endpoint_and_retry_flags(ais_cluster, local_run, tmp_path):  # noqa: F811
+    paths, ref_shards, _ = local_run
+    bucket = ais_cluster.new_bucket()
+    for p in paths:
+        ais_cluster.put(bucket, "in/" + os.path.basename(p), open(p, "rb").read())
+    secret = "secret-" + os.urandom(6).hex()
+    env = {k: v for k, v in os.environ.items() if k != "AIS_ENDPOINT"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", AIS_AUTHN_TOKEN=secret)
+    args = [sys.executable, "-m", "launch.cli", "--verbose", "convert", f"ais://{bucket}/in/train-{{0000..0002}}.tar",
+            "--output", f"ais://{bucket}/cli/train-{{}}.record", "--max-shard-size", "5KB",
+            "--type-map", "cls:int64", "--ais-endpoint", ais_cluster.endpoint, "--retry-attempts", "3",
+            "--retry-initial", "0.05", "--retry-max", "0.5", "--retry-total", "20", "--read-timeout", "10",
+            "--no-progress", *BEAM]
+    p = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [f"ais://{bucket}/cli/train-{i + 1}.record" for i in range(len(ref_shards))]
+    assert [ais_cluster.get(bucket, f"cli/train-{i + 1}.record") for i in range(len(ref_shards))] == ref_shards
+    assert secret not in p.stdout + p.stderr
+    bad = subprocess.run(args + ["--retry-attempts", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert bad.returncode == 2 and "retry" in bad.stderr
