@@ -6,6 +6,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+# session fixtures shared by several modules (registered once, so they run once)
+pytest_plugins = ["ops_fixtures"]
+
 COMPAT = os.path.join(ROOT, "..", "shared", "testdata", "compat")
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, demo_output, output_digest  # noqa: F401 (fixture)
+from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, output_digest
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
 FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import shardgen
-from ops_fixtures import DEMO_SOURCES, ROOT, cli, demo_output, output_digest  # noqa: F401 (fixture)
+from ops_fixtures import DEMO_SOURCES, ROOT, cli, output_digest
 from pipelines import report
 from pipelines.convert import ConvertConfig, convert
 from pipelines.verify import verify

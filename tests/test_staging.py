@@ -12,7 +12,7 @@ import sysconfig
 
 import pytest
 
-from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, demo_output, output_digest  # noqa: F401 (fixture)
+from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, output_digest
 
 DATAFLOW_ENV = {"PROJECT": "my-project", "REGION": "europe-west4", "TEMP_LOCATION": "gs://my-bucket/tmp"}
 OURS = ("tar2tf", "__editable__", "__editable___tar2tf", "transforms", "pipelines", "launch")

@@ -7,7 +7,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from ops_fixtures import cli, copy_dataset, demo_output  # noqa: F401 (fixture)
+from ops_fixtures import cli, copy_dataset
 from pipelines.verify import verify
 from transforms.tfrecord import frame, read_records, record_index
 
