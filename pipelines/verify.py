@@ -220,6 +220,23 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
     return len(offsets)
 
 
+def _check_file(row: Dict[str, Any], path: str, report: VerifyReport, config: StoreConfig) -> None:
+    """Existence, size and sha256 of a file the manifest lists (PCR record files)."""
+    store = get_store(path, config)
+    if not store.exists(path):
+        report.problems.append(Problem("file", "file is missing", path))
+        return
+    with store.open_read(path) as raw:
+        f = _HashingReader(raw)
+        f.drain()
+    report.shards_checked += 1
+    report.bytes_checked += f.n
+    if "bytes" in row and f.n != row["bytes"]:
+        report.problems.append(Problem("size", f"{f.n} bytes, manifest says {row['bytes']}", path))
+    if "sha256" in row and f.sha.hexdigest() != row["sha256"]:
+        report.problems.append(Problem("sha256", f"{f.sha.hexdigest()}, manifest says {row['sha256']}", path))
+
+
 def _check_index(path: str, offsets, store, add) -> None:
     idx = path + ".idx"
     if not store.exists(idx):
@@ -301,6 +318,9 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
     m = json.loads(get_store(mpath, config).read_bytes(mpath))
     report = VerifyReport(manifest=mpath, kind=m.get("kind", "tfrecord"))
     if report.kind == "pcr":
+        recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
+        for row in m.get("shards", []):
+            _check_file(row, _locate(row["path"], mpath, recorded), report, config)
         _verify_pcr(mpath, report, config)
         return report
     schema = m.get("schema", {})
