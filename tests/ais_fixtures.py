@@ -52,7 +52,7 @@ def _global_config(primary: str) -> Dict:
                          "idle_conns_per_host": 32, "idle_conns": 256},
                 "use_ipv6": False},
         "timeout": {"cplane_operation": "2s", "max_keepalive": "5s", "max_host_busy": "20s",
-                    "startup_time": "1m", "join_startup_time": "3m", "send_file_time": "5m",
+                    "startup_time": "30s", "join_startup_time": "1m", "send_file_time": "5m",
                     "cold_get_conflict": "5s", "object_md": "2h"},
         "memsys": {"min_free": "256mb", "default_buf": "32kb", "to_gc": "1gb", "hk_time": "3m",
                    "min_pct_total": 0, "min_pct_free": 0},
@@ -82,6 +82,8 @@ class AISCluster:
         self.procs: List[subprocess.Popen] = []
 
     def _start(self, name: str, role: str, ports, instance: int, extra=()) -> None:
+        """One aisnode; ``-skip_startup`` (primary, tests only) skips its ~15 s wait for
+        the cluster to settle, so readiness is: healthy and the target in the cluster map."""
         d = os.path.join(self.root, name)
         os.makedirs(os.path.join(d, "log"), exist_ok=True)
         with open(os.path.join(d, "ais.json"), "w") as f:
@@ -96,7 +98,7 @@ class AISCluster:
         out.close()
 
     def start(self, timeout: float = 90.0) -> "AISCluster":
-        self._start("p0", "proxy", self.proxy_ports, 0, ["-ntargets=1"])
+        self._start("p0", "proxy", self.proxy_ports, 0, ["-ntargets=1", "-skip_startup"])
         time.sleep(0.5)
         self._start("t0", "target", self.target_ports, 1)
         deadline = time.time() + timeout
@@ -106,8 +108,10 @@ class AISCluster:
                     raise RuntimeError(f"aisnode exited with {p.returncode}:\n{self.logs()}")
             try:
                 if requests.get(f"{self.endpoint}/v1/health?prr=true", timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
+                    smap = requests.get(f"{self.endpoint}/v1/daemon?what=smap", timeout=2).json()
+                    if len(smap.get("tmap") or {}) >= 1:  # the target has joined
+                        return self
+            except (requests.RequestException, ValueError):
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"AIS cluster not healthy after {timeout}s:\n{self.logs()}")
