@@ -198,3 +198,24 @@ def test_ais_endpoint_resolution(monkeypatch):
     monkeypatch.setenv("AIS_ENDPOINT", "http://127.0.0.1:1/")
     assert StoreConfig().resolved_ais_endpoint() == "http://127.0.0.1:1"
     assert StoreConfig(ais_endpoint="http://h:2").resolved_ais_endpoint() == "http://h:2"
+
+
+def test_retries_spent_mid_stream_keep_earlier_records_and_say_where(backend, tmp_path):
+    import shardgen
+    tar = shardgen.write_tar(str(tmp_path / "s.tar"), shardgen.sample_members(0, 8, size=(32, 24)))
+    data = open(tar, "rb").read()
+    backend.put("mid/s.tar", data)
+    cfg = backend.config(retry_attempts=2)
+    obj = backend.obj_re("mid/s.tar")
+    if backend.scheme == "gs":
+        get_store(backend.url(), cfg).read_chunk = len(data) // 2
+        backend.data.add("slow", method="GET", path=obj, delay=0.0)  # the first half arrives
+    else:
+        backend.data.add("truncate", method="GET", path=obj, after=len(data) // 2)
+    backend.data.add("status", method="GET", path=obj, status=503, times=100)
+    items = list(read_shard(backend.url("mid/s.tar"), cfg))
+    records = [i for i in items if not is_reject(i)]
+    rejects = [i for i in items if is_reject(i)]
+    assert 0 < len(records) < 8 and [r["__key__"] for r in records] == [f"{i:06d}" for i in range(len(records))]
+    assert rejects and rejects[-1].key is None and rejects[-1].stage == "tar"
+    assert "retries spent" in rejects[-1].reason and "503" in rejects[-1].reason

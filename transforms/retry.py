@@ -41,6 +41,12 @@ class ShortBodyError(TransientError):
     """The server ended a body before the length it announced."""
 
 
+class FetchError(IOError):
+    """A streamed read failed for good (retries spent, or a permanent error) mid-object.
+
+    An ``OSError``, so the tar reader turns it into a reject saying where the stream broke."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     attempts: int = 6
@@ -226,7 +232,14 @@ class ResumableReader(io.RawIOBase):
         view = memoryview(b).cast("B")
         if not len(view):
             return 0
-        return self._policy.call(lambda: self._read_once(view), f"read {self.name}")
+        try:
+            return self._policy.call(lambda: self._read_once(view), f"read {self.name}")
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - SDK/HTTP errors: report as a failed read
+            how = "retries spent" if is_transient(e) else "not retryable"
+            raise FetchError(f"{self.name}: read failed at byte {self._pos} ({how}): "
+                             f"{type(e).__name__}: {e}") from e
 
     def _read_once(self, view: memoryview) -> int:
         first = True
