@@ -186,3 +186,18 @@ def test_verify_pcr_dataset_through_the_cli(tmp_path):
     assert {p.check for p in rep.problems} == {"sha256", "pcr"}
     assert any("CRC-32C mismatch" in p.detail for p in rep.problems if p.check == "pcr")
     assert main(["verify", os.path.join(out, "PCR.manifest.json")]) == 5
+
+
+def test_feature_appearing_late_is_in_the_schema(tmp_path):
+    """The manifest schema covers every record, so verify does not flag a feature that
+    only the 20th record of a shard has."""
+    import shardgen
+    from pipelines.convert import ConvertConfig, convert
+    members = shardgen.sample_members(0, 20, size=(16, 12))
+    members.append(("000019.txt", b"a late caption"))
+    shardgen.write_tar(str(tmp_path / "late.tar"), members)
+    res = convert(ConvertConfig(sources=str(tmp_path / "late.tar"), output=str(tmp_path / "o/x-{}.record"),
+                                type_map={"cls": "int64"}))
+    assert res.manifest["schema"]["txt"] == {"dtype": "bytes", "shape": [1], "optional": True}
+    rep = verify(res.manifest_path)
+    assert rep.ok and rep.records_checked == 20, rep.text()
