@@ -3,8 +3,9 @@
 Every (variant, workload) runs in its own subprocess (``benchmarks.variants``) on the same
 dataset in the same invocation; rounds interleave the variants so machine drift hits all
 of them alike, and each figure is the median over ``--repeat`` rounds.  Peak RSS is the
-larger of the child's ``ru_maxrss`` (``os.wait4``) and the sampled RSS sum of its process
-tree (Beam's multi_processing workers are separate processes).  Every run's output is
+worker's high-water mark (``VmHWM``) when its clock stops -- so the verification that
+follows is not counted -- plus, in Beam's multi_processing mode, the sampled peak RSS sum
+of its worker processes.  Every run's output is
 verified after its clock stops; a run whose output is wrong counts as failed (exit 1).
 Results go to ``<out>/results-<size>.json`` and ``.md``; see ``benchmarks/README.md``.
 """
@@ -63,7 +64,7 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(spec)], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
-    peak, start = 0, time.time()
+    peak, desc_peak, start = 0, 0, time.time()
     done = threading.Event()
     status: Dict = {}
 
@@ -76,13 +77,15 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
     threading.Thread(target=reap, daemon=True).start()
     killed = False
     while not done.wait(0.1):
-        peak = max(peak, _rss(_tree(proc.pid)))
+        tree = _tree(proc.pid)
+        peak, desc_peak = max(peak, _rss(tree)), max(desc_peak, _rss(tree[1:]))
         if time.time() - start > timeout and not killed:
             os.killpg(proc.pid, signal.SIGKILL)  # the group of the process this function started
             killed = True
     with open(log_path) as f:
         text = f.read()
-    info = {"exit": status["code"], "peak_rss": max(peak, status["maxrss"]), "log": log_path}
+    info = {"exit": status["code"], "peak_rss": max(peak, status["maxrss"]), "children_peak_rss": desc_peak,
+            "log": log_path}
     lines = [ln for ln in text.splitlines() if ln.startswith("BENCH-RESULT ")]
     if status["code"] == 0 and lines:
         return json.loads(lines[-1][len("BENCH-RESULT "):]), info
@@ -99,6 +102,12 @@ def measure(spec: Dict, log_dir: str, timeout: float) -> Dict:
         res["ok"] = False
         return res
     res.update(out)
+    # the worker's own high-water mark when its clock stopped (verification excluded),
+    # plus, for Beam's multi_processing mode, the sampled peak of its worker processes.
+    # Other variants start no lasting children; a short fork+exec (a library running a
+    # helper) would briefly show the parent's shared pages twice, so it is not counted.
+    children = info["children_peak_rss"] if spec["variant"] == "tar2tf-beam-processes" else 0
+    res["peak_rss"] = out["hwm_timed"] + children
     res["ok"] = res["records_out"] == res["images_in"] and res["verified"]
     if not res["ok"]:
         res["error"] = res.get("problem") or f"{res['records_out']} records for {res['images_in']} images"

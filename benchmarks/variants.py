@@ -145,6 +145,15 @@ def count_records(files: List[str]) -> int:
     return n
 
 
+def _hwm() -> int:
+    """This process's peak resident memory so far (``VmHWM``), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def run(spec: Dict) -> Dict:
     variant, workload = spec["variant"], spec["workload"]
     data = dataset.build(spec["size"], spec.get("root"))
@@ -163,13 +172,14 @@ def run(spec: Dict) -> Dict:
     else:
         r = run_tar2tf(variant, data, workload, out)
     seconds = time.perf_counter() - t0
+    hwm = _hwm()
     files = [f for f in r["files"] if os.path.isfile(f)]
     records = count_records(files) if files else r["images"]
     problem = check(variant, workload, data, r) if spec.get("verify", True) else None
     result = {"variant": variant, "workload": workload, "seconds": seconds, "images_in": data.images,
               "records_out": records, "bytes_in": data.tar_bytes,
               "bytes_out": sum(os.path.getsize(f) for f in files), "files": len(files),
-              "verified": spec.get("verify", True) and problem is None, "problem": problem}
+              "hwm_timed": hwm, "verified": spec.get("verify", True) and problem is None, "problem": problem}
     if not spec.get("keep"):
         shutil.rmtree(out, ignore_errors=True)
     return result

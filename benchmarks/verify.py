@@ -23,15 +23,37 @@ import numpy as np
 IMAGE_SAMPLE = 48  # resize224 records whose JPEG is decoded to check its size
 
 
-def _source_payloads(data) -> Dict[str, tuple]:
-    """key -> (label, jpeg bytes) of the dataset."""
-    out = {}
-    for path, members in zip(data.shards, data.index):
-        with open(path, "rb") as f:
-            buf = f.read()
-        for m in members:
-            out[m["key"]] = (m["label"], buf[m["offset"]:m["offset"] + m["size"]])
-    return out
+class _Source:
+    """The dataset's JPEG payloads by key, read on demand (verification must not hold the
+    whole dataset in memory: the worker's peak RSS is part of the measurement)."""
+
+    def __init__(self, data):
+        self.where = {}
+        for path, members in zip(data.shards, data.index):
+            for m in members:
+                self.where[m["key"]] = (path, m["offset"], m["size"], m["label"])
+        self._files: Dict[str, object] = {}
+
+    def __contains__(self, key):
+        return key in self.where
+
+    def __len__(self):
+        return len(self.where)
+
+    def label(self, key: str) -> int:
+        return self.where[key][3]
+
+    def jpeg(self, key: str) -> bytes:
+        path, offset, size, _ = self.where[key]
+        f = self._files.get(path)
+        if f is None:
+            f = self._files[path] = open(path, "rb")
+        f.seek(offset)
+        return f.read(size)
+
+    def close(self):
+        for f in self._files.values():
+            f.close()
 
 
 def _frames(files: List[str]):
@@ -41,20 +63,33 @@ def _frames(files: List[str]):
 
 
 def verify_limit_io(data, files: List[str]) -> Optional[str]:
-    src = _source_payloads(data)
-    want = [src[m["key"]][1] for members in data.index for m in members]
-    got = list(_frames(sorted(files)))
-    if len(got) != len(want):
-        return f"{len(got)} records written, {len(want)} expected"
-    bad = sum(1 for a, b in zip(got, want) if a != b)
-    return f"{bad} payloads differ from the source JPEGs" if bad else None
+    src = _Source(data)
+    try:
+        keys = [m["key"] for members in data.index for m in members]
+        n = 0
+        for payload in _frames(sorted(files)):
+            if n >= len(keys):
+                return f"more records written than the {len(keys)} images"
+            if payload != src.jpeg(keys[n]):
+                return f"record {n} differs from the source JPEG {keys[n]}"
+            n += 1
+        return None if n == len(keys) else f"{n} records written, {len(keys)} expected"
+    finally:
+        src.close()
 
 
 def verify_examples(data, files: List[str], workload: str, value: str = "jpg", label: str = "cls") -> Optional[str]:
     """Example records in ``files`` against the dataset (see the module docstring)."""
+    src = _Source(data)
+    try:
+        return _check_examples(src, files, workload, value, label)
+    finally:
+        src.close()
+
+
+def _check_examples(src: "_Source", files: List[str], workload: str, value: str, label: str) -> Optional[str]:
     from PIL import Image
     from transforms.example import parse_example
-    src = _source_payloads(data)
     seen = set()
     decoded = 0
     for payload in _frames(files):
@@ -65,7 +100,7 @@ def verify_examples(data, files: List[str], workload: str, value: str = "jpg", l
         if key in seen:
             return f"key {key!r} written twice"
         seen.add(key)
-        want_label, jpeg = src[key]
+        want_label = src.label(key)
         got_label = rec.get(label)
         if isinstance(got_label, (bytes, bytearray)):
             got_label = int(got_label)
@@ -73,7 +108,7 @@ def verify_examples(data, files: List[str], workload: str, value: str = "jpg", l
             return f"{key}: label {got_label!r} != {want_label}"
         v = rec.get(value)
         if workload == "passthrough":
-            if v != jpeg:
+            if v != src.jpeg(key):
                 return f"{key}: passthrough bytes differ from the source JPEG"
         elif workload == "resize32":
             if not isinstance(v, np.ndarray) or v.shape != (32, 32, 3) or v.dtype != np.uint8:
