@@ -202,9 +202,13 @@ class ResumableReader(io.RawIOBase):
             self._pos = offset
         return self._pos
 
-    def size(self) -> int:
+    def open(self) -> None:
+        """Make the first request now (retried), so a missing or refused object fails here."""
         if not self._opened:
             self._policy.call(self._ensure_open, f"open {self.name}")
+
+    def size(self) -> int:
+        self.open()
         if self._total is None:
             raise io.UnsupportedOperation(f"{self.name}: size not known")
         return self._total

@@ -157,7 +157,7 @@ class AISStore(Store):
     def open_read(self, url: str):
         reader = open_resumable(lambda off: self._open_at(url, off), self.policy, url)
         try:
-            reader.raw.size() if not self.config.ais_etl_name else reader.peek(1)
+            reader.raw.open()  # first request now: 404/403 surface here, as fetch rejects
         except BaseException:
             reader.close()
             raise

@@ -123,7 +123,7 @@ class GCSStore(Store):
 
         reader = open_resumable(open_at, self.policy, url)
         try:
-            reader.raw.size()  # fetch the first chunk now: 403/404 surface at open, as fetch rejects
+            reader.raw.open()  # first request now: 404/403 surface here, as fetch rejects
         except BaseException:
             reader.close()
             raise
