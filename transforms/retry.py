@@ -271,7 +271,10 @@ class ResumableReader(io.RawIOBase):
             if self._end is not None and self._pos < self._end:
                 self.reopens += 1
                 raise ShortBodyError(f"{self.name}: body ended at byte {self._pos}, expected {self._end}")
-            if self._total is None or self._pos >= self._total:
+            if self._total is None:  # a clean end of a body of unknown length: now it is known
+                self._total = self._pos
+                return 0
+            if self._pos >= self._total:
                 return 0
             if not first:  # a stream that delivers nothing twice in a row: give up cleanly
                 raise ShortBodyError(f"{self.name}: no data at byte {self._pos} of {self._total}")
