@@ -38,7 +38,7 @@ FLINK_MASTER=${FLINK_MASTER:-[local]}
 ENVIRONMENT_TYPE=${ENVIRONMENT_TYPE:-LOOPBACK}
 if [[ -z "$FLINK_JOB_SERVER_JAR" || -z "$FLINK_VERSION" ]]; then
   msg="no Flink job server jar: run launch/setup.d/50-flink.sh (via launch/bootstrap.sh) or set FLINK_JOB_SERVER_JAR and FLINK_VERSION"
-  [[ -f "$TAR2TF_CACHE/flink.unavailable" ]] && msg+=" (last attempt: $(cat "$TAR2TF_CACHE/flink.unavailable"))"
+  [[ -f "$TAR2TF_CACHE/flink.unavailable" ]] && msg+=" (last attempt: $(head -n1 "$TAR2TF_CACHE/flink.unavailable"))"
   echo "launch/flink.sh: $msg" >&2
   exit 2
 fi

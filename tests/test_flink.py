@@ -68,7 +68,7 @@ def test_flink_output_equals_local_runner(demo_output, tmp_path):
         why = ""
         marker = os.path.join(CACHE, "flink.unavailable")
         if os.path.exists(marker):
-            why = ": " + open(marker).read().strip()
+            why = ": " + open(marker).readline().strip()
         pytest.skip("FLINK TEST SKIPPED: no Beam Flink job server jar (launch/setup.d/50-flink.sh; "
                     f"or set FLINK_JOB_SERVER_JAR and FLINK_VERSION){why}")
     summary = tmp_path / "summary.json"

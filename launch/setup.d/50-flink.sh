@@ -12,9 +12,9 @@ set -uo pipefail
 : "${TAR2TF_CACHE:?}"
 envfile="$TAR2TF_CACHE/flink.env"
 marker="$TAR2TF_CACHE/flink.unavailable"
-warn() {
+warn() {  # message; remembered with the Beam version it was for
   echo "WARNING [50-flink]: $* -- the Flink runner test will be SKIPPED" >&2
-  echo "$*" > "$marker"
+  printf '%s\nbeam=%s\n' "$*" "${BEAM:-}" > "$marker"
   exit 0
 }
 PY=$(cat "$TAR2TF_CACHE/venv-current" 2>/dev/null) || PY=""
@@ -48,14 +48,14 @@ for jar in "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar; do 
   fi
 done
 # a failure less than a day old for this Beam version: do not ask Maven again
-if [[ -f "$marker" ]] && grep -q ":$BEAM" "$marker" && [[ -n $(find "$marker" -mmin -1440) ]]; then
-  echo "WARNING [50-flink]: $(cat "$marker") (cached; rm $marker to retry) -- the Flink runner test will be SKIPPED" >&2
+if [[ -f "$marker" ]] && grep -qx "beam=$BEAM" "$marker" && [[ -n $(find "$marker" -mmin -1440) ]]; then
+  echo "WARNING [50-flink]: $(head -n1 "$marker") (cached; rm $marker to retry) -- the Flink runner test will be SKIPPED" >&2
   exit 0
 fi
 FLINKS=$(flink_versions)
-[[ -n "$FLINKS" ]] || warn "cannot read the Flink versions of apache-beam $BEAM :$BEAM"
-command -v java >/dev/null || warn "java not found (apt-get install openjdk-17-jre-headless) :$BEAM"
-command -v mvn >/dev/null || warn "mvn not found (apt-get install maven) :$BEAM"
+[[ -n "$FLINKS" ]] || warn "cannot read the Flink versions of apache-beam $BEAM"
+command -v java >/dev/null || warn "java not found (apt-get install openjdk-17-jre-headless)"
+command -v mvn >/dev/null || warn "mvn not found (apt-get install maven)"
 mkdir -p "$TAR2TF_CACHE/jars"
 repo="$TAR2TF_CACHE/m2"
 log="$TAR2TF_CACHE/mvn-flink.log"
@@ -63,7 +63,7 @@ log="$TAR2TF_CACHE/mvn-flink.log"
 for v in $FLINKS; do
   artifact="beam-runners-flink-$v-job-server"
   echo "fetching org.apache.beam:$artifact:$BEAM from Maven Central" >&2
-  if mvn -q -B -Dmaven.repo.local="$repo" dependency:get -Dtransitive=false \
+  if mvn -q -B -U -Dmaven.repo.local="$repo" dependency:get -Dtransitive=false \
        -Dartifact="org.apache.beam:$artifact:$BEAM" >>"$log" 2>&1; then
     src="$repo/org/apache/beam/$artifact/$BEAM/$artifact-$BEAM.jar"
     jar="$TAR2TF_CACHE/jars/$artifact-$BEAM.jar"
@@ -75,4 +75,4 @@ for v in $FLINKS; do
   fi
 done
 grep -m1 "Could not find\|ERROR" "$log" >&2
-warn "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log; or set TAR2TF_FLINK_JOB_SERVER_JAR) :$BEAM"
+warn "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log; or set TAR2TF_FLINK_JOB_SERVER_JAR)"
