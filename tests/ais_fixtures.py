@@ -154,20 +154,31 @@ class AISCluster:
         return self.client().bucket(bucket).object(name).get_reader().read_all()
 
 
+_SHARED = {"cluster": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def ais_cluster():
+    """The cluster.  Test modules import this fixture, so pytest makes one fixture per
+    module; they share one running cluster (started by the first, stopped by the last)."""
     binary = aisnode_binary()
     if binary is None:
         pytest.skip("AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it with "
                     "`go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    cluster = AISCluster(binary)
-    try:
-        cluster.start()
-    except Exception:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    if _SHARED["cluster"] is None:
+        cluster = AISCluster(binary)
+        try:
+            cluster.start()
+        except Exception:
+            cluster.stop()
+            raise
+        _SHARED["cluster"] = cluster
+    _SHARED["users"] += 1
+    yield _SHARED["cluster"]
+    _SHARED["users"] -= 1
+    if _SHARED["users"] == 0:
+        _SHARED["cluster"].stop()
+        _SHARED["cluster"] = None
 
 
 @pytest.fixture()

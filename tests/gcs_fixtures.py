@@ -96,20 +96,30 @@ def use_gcs_endpoint(monkeypatch, url: str) -> None:
     monkeypatch.setattr(stores, "_CACHE", {})
 
 
+_SHARED = {"emulator": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator():
+    """The emulator, one process shared by the per-module copies of this fixture."""
     binary = emulator_binary()
     if binary is None:
         pytest.skip("GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
                     "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    emu = GCSEmulator(binary)
-    try:
-        emu.start()
-    except Exception:
-        emu.stop()
-        raise
-    yield emu
-    emu.stop()
+    if _SHARED["emulator"] is None:
+        emu = GCSEmulator(binary)
+        try:
+            emu.start()
+        except Exception:
+            emu.stop()
+            raise
+        _SHARED["emulator"] = emu
+    _SHARED["users"] += 1
+    yield _SHARED["emulator"]
+    _SHARED["users"] -= 1
+    if _SHARED["users"] == 0:
+        _SHARED["emulator"].stop()
+        _SHARED["emulator"] = None
 
 
 @pytest.fixture()
