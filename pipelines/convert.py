@@ -36,7 +36,7 @@ from transforms.sources import resolve
 from transforms.stages import FILTERED, Stages, stage_name
 from transforms.stores import StoreConfig, dirname, get_store, join
 from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt, TarStats
-from transforms.tfrecord import TFRecordWriter, frame, iter_frames
+from transforms.tfrecord import frame
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"

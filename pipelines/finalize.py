@@ -16,10 +16,10 @@ import json
 import logging
 import os
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from transforms.records import Reject
-from transforms.stores import Store, StoreConfig, basename, dirname, get_store, join, split_url
+from transforms.stores import Store, StoreConfig, basename, get_store, split_url
 from transforms.tfrecord import pack
 
 log = logging.getLogger("tar2tf")

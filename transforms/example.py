@@ -16,7 +16,7 @@ runs differ.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 

@@ -13,7 +13,7 @@ it never stops the shard.  This module is the one place that rule is written.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from transforms import example as ex
 from transforms.records import KEY, SHARD, Record, Reject, is_reject

@@ -32,7 +32,7 @@ import os
 from typing import Any, Iterator, Optional, Tuple
 
 from transforms.retry import RetryPolicy, discard, is_transient, iter_pages, open_resumable, permanent_error
-from transforms.stores import Store, StoreConfig, split_url
+from transforms.store_base import Store, StoreConfig, split_url
 from transforms.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.ais")

@@ -27,7 +27,7 @@ import logging
 from typing import Iterator, Tuple
 
 from transforms.retry import RetryPolicy, is_transient, iter_pages, open_resumable, permanent_error
-from transforms.stores import Store, StoreConfig, split_url
+from transforms.store_base import Store, StoreConfig, split_url
 from transforms.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.gcs")

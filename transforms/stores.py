@@ -19,102 +19,15 @@ workers rebuild them in ``DoFn.setup``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import uuid
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple
-from urllib.parse import urlsplit
 
+from transforms.store_base import Store, StoreConfig, basename, dirname, join, split_url
 
-@dataclasses.dataclass(frozen=True)
-class StoreConfig:
-    """Picklable settings for building stores on any worker.
-
-    ``ais_endpoint`` falls back to ``$AIS_ENDPOINT``.  The AIS auth token is read from
-    ``$AIS_AUTHN_TOKEN`` on the worker and is never stored here (so it is never pickled
-    into a job graph nor printed).  ``retry_*`` bound the retry of transient faults;
-    ``list_page_size`` is the number of names per listing request (AIS, GCS; 0: the
-    server's maximum).
-    """
-
-    ais_endpoint: Optional[str] = None
-    gcs_project: Optional[str] = None
-    retry_attempts: int = 6
-    retry_initial_s: float = 0.2
-    retry_max_s: float = 5.0
-    retry_total_s: float = 60.0
-    read_timeout_s: float = 60.0
-    ais_etl_name: Optional[str] = None
-    list_page_size: int = 0
-
-    def resolved_ais_endpoint(self) -> str:
-        ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")
-        if not ep:
-            raise ValueError("no AIS endpoint: pass --ais-endpoint / proxy_url or set AIS_ENDPOINT")
-        return ep.rstrip("/")
-
-
-def split_url(url: str) -> Tuple[str, str, str]:
-    """``scheme://bucket/path`` -> (scheme, bucket, path); local paths give ('', '', path)."""
-    if "://" not in url:
-        return "", "", url
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return "", "", parts.path
-    path = url.split("://", 1)[1]
-    bucket, _, key = path.partition("/")
-    return parts.scheme, bucket, key
-
-
-def join(base: str, name: str) -> str:
-    """Join a directory-ish URL and a relative name."""
-    if not base:
-        return name
-    if "://" in base:
-        return base.rstrip("/") + "/" + name.lstrip("/")
-    return os.path.join(base, name)
-
-
-def dirname(url: str) -> str:
-    if "://" in url:
-        head, _, _ = url.rstrip("/").rpartition("/")
-        return head if "://" in head else url.rstrip("/")
-    return os.path.dirname(url) or "."
-
-
-def basename(url: str) -> str:
-    return url.rstrip("/").rpartition("/")[2]
-
-
-class Store:
-    """Base class; see the module docstring for the contract."""
-
-    def list(self, prefix: str) -> Iterator[str]:
-        raise NotImplementedError
-
-    def open_read(self, url: str) -> BinaryIO:
-        raise NotImplementedError
-
-    def open_write(self, url: str):
-        raise NotImplementedError
-
-    def exists(self, url: str) -> bool:
-        raise NotImplementedError
-
-    def delete(self, url: str) -> None:
-        raise NotImplementedError
-
-    def size(self, url: str) -> int:
-        raise NotImplementedError
-
-    def read_bytes(self, url: str) -> bytes:
-        with self.open_read(url) as f:
-            return f.read()
-
-    def write_bytes(self, url: str, data: bytes) -> None:
-        with self.open_write(url) as f:
-            f.write(data)
+__all__ = ["Store", "StoreConfig", "LocalStore", "BeamFileSystemStore", "get_store", "split_url", "join",
+           "dirname", "basename"]
 
 
 class LocalStore(Store):
