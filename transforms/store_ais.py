@@ -26,13 +26,13 @@ The SDK's own retries are switched off (one attempt, no status retries) so that
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from typing import Any, Iterator, Optional, Tuple
 
-from transforms.retry import RetryPolicy, discard, is_transient, iter_pages, open_resumable, permanent_error
-from transforms.store_base import Store, StoreConfig, split_url
+from transforms.retry import RetryPolicy, discard, iter_pages, open_resumable
+from transforms.store_base import StoreConfig, split_url
+from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.ais")
@@ -49,7 +49,7 @@ def _sdk_retry_off():
                        network_retry=tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True))
 
 
-class AISStore(Store):
+class AISStore(RemoteStore):
     def __init__(self, config: StoreConfig):
         from aistore.sdk import Client
         self.config = config
@@ -75,25 +75,6 @@ class AISStore(Store):
         if not name:
             raise ValueError(f"no object name in {url}")
         return self.client.bucket(bucket).object(name)
-
-    @contextlib.contextmanager
-    def _errors(self, url: str):
-        """Map 404/401/403 to FileNotFoundError/PermissionError; leave the rest alone."""
-        try:
-            yield
-        except (FileNotFoundError, PermissionError):
-            raise
-        except Exception as e:  # noqa: BLE001 - classify and re-raise
-            perm = None if is_transient(e) else permanent_error(e, url)
-            if perm is not None:
-                raise perm from e
-            raise
-
-    def _call(self, url: str, what: str, fn):
-        def attempt():
-            with self._errors(url):
-                return fn()
-        return self.policy.call(attempt, f"{what} {url}")
 
     # -- Store --------------------------------------------------------------------------
 

@@ -21,20 +21,20 @@ alone decides what is retried and for how long.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 from typing import Iterator, Tuple
 
-from transforms.retry import RetryPolicy, is_transient, iter_pages, open_resumable, permanent_error
-from transforms.store_base import Store, StoreConfig, split_url
+from transforms.retry import RetryPolicy, iter_pages, open_resumable
+from transforms.store_base import StoreConfig, split_url
+from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.gcs")
 READ_CHUNK = 8 << 20
 
 
-class GCSStore(Store):
+class GCSStore(RemoteStore):
     def __init__(self, config: StoreConfig):
         from google.cloud import storage
         self.config = config
@@ -59,24 +59,6 @@ class GCSStore(Store):
         if not name:
             raise ValueError(f"no object name in {url}")
         return self.client.bucket(bucket).blob(name, **kw)
-
-    @contextlib.contextmanager
-    def _errors(self, url: str):
-        try:
-            yield
-        except (FileNotFoundError, PermissionError):
-            raise
-        except Exception as e:  # noqa: BLE001 - classify and re-raise
-            perm = None if is_transient(e) else permanent_error(e, url)
-            if perm is not None:
-                raise perm from e
-            raise
-
-    def _call(self, url: str, what: str, fn):
-        def attempt():
-            with self._errors(url):
-                return fn()
-        return self.policy.call(attempt, f"{what} {url}")
 
     # -- Store --------------------------------------------------------------------------
 

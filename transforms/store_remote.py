@@ -1,0 +1,37 @@
+"""What the AIS and GCS stores share: SDK errors mapped onto the Store contract, and every
+SDK call run under the one retry policy (``transforms.retry``).
+
+404/401/403 become ``FileNotFoundError``/``PermissionError`` (final, never retried); transient
+faults are retried by :class:`~transforms.retry.RetryPolicy`; anything else escapes as is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from transforms.retry import RetryPolicy, is_transient, permanent_error
+from transforms.store_base import Store
+
+
+class RemoteStore(Store):
+    policy: RetryPolicy
+
+    @contextlib.contextmanager
+    def _errors(self, url: str):
+        """Map 404/401/403 to FileNotFoundError/PermissionError; leave the rest alone."""
+        try:
+            yield
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as e:  # noqa: BLE001 - classify and re-raise
+            perm = None if is_transient(e) else permanent_error(e, url)
+            if perm is not None:
+                raise perm from e
+            raise
+
+    def _call(self, url: str, what: str, fn):
+        """``fn()`` under the retry policy, its errors mapped as above."""
+        def attempt():
+            with self._errors(url):
+                return fn()
+        return self.policy.call(attempt, f"{what} {url}")
