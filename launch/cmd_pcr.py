@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from transforms.stores import StoreConfig
+from launch.store_args import add_store_args, store_config
 
 
 def register(sub) -> None:
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
     p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
-    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    add_store_args(p)
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.set_defaults(func=run, accepts_beam_args=True)
 
@@ -38,12 +38,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from pipelines.convert import OutputExistsError
     from pipelines.pcr import PcrConfig, convert_pcr
-    cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
-                    images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
-                    label_field=args.label_field, image_field=args.image_field, quality=args.quality,
-                    base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
-                    store=StoreConfig(ais_endpoint=args.ais_endpoint))
     try:
+        cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
+                        images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
+                        label_field=args.label_field, image_field=args.image_field, quality=args.quality,
+                        base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
+                        store=store_config(args))
         res = convert_pcr(cfg, args.beam_args)
     except OutputExistsError as e:
         print(f"tar2tf pcr: {e}", file=sys.stderr)

@@ -1,0 +1,33 @@
+"""Object-store options shared by the subcommands that read or write buckets
+(``convert``, ``pcr``): endpoint, retry bounds, timeouts, AIS ETL.  See docs/object-stores.md."""
+
+from __future__ import annotations
+
+from transforms.stores import StoreConfig
+
+
+def add_store_args(p) -> None:
+    """Object-store retry settings (docs/object-stores.md)."""
+    d = StoreConfig()
+    g = p.add_argument_group("object stores (ais://, gs://)")
+    g.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    g.add_argument("--retry-attempts", type=int, default=d.retry_attempts,
+                   help=f"tries per request on transient faults: 5xx, 429, reset, short body (default {d.retry_attempts})")
+    g.add_argument("--retry-initial", type=float, default=d.retry_initial_s,
+                   help=f"first backoff in seconds, doubling after each fault (default {d.retry_initial_s})")
+    g.add_argument("--retry-max", type=float, default=d.retry_max_s,
+                   help=f"longest single backoff in seconds (default {d.retry_max_s})")
+    g.add_argument("--retry-total", type=float, default=d.retry_total_s,
+                   help=f"give up a request this many seconds after its first fault (default {d.retry_total_s})")
+    g.add_argument("--read-timeout", type=float, default=d.read_timeout_s,
+                   help=f"seconds to wait for a server's answer or next bytes (default {d.read_timeout_s})")
+    g.add_argument("--ais-etl-name", help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)")
+
+
+def store_config(args) -> StoreConfig:
+    if args.retry_attempts < 1 or min(args.retry_initial, args.retry_max, args.retry_total, args.read_timeout) <= 0:
+        raise ValueError("--retry-attempts must be >= 1 and retry/timeout seconds > 0")
+    return StoreConfig(ais_endpoint=args.ais_endpoint, retry_attempts=args.retry_attempts,
+                       retry_initial_s=args.retry_initial, retry_max_s=args.retry_max,
+                       retry_total_s=args.retry_total, read_timeout_s=args.read_timeout,
+                       ais_etl_name=args.ais_etl_name)
