@@ -1,4 +1,4 @@
-"""The ``tar2tf`` command: one subcommand per ``launch/cmd_<name>.py`` module.
+"""tar2tf: WebDataset tar shards (local, ais://, gs://) to TFRecords and Progressive Compressed Records.
 
 Exit status (all subcommands):
   0  success (rejects within --max-rejects)
@@ -22,6 +22,7 @@ SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """One subcommand per ``launch/cmd_<name>.py`` module named in SUBCOMMANDS."""
     parser = argparse.ArgumentParser(prog="tar2tf", description=__doc__.split("\n")[0],
                                      epilog=__doc__.split("\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
