@@ -109,7 +109,9 @@ def markdown(result: Dict) -> str:
              + (f", load average {load[0]:.1f} at start (shared machine)" if load else "") + ".  "
              f"Data: {d['images']} JPEGs (mean {d['mean_jpeg_kb']:.1f} kB) in {d['shards']} tar shards, "
              f"{d['tar_mb']:.1f} MB.  Median of {result['repeat']} run(s); MB/s = tar input bytes per second; "
-             f"RSS = peak resident memory of the variant's process tree.  Every run's output was verified.", ""]
+             f"RSS = peak resident memory of the variant's process tree; CPU s = CPU time of the timed "
+             f"region (all threads and worker processes); other load = cores other processes kept busy "
+             f"meanwhile (the machine is shared).  Every run's output was verified.", ""]
     lines += summary(result)
     order = {v: i for i, v in enumerate(variants.ALL)}
     for wl in LIMIT:
@@ -117,16 +119,17 @@ def markdown(result: Dict) -> str:
         if not rows:
             continue
         lines += [f"**{WORKLOAD_TITLE[wl]}**", "",
-                  "| variant | images/s | MB/s | seconds (runs) | peak RSS MB | output MB |",
-                  "|---|---:|---:|---|---:|---:|"]
+                  "| variant | images/s | MB/s | seconds (runs) | CPU s | peak RSS MB | output MB | other load |",
+                  "|---|---:|---:|---|---:|---:|---:|---:|"]
         for r in sorted(rows, key=lambda r: order.get(r["variant"], 99)):
             if not r.get("images_per_s"):
-                lines.append(f"| {r['variant']} | failed: {str(r.get('error', ''))[-80:]!r} | | | | |")
+                lines.append(f"| {r['variant']} | failed: {str(r.get('error', ''))[-80:]!r} | | | | | | |")
                 continue
             runs = ", ".join(f"{s:.2f}" for s in r["all_seconds"])
             flag = "" if r["ok"] else " (some runs FAILED)"
             lines.append(f"| {r['variant']}{flag} | {r['images_per_s']:.1f} | {r['mb_per_s']:.1f} | "
-                         f"{r['seconds']:.2f} ({runs}) | {r['peak_rss_mb']:.0f} | {r['out_mb']:.1f} |")
+                         f"{r['seconds']:.2f} ({runs}) | {r['cpu_seconds']:.2f} | {r['peak_rss_mb']:.0f} | "
+                         f"{r['out_mb']:.1f} | {r['other_load']:.2f} |")
         rt = result.get("ratios", {}).get(wl)
         if rt:
             parts = [f"{k} = {v:.2f}" for k, v in rt.items() if "/" in k and isinstance(v, float)]

@@ -57,10 +57,19 @@ def _rss(pids: List[int]) -> int:
     return total
 
 
+def _busy() -> float:
+    """Busy CPU seconds of the whole machine so far (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optional[Dict], Dict]:
     """Run ``python -m module '<spec>'``; (its BENCH-RESULT or None, {exit, peak_rss, error, log})."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    stat0 = _busy()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(spec)], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
@@ -71,6 +80,7 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
     def reap():
         _, st, ru = os.wait4(proc.pid, 0)
         status["code"], status["maxrss"] = os.waitstatus_to_exitcode(st), ru.ru_maxrss * 1024
+        status["cpu"] = ru.ru_utime + ru.ru_stime
         proc.returncode = status["code"]
         done.set()
 
@@ -82,9 +92,12 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
         if time.time() - start > timeout and not killed:
             os.killpg(proc.pid, signal.SIGKILL)  # the group of the process this function started
             killed = True
+    wall, busy = time.time() - start, _busy() - stat0
     with open(log_path) as f:
         text = f.read()
-    info = {"exit": status["code"], "peak_rss": max(peak, status["maxrss"]), "children_peak_rss": desc_peak,
+    # CPU the rest of the machine used meanwhile (cores): the shared-machine caveat, measured
+    others = max(0.0, (busy - status["cpu"]) / wall) if wall > 0 else 0.0
+    info = {"exit": status["code"], "other_load": others, "peak_rss": max(peak, status["maxrss"]), "children_peak_rss": desc_peak,
             "log": log_path}
     lines = [ln for ln in text.splitlines() if ln.startswith("BENCH-RESULT ")]
     if status["code"] == 0 and lines:
@@ -126,7 +139,9 @@ def median_row(runs: List[Dict]) -> Dict:
     row.update(seconds=secs, images=g["images_in"], records_out=g["records_out"],
                images_per_s=g["images_in"] / secs, mb_per_s=g["bytes_in"] / secs / 1e6,
                out_mb=g["bytes_out"] / 1e6, peak_rss_mb=statistics.median(r["peak_rss"] for r in good) / 1e6,
-               all_seconds=[round(r["seconds"], 3) for r in good])
+               all_seconds=[round(r["seconds"], 3) for r in good],
+               cpu_seconds=statistics.median(r["cpu_seconds"] for r in good),
+               other_load=statistics.median(r["other_load"] for r in good))
     if not row["ok"]:
         row["error"] = next(r.get("error") for r in runs if not r.get("ok"))
     return row
