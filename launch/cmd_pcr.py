@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
     p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
+    p.add_argument("--resume", action="store_true", help="reuse the verified work of an interrupted run")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_store_args(p)
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.set_defaults(func=run, accepts_beam_args=True)
@@ -43,6 +45,7 @@ def run(args) -> int:
                         images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
                         label_field=args.label_field, image_field=args.image_field, quality=args.quality,
                         base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
+                        resume=args.resume, progress=False if args.no_progress else None,
                         store=store_config(args))
         res = convert_pcr(cfg, args.beam_args)
     except OutputExistsError as e:

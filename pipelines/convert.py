@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog
+from pipelines import finalize, options as opts, progress as prog, workfiles
 from transforms import example as ex
 from transforms.fetch import read_shard
 from transforms.records import Reject, is_reject
@@ -152,29 +152,13 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             "sha256": digest.hexdigest(), "records_read": read, "filtered": filtered,
             "rejects": rejects, "schema": schema, "members": stats.members,
             "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
-    store.write_bytes(_sidecar(piece), json.dumps(info, sort_keys=True).encode())
+    workfiles.write_sidecar(piece, info, cfg.store)
     return info
-
-
-def _sidecar(piece: str) -> str:
-    return piece[: -len(".tfrecord")] + ".json"
 
 
 def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
     """A finished piece from an earlier run, if its sidecar exists and its bytes match."""
-    piece = join(work, f"piece-{index:06d}.tfrecord")
-    store = get_store(piece, config)
-    try:
-        info = json.loads(store.read_bytes(_sidecar(piece)))
-        digest = hashlib.sha256()
-        with store.open_read(piece) as f:
-            for chunk in iter(lambda: f.read(4 << 20), b""):
-                digest.update(chunk)
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-    if digest.hexdigest() != info.get("sha256"):
-        return None
-    return info
+    return workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
 
 
 class ConvertShardFn(beam.DoFn):

@@ -20,13 +20,14 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import transforms
-from pipelines import finalize, options as opts
+from pipelines import finalize, options as opts, progress as prog, workfiles
 from pipelines.convert import OutputExistsError, _counters
 from pipelines.shuffle import sort_key
 from transforms import pcr_convert as pc
@@ -56,6 +57,8 @@ class PcrConfig:
     base: Optional[str] = None
     max_rejects: int = 0
     overwrite: bool = False
+    resume: bool = False                 # reuse verified unit blobs of an interrupted run
+    progress: Optional[bool] = None      # None: a bar when stderr is a terminal (local runs)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     def describe(self) -> Dict[str, Any]:
@@ -85,14 +88,24 @@ def manifest_path(output: str) -> str:
 # -- Beam shells ----------------------------------------------------------------------------
 
 class ConvertUnitFn(beam.DoFn):
-    def __init__(self, cfg: PcrConfig, work: str):
-        self.cfg, self.work = cfg, work
+    def __init__(self, cfg: PcrConfig, work: str, job: str = ""):
+        self.cfg, self.work, self.job = cfg, work, job
         self.c = {n: Metrics.counter(NS, n) for n in (
-            "shards_read", "records_read", "records_written", "records_rejected", "shards_rejected")}
+            "shards_read", "shards_resumed", "records_read", "records_written", "records_rejected",
+            "shards_rejected")}
 
     def process(self, unit):
         cfg = self.cfg
-        info = pc.convert_unit(unit, self.work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
+        blob = pc.unit_blob(self.work, unit)
+        info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
+        if info is not None:
+            self.c["shards_resumed"].inc()
+        else:
+            info = pc.convert_unit(unit, self.work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
+            workfiles.write_sidecar(blob, info, cfg.store)
+        bar = prog.get(self.job)
+        if bar is not None:
+            bar.shard_done(len(info["images"]), sum(info["sizes"]))
         self.c["shards_read"].inc()
         self.c["records_read"].inc(info["records_read"])
         self.c["records_written"].inc(len(info["images"]))
@@ -187,10 +200,10 @@ def _existing_records(cfg: PcrConfig) -> List[str]:
 
 
 def build(p: beam.Pipeline, cfg: PcrConfig, units: List, list_rejects: List[Reject], inputs: List[str],
-          classes: Optional[List[str]], work: str):
+          classes: Optional[List[str]], work: str, job: str = ""):
     infos = (p | "Units" >> beam.Create(units, reshuffle=False)
                | "SpreadUnits" >> beam.Reshuffle()
-               | "ConvertUnit" >> beam.ParDo(ConvertUnitFn(cfg, work)))
+               | "ConvertUnit" >> beam.ParDo(ConvertUnitFn(cfg, work, job)))
     all_infos = infos | "GatherUnits" >> beam.combiners.ToList()
     records = (all_infos
                | "PlanRecords" >> beam.FlatMap(plan_records, cfg)
@@ -219,6 +232,12 @@ def list_units(cfg: PcrConfig):
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
 
 
+def work_dir_for(cfg: PcrConfig, inputs: List[str]) -> str:
+    """Same inputs + options -> same work dir, which is what lets ``resume`` find unit blobs."""
+    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}, sort_keys=True)
+    return join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
 def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
     """Run the conversion; raises OutputExistsError, ValueError, RuntimeError (no jpegtran)."""
     t0 = time.time()
@@ -231,15 +250,21 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     cfg.output = cfg.output.rstrip("/")
     existing = _existing_records(cfg)
     if (existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))) \
-            and not cfg.overwrite:
+            and not (cfg.overwrite or cfg.resume):
         raise OutputExistsError(f"{cfg.output} already holds a PCR dataset; pass --overwrite to replace it")
     units, list_rejects, inputs, classes = list_units(cfg)
-    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}, sort_keys=True)
-    work = join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
-    p = beam.Pipeline(options=opts.make_pipeline_options(beam_args))
-    build(p, cfg, units, list_rejects, inputs, classes, work)
-    result = p.run()
-    result.wait_until_finish()
+    work = work_dir_for(cfg, inputs)
+    job = uuid.uuid4().hex
+    args = opts.effective_args(beam_args)
+    bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None
+    try:
+        p = beam.Pipeline(options=opts.make_pipeline_options(args))
+        build(p, cfg, units, list_rejects, inputs, classes, work, job)
+        result = p.run()
+        result.wait_until_finish()
+    finally:
+        if bar is not None:
+            bar.close()
     mpath = manifest_path(cfg.output)
     manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
     counters = _counters(result)

@@ -131,10 +131,15 @@ def file_items(rows, config: Optional[StoreConfig], shard: str):
 
 # -- one unit -----------------------------------------------------------------------------
 
+def unit_blob(work: str, unit) -> str:
+    """Where ``unit``'s converted pieces go (and, beside it, the pipeline's sidecar)."""
+    return join(work, f"unit-{unit[1]:06d}.bin")
+
+
 def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality: int = DEFAULT_QUALITY,
                  image_field: Optional[str] = None, label_field: str = "cls") -> Dict[str, Any]:
     kind, index, shard, what = unit
-    blob = join(work, f"unit-{index:06d}.bin")
+    blob = unit_blob(work, unit)
     corrupt: List[Reject] = []
     items = tar_items(what, config, image_field, label_field, corrupt) if kind == "tar" \
         else file_items(what, config, shard)
