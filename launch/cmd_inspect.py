@@ -19,6 +19,7 @@ from transforms.stores import StoreConfig, basename, get_store
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
 LABEL_NAMES = ("cls", "label", "class", "txt")
 THUMB = 128
+ARROW_SAMPLE = 256
 
 
 def register(sub) -> None:
@@ -98,16 +99,25 @@ def contact_sheet(items: List[Tuple[Any, str]], path: str, thumb: int = THUMB) -
     return cols, rows
 
 
+def arrow_schema(payloads: List[bytes]):
+    """The Arrow schema tfx-bsl's Example decoder (the one TFX and TFDV use) gives these
+    serialized Examples: what a TFX pipeline reading the shards will see."""
+    from tfx_bsl.coders import example_coder
+    return example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(payloads).schema
+
+
 def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str] = None,
             config: Optional[StoreConfig] = None, out=sys.stdout) -> List[Tuple[Any, str]]:
     """Print schema + records of ``shard``; return (image, caption) pairs for the sheet."""
     from transforms import example as ex
     from transforms.tfrecord import read_records
     schema: Dict[str, Any] = {}
-    shown, count, sheet_items = [], 0, []
+    shown, count, sheet_items, head = [], 0, [], []
     with get_store(shard, config).open_read(shard) as f:
         for payload in read_records(f):
             count += 1
+            if len(head) < ARROW_SAMPLE:
+                head.append(payload)
             s = ex.schema_of(payload)
             schema = ex.merge_schema(schema, s) if schema else s
             if len(shown) < records or len(sheet_items) < images:
@@ -123,6 +133,10 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
     for name, spec in schema.items():
         opt = " (optional)" if spec.get("optional") else ""
         print(f"  {name:24s} {spec['dtype']:6s} {spec['shape']}{opt}", file=out)
+    if head:
+        print(f"arrow schema (tfx-bsl, as TFX components see it; first {len(head)} records):", file=out)
+        for field in arrow_schema(head):
+            print(f"  {field.name:24s} {field.type}", file=out)
     for i, rec in enumerate(shown):
         print(f"record {i}:", file=out)
         for name in sorted(rec):

@@ -144,6 +144,10 @@ def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp
     assert f"{shard}: {n} records" in p.stdout
     for line in ("__key__", "cls                      int64", "jpg                      bytes"):
         assert line in p.stdout
+    # the Arrow view TFX gets through tfx-bsl, with the same types as the manifest schema
+    assert "arrow schema (tfx-bsl" in p.stdout
+    assert "cls                      large_list<item: int64>" in p.stdout
+    assert "jpg                      large_list<item: large_binary>" in p.stdout
     assert f"'{first[0]['__key__']}'" in p.stdout and f"'{first[1]['__key__']}'" in p.stdout
     assert f"'{first[2]['__key__']}'" not in p.stdout           # only -n records are printed
     im = Image.open(sheet)
