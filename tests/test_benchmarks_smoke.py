@@ -24,6 +24,8 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import dataset  # noqa: E402
 
+pytestmark = pytest.mark.slow  # ~2 min: runs the whole quick benchmark (CI runs slow tests too)
+
 # every variant but Beam's in_memory/multi_processing modes (same code path as threads;
 # multi_processing alone costs ~15 s and 2 GB on the quick size)
 VARIANTS = ["limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset", "tar2tf-beam-threads",
