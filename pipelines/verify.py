@@ -170,7 +170,7 @@ def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
 def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, config: StoreConfig,
                  decode_images: bool = False, dali_index: bool = False) -> int:
     """Check one shard; append problems to the report; return the records read."""
-    from tensorflow.core.example import example_pb2
+    from transforms import example_wire_pb2 as example_pb2  # tf.train.Example's wire format, no TF import
     store = get_store(path, config)
     shown = 0
 

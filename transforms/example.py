@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
+from transforms import example_wire_pb2
 from transforms.records import KEY, META_KEYS, Record
 
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
@@ -33,7 +34,9 @@ class EncodeError(ValueError):
 
 
 def _example_pb2():
-    # Imported lazily: tensorflow's protos are heavy and DoFns should pay for them once.
+    # TensorFlow's own classes, for the public API (``record_to_example`` returns a
+    # ``tf.train.Example``) and example stages; imported lazily: importing TensorFlow costs
+    # seconds and hundreds of MB, which the default encoding path never pays.
     from tensorflow.core.example import example_pb2, feature_pb2
     return example_pb2, feature_pb2
 
@@ -119,10 +122,14 @@ def _set(features, name: str, typ: str, value: Any):
 
 
 def record_to_example(record: Record, type_map: Optional[Mapping[str, str]] = None):
-    """The default encoding: see the module docstring."""
+    """The default encoding as a ``tf.train.Example``: see the module docstring."""
     example_pb2, _ = _example_pb2()
+    return _build(example_pb2.Example(), record, type_map)
+
+
+def _build(ex, record: Record, type_map: Optional[Mapping[str, str]]):
+    """Fill an empty Example message (TensorFlow's class or :mod:`example_wire_pb2`'s)."""
     type_map = type_map or {}
-    ex = example_pb2.Example()
     feats = ex.features
     feats.feature[KEY].bytes_list.value.append(str(record[KEY]).encode("utf-8"))
     for name in sorted(record):
@@ -150,8 +157,12 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
     """Record -> serialized Example; ``to_example`` overrides the default encoding.
 
     A custom ``to_example`` may return a ``tf.train.Example`` or already-serialized bytes.
+    The default encoding builds tar2tf's own copy of the message (same bytes, no
+    TensorFlow import: see ``example_wire.proto``).
     """
-    ex = to_example(record) if to_example is not None else record_to_example(record, type_map)
+    if to_example is None:
+        return serialize(_build(example_wire_pb2.Example(), record, type_map))
+    ex = to_example(record)
     if isinstance(ex, (bytes, bytearray)):
         return bytes(ex)
     if ex is None or not hasattr(ex, "SerializeToString"):
@@ -163,8 +174,7 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
 
 def schema_of(serialized: bytes) -> Dict[str, Dict[str, Any]]:
     """Feature name -> {dtype, shape} as seen in one serialized Example."""
-    example_pb2, _ = _example_pb2()
-    ex = example_pb2.Example.FromString(serialized)
+    ex = example_wire_pb2.Example.FromString(serialized)
     out = {}
     for name, f in ex.features.feature.items():
         kind = f.WhichOneof("kind")
@@ -202,8 +212,7 @@ def parse_example(serialized: bytes) -> Record:
     Array features (``x`` + ``x/shape`` + ``x/dtype``) come back as ndarrays; one-element
     int/float lists come back as scalars; bytes stay bytes.
     """
-    example_pb2, _ = _example_pb2()
-    ex = example_pb2.Example.FromString(serialized)
+    ex = example_wire_pb2.Example.FromString(serialized)
     fmap = ex.features.feature
     rec: Record = {}
     for name in sorted(fmap):
