@@ -115,7 +115,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     digest = hashlib.sha256()
     keys: List[str] = []
     corrupt: Optional[Reject] = None
-    with store.open_write(piece) as f:
+    with store.open_write(piece, durable=False) as f:  # scratch: resume re-hashes it
         for item in read_shard(url, cfg.store, parse_size(cfg.max_member_size), stats):
             if isinstance(item, ShardCorrupt):
                 corrupt = item

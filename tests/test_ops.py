@@ -258,3 +258,30 @@ def test_selections():
     assert isinstance(as_list, SelectDict) and set(as_list.value(r)) == {"jpg", "cls"}
     with pytest.raises(ValueError, match="ext_name"):
         as_selection([Func(len)])
+
+
+@pytest.mark.parametrize("fmt,mode,channels", [
+    ("JPEG", "RGB", 3), ("JPEG", "L", 1), ("JPEG", "L", 3), ("JPEG", "CMYK", 3), ("PNG", "RGB", 3),
+    ("PNG", "L", 1), ("PNG", "RGBA", 4), ("PNG", "RGBA", 3), ("PNG", "P", None), ("PNG", "LA", None)])
+def test_pillow_chain_equals_array_functions(photo, fmt, mode, channels):
+    """Nested image ops stay in Pillow (no array round trips between them); the result must
+    be exactly what the array functions give, for every mode, with and without a draft."""
+    big = Image.fromarray(shardgen.image_array(7, (240, 160))).convert(mode)
+    data = _save(big, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    r = rec(x=data)
+    for size in [(48, 32), (200, 150), (240, 160)]:             # draft, no draft, same size
+        op = Resize(Decode("x", channels=channels), size)
+        hint = op._hint()
+        want = images.resize(images.decode(data, channels, draft_size=hint), size)
+        got = op.value(r)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        for out in ("png", "jpeg"):
+            enc = Encode(op, out, quality=85)
+            if out == "jpeg" and want.shape[2] in (2, 4):
+                with pytest.raises(ValueError):
+                    enc.value(r)
+                continue
+            assert enc.value(r) == images.encode(want, out, 85)
+    # raw bytes under Resize / Encode take the same path as Decode's defaults
+    np.testing.assert_array_equal(Resize("x", (48, 32)).value(r), Resize(Decode("x"), (48, 32)).value(r))

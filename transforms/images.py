@@ -81,6 +81,13 @@ def decode(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FO
     ``draft_size`` = (w, h): for JPEG, let libjpeg decode at 1/2, 1/4 or 1/8 scale in the
     DCT domain, never below ``draft_size`` (Pillow's ``draft``); other formats ignore it.
     """
+    return to_array(decode_image(data, channels, formats, exif, draft_size))
+
+
+def decode_image(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FORMATS,
+                 exif: bool = True, draft_size: Optional[Tuple[int, int]] = None) -> Image.Image:
+    """:func:`decode`, stopping at the Pillow image (mode L, LA, RGB or RGBA), so that a
+    chain of image ops (decode -> resize -> encode) stays in Pillow with no array copies."""
     img = _open(data, formats)
     orient = _orientation(img) if exif else 1
     if draft_size is not None and norm_format(img.format or "") == "JPEG":
@@ -94,7 +101,11 @@ def decode(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FO
         raise ImageError(f"corrupt {norm_format(img.format or '?')} image: {e}") from None
     if orient != 1:
         img = ImageOps.exif_transpose(img)
-    img = _to_channels(img, channels)
+    return _to_channels(img, channels)
+
+
+def to_array(img: Image.Image) -> np.ndarray:
+    """A Pillow image -> ``H x W x C`` uint8 array (grayscale gets its channel axis)."""
     arr = np.asarray(img)
     if arr.ndim == 2:
         arr = arr[:, :, None]
@@ -217,6 +228,20 @@ def resize(arr: np.ndarray, size: Tuple[int, int], method: str = "bilinear") -> 
     return _apply(arr, lambda im: im.resize((w, h), m))
 
 
+def resize_image(img: Image.Image, size: Tuple[int, int], method: str = "bilinear") -> Image.Image:
+    """:func:`resize` for a Pillow image in mode L, RGB or RGBA (the same pixels)."""
+    w, h = int(size[0]), int(size[1])
+    if w <= 0 or h <= 0:
+        raise ValueError(f"resize target must be positive, got {size!r}")
+    if img.size == (w, h):
+        return img
+    return img.resize((w, h), resample_method(method))
+
+
+# modes whose pixels resize_image / encode_image treat exactly as the array functions do
+PILLOW_NATIVE = ("L", "RGB", "RGBA")
+
+
 def rotate(arr: np.ndarray, angle: float, method: str = "bilinear", fill: float = 0) -> np.ndarray:
     """Rotate clockwise by ``angle`` degrees about the centre; same size, corners ``fill``."""
     m = resample_method(method)
@@ -244,7 +269,13 @@ def encode(arr: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
         arr = arr[:, :, 0]
     if arr.ndim == 3 and arr.shape[2] not in (2, 3, 4) or arr.ndim not in (2, 3):
         raise ValueError(f"cannot encode an array of shape {arr.shape} as an image")
-    img = Image.fromarray(arr)
+    return encode_image(Image.fromarray(arr), fmt, quality)
+
+
+def encode_image(img: Image.Image, fmt: str = "jpeg", quality: int = 95) -> bytes:
+    """:func:`encode` for a Pillow image (metadata such as EXIF or ICC is not carried over)."""
+    fmt = norm_format(fmt)
+    img.info = {}
     buf = io.BytesIO()
     if fmt == "JPEG":
         if img.mode not in ("L", "RGB"):

@@ -37,6 +37,20 @@ def _as_image(v: Any, size_hint=None) -> np.ndarray:
     raise OpError(f"expected an image (array or encoded bytes), got {type(v).__name__}")
 
 
+def _pil_of(what: Any, record, size_hint=None):
+    """``what`` as a Pillow image (mode L, RGB or RGBA) without a numpy round trip, or None
+    when only the array path applies (an array input, another op, an unusual mode).
+    Chains such as ``Encode(Resize(Decode(e)))`` then stay in Pillow: same pixels, same
+    bytes, fewer copies made under the GIL."""
+    if isinstance(what, Op):
+        img = what.pil(record, size_hint) if hasattr(what, "pil") else None
+    else:
+        v = evaluate(what, record)
+        img = images.decode_image(v, draft_size=size_hint) if isinstance(v, (bytes, bytearray, memoryview)) \
+            else None
+    return img if img is not None and img.mode in images.PILLOW_NATIVE else None
+
+
 class Decode(Op):
     """Encoded BMP/JPEG/PNG -> uint8 ``H x W x C``; anything else is an error (a reject).
 
@@ -67,6 +81,12 @@ class Decode(Op):
         if isinstance(v, np.ndarray):
             return v
         return images.decode(v, self.channels, self.formats, self.exif, size_hint)
+
+    def pil(self, record, size_hint=None):
+        v = evaluate(self.what, record)
+        if isinstance(v, np.ndarray):
+            return None
+        return images.decode_image(v, self.channels, self.formats, self.exif, size_hint)
 
 
 class Convert(Op):
@@ -106,11 +126,21 @@ class Resize(Op):
     def _args(self):
         return (self.what, self.size) + ((_Raw(f"method={self.method!r}"),) if self.method != "bilinear" else ())
 
-    def value(self, record, size_hint=None):
-        hint = None
+    def _hint(self):
         if self.draft_gap:
-            hint = (int(self.size[0] * self.draft_gap), int(self.size[1] * self.draft_gap))
+            return (int(self.size[0] * self.draft_gap), int(self.size[1] * self.draft_gap))
+        return None
+
+    def value(self, record, size_hint=None):
+        img = self.pil(record)
+        if img is not None:
+            return images.to_array(img)
+        hint = self._hint()
         return images.resize(_as_image(evaluate(self.what, record, hint), hint), self.size, self.method)
+
+    def pil(self, record, size_hint=None):
+        img = _pil_of(self.what, record, self._hint())
+        return None if img is None else images.resize_image(img, self.size, self.method)
 
 
 def random_angle(seed: int, key: str) -> float:
@@ -197,6 +227,9 @@ class Encode(Op):
         return (self.what, self.fmt) + ((_Raw(f"quality={self.quality}"),) if self.fmt.startswith("jp") else ())
 
     def value(self, record, size_hint=None):
+        img = _pil_of(self.what, record)
+        if img is not None:
+            return images.encode_image(img, self.fmt, self.quality)
         return images.encode(_as_image(evaluate(self.what, record)), self.fmt, self.quality)
 
 

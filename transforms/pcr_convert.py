@@ -149,7 +149,7 @@ def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality:
     read, offset = 0, 0
     digest = hashlib.sha256()
     store = get_store(blob, config)
-    with store.open_write(blob) as f:
+    with store.open_write(blob, durable=False) as f:  # scratch: resume re-hashes it
         for item in items:
             if is_reject(item):
                 rejects.append(item.to_dict())

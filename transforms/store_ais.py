@@ -144,7 +144,7 @@ class AISStore(RemoteStore):
             raise
         return reader
 
-    def open_write(self, url: str):
+    def open_write(self, url: str, durable: bool = True):
         obj = self._object(url)
 
         def upload(path, size):

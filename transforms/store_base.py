@@ -82,7 +82,7 @@ class Store:
     def open_read(self, url: str) -> BinaryIO:
         raise NotImplementedError
 
-    def open_write(self, url: str):
+    def open_write(self, url: str, durable: bool = True):
         raise NotImplementedError
 
     def exists(self, url: str) -> bool:

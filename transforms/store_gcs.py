@@ -111,7 +111,7 @@ class GCSStore(RemoteStore):
             raise
         return reader
 
-    def open_write(self, url: str):
+    def open_write(self, url: str, durable: bool = True):
         blob = self._blob(url, chunk_size=self.upload_chunk)
 
         def upload(path, size):

@@ -8,6 +8,8 @@ knows.  A :class:`Store` does five things with URLs of its scheme:
 * ``open_read(url)``   a streaming, read-only binary file (never the whole object in RAM);
 * ``open_write(url)``  a context manager yielding a binary file that becomes visible under
                        ``url`` only when the ``with`` block exits cleanly (atomic);
+                       ``durable=False`` (scratch files: pieces, unit blobs) skips the
+                       fsync, which is safe because ``--resume`` re-hashes them;
 * ``exists``, ``delete``, ``size``.
 
 Errors: a missing object raises ``FileNotFoundError``; a refused one ``PermissionError``.
@@ -32,7 +34,7 @@ __all__ = ["Store", "StoreConfig", "LocalStore", "BeamFileSystemStore", "get_sto
 
 class LocalStore(Store):
     """Local files.  Atomic writes go to a hidden temp file in the same directory,
-    are fsync'ed, then ``os.replace``d onto the final name."""
+    are fsync'ed (unless ``durable=False``), then ``os.replace``d onto the final name."""
 
     @staticmethod
     def _path(url: str) -> str:
@@ -60,7 +62,7 @@ class LocalStore(Store):
         return open(path, "rb", buffering=1 << 20)
 
     @contextlib.contextmanager
-    def open_write(self, url: str):
+    def open_write(self, url: str, durable: bool = True):
         path = self._path(url)
         d = os.path.dirname(path) or "."
         os.makedirs(d, exist_ok=True)
@@ -69,7 +71,8 @@ class LocalStore(Store):
         try:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
             f.close()
             os.replace(tmp, path)
         except BaseException:
@@ -112,7 +115,7 @@ class BeamFileSystemStore(Store):
         return FileSystems.open(url, compression_type=CompressionTypes.UNCOMPRESSED)
 
     @contextlib.contextmanager
-    def open_write(self, url: str):
+    def open_write(self, url: str, durable: bool = True):
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.io.filesystem import CompressionTypes
         tmp = url + f".tmp-{uuid.uuid4().hex[:12]}"
