@@ -30,7 +30,7 @@ import logging
 import os
 from typing import Any, Iterator, Optional, Tuple
 
-from transforms.retry import RetryPolicy, discard, iter_pages, open_resumable
+from transforms.retry import RetryPolicy, discard, iter_pages
 from transforms.store_base import StoreConfig, split_url
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
@@ -136,13 +136,7 @@ class AISStore(RemoteStore):
         return raw, total, total
 
     def open_read(self, url: str):
-        reader = open_resumable(lambda off: self._open_at(url, off), self.policy, url)
-        try:
-            reader.raw.open()  # first request now: 404/403 surface here, as fetch rejects
-        except BaseException:
-            reader.close()
-            raise
-        return reader
+        return self._open_resumable(url, lambda off: self._open_at(url, off))
 
     def open_write(self, url: str, durable: bool = True):
         obj = self._object(url)

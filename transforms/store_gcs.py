@@ -25,7 +25,7 @@ import io
 import logging
 from typing import Iterator, Tuple
 
-from transforms.retry import RetryPolicy, iter_pages, open_resumable
+from transforms.retry import RetryPolicy, iter_pages
 from transforms.store_base import StoreConfig, split_url
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
@@ -103,13 +103,7 @@ class GCSStore(RemoteStore):
                                                 retry=None, timeout=self.timeout)
             return io.BytesIO(data), end, size
 
-        reader = open_resumable(open_at, self.policy, url)
-        try:
-            reader.raw.open()  # first request now: 404/403 surface here, as fetch rejects
-        except BaseException:
-            reader.close()
-            raise
-        return reader
+        return self._open_resumable(url, open_at)
 
     def open_write(self, url: str, durable: bool = True):
         blob = self._blob(url, chunk_size=self.upload_chunk)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from transforms.retry import RetryPolicy, is_transient, permanent_error
+from transforms.retry import RetryPolicy, is_transient, open_resumable, permanent_error
 from transforms.store_base import Store
 
 
@@ -35,3 +35,14 @@ class RemoteStore(Store):
             with self._errors(url):
                 return fn()
         return self.policy.call(attempt, f"{what} {url}")
+
+    def _open_resumable(self, url: str, open_at):
+        """A resumable reader over ``open_at(offset)``, with its first request made now so
+        that 404/403 surface here (as fetch rejects), not at the first read."""
+        reader = open_resumable(open_at, self.policy, url)
+        try:
+            reader.raw.open()
+        except BaseException:
+            reader.close()
+            raise
+        return reader
