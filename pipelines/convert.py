@@ -201,11 +201,13 @@ class ConvertShardFn(beam.DoFn):
             Metrics.counter(NS, "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind).inc()
 
 
-def _plan(pieces, cfg: ConvertConfig):
+def plan_shards(pieces, cfg: ConvertConfig):
+    """Final shard tasks for all pieces (used by the Beam graph and the in-process driver)."""
     return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
 
 
-def _finish(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
+def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
+    """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
@@ -257,16 +259,17 @@ def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: L
         shards = shuffled_shards(pieces, all_pieces, cfg)
     else:
         shards = (all_pieces
-                  | "Plan" >> beam.FlatMap(_plan, cfg)
+                  | "Plan" >> beam.FlatMap(plan_shards, cfg)
                   | "SpreadWrites" >> beam.Reshuffle()
                   | "WriteShard" >> beam.Map(finalize.write_shard, cfg.store, cfg.dali_index))
     return (shards
             | "GatherShards" >> beam.combiners.ToList()
-            | "Manifest" >> beam.FlatMap(_finish, beam.pvalue.AsSingleton(all_pieces), cfg,
+            | "Manifest" >> beam.FlatMap(finish_job, beam.pvalue.AsSingleton(all_pieces), cfg,
                                          list_rejects, urls, work))
 
 
-def _counters(result) -> Dict[str, int]:
+def counters_of(result) -> Dict[str, int]:
+    """The ``tar2tf`` Beam counters of a finished pipeline result, by name."""
     out: Dict[str, int] = {}
     try:
         for c in result.metrics().query(MetricsFilter().with_namespace(NS))["counters"]:
@@ -304,7 +307,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
             bar.close()
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
-    counters = _counters(result)
+    counters = counters_of(result)
     counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(list_rejects)
     totals = manifest["totals"]
     rejected = manifest["rejects"]["count"]

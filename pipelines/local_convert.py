@@ -43,9 +43,9 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         pieces = list(pool.map(one, list(enumerate(urls))))
         if cfg.shuffle:
             raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
-        plan = cv._plan(pieces, cfg)  # noqa: SLF001 - same planning step as the Beam graph
+        plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
         shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
-    manifest = next(iter(cv._finish(shards, pieces, cfg, list_rejects, urls, work)))  # noqa: SLF001
+    manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     written = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     assert written["totals"] == manifest["totals"]

@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 
 import transforms
 from pipelines import finalize, options as opts, progress as prog, workfiles
-from pipelines.convert import OutputExistsError, _counters
+from pipelines.convert import OutputExistsError, counters_of
 from pipelines.shuffle import sort_key
 from transforms import pcr_convert as pc
 from transforms import pcr_format as fmt
@@ -267,7 +267,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
             bar.close()
     mpath = manifest_path(cfg.output)
     manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
-    counters = _counters(result)
+    counters = counters_of(result)
     rejected = manifest["rejects"]["count"]
     return PcrResult(paths=[s["path"] for s in manifest["shards"]], index_path=manifest["index"]["path"],
                      manifest=manifest, manifest_path=mpath, rejects_path=manifest["rejects"]["path"],
