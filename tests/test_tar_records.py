@@ -151,6 +151,28 @@ def test_truncated_tar_keeps_earlier_records(tmp_path):
     assert "truncated" in rej[0].reason
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_tar_cut_at_a_member_boundary_is_reported(tmp_path, gz):
+    """A shard that ends exactly after a member (no end-of-archive blocks) is a truncated
+    download: the last record may be incomplete and is rejected, the rest is kept."""
+    import gzip as gzip_mod
+    p = shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 6))
+    with tarfile.open(p) as tf:
+        m = [x for x in tf.getmembers() if x.name == "000004.jpg"][0]
+    end = m.offset_data + -(-m.size // 512) * 512           # just after 000004.jpg's padded data
+    data = open(p, "rb").read()[:end]
+    cut = tmp_path / ("cut.tar.gz" if gz else "cut.tar")
+    cut.write_bytes(gzip_mod.compress(data, mtime=0) if gz else data)
+    recs = _records(str(cut))
+    good = [r["__key__"] for r in recs if not isinstance(r, Reject)]
+    rej = [r for r in recs if isinstance(r, Reject)]
+    assert good == ["000000", "000001", "000002", "000003"]
+    assert [(r.key, r.counts_record) for r in rej] == [("000004", True), (None, False)]
+    assert "end-of-archive marker" in rej[1].reason
+    # the intact shard has its marker: no reject
+    assert not [r for r in _records(p) if isinstance(r, Reject)]
+
+
 def test_corrupt_gzip_keeps_earlier_records(tmp_path):
     """A gzip stream that ends early: records before the damage survive intact."""
     p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 40), gz=True)

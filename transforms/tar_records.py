@@ -219,6 +219,21 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             return
         stats.member_bytes += len(data)
         group.entries[ext] = data
+    if stats.members and not _saw_end_marker(tf):
+        # The stream stopped exactly at a member boundary, without the zero blocks that end
+        # every tar: a shard cut short (a partial download or copy).  The record read last
+        # may have lost members that came after the cut, so it is rejected like any record
+        # at a truncation point; the shard-level reject says what happened.
+        if current is not None and current in pending:
+            pending.pop(current)
+            emitted.add(current)
+            yield Reject(shard, current, "tar",
+                         "truncated shard: the archive ends after this record without its end marker")
+        yield from flush(0)
+        yield Reject(shard, None, "tar",
+                     f"truncated archive: the stream ended after {stats.members} members without the "
+                     "end-of-archive marker (later members may be missing)", counts_record=False)
+        return
     yield from flush(0)
     # tarfile stops at the end-of-archive blocks; drain the rest so gzip checks its trailer
     try:
@@ -226,6 +241,17 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             pass
     except _STREAM_ERRORS as e:
         yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+
+
+def _saw_end_marker(tf: tarfile.TarFile) -> bool:
+    """Whether tarfile stopped at the end-of-archive zero block rather than at the end of
+    the stream: in stream mode its reader has then consumed that 512-byte block beyond
+    the last member (``offset``).  Readers without a position are given the benefit of
+    the doubt."""
+    try:
+        return tf.fileobj.tell() >= tf.offset + tarfile.BLOCKSIZE
+    except (AttributeError, OSError, ValueError):
+        return True
 
 
 def _is_integrity_error(e: BaseException) -> bool:
