@@ -22,6 +22,8 @@ from typing import Dict, List
 import pytest
 import requests
 
+from shared_server import SharedServer
+
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tar2tf")
 
@@ -154,7 +156,7 @@ class AISCluster:
         return self.client().bucket(bucket).object(name).get_reader().read_all()
 
 
-_SHARED = {"cluster": None, "users": 0}
+_SHARED = SharedServer()
 
 
 @pytest.fixture(scope="session")
@@ -165,20 +167,8 @@ def ais_cluster():
     if binary is None:
         pytest.skip("AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it with "
                     "`go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    if _SHARED["cluster"] is None:
-        cluster = AISCluster(binary)
-        try:
-            cluster.start()
-        except Exception:
-            cluster.stop()
-            raise
-        _SHARED["cluster"] = cluster
-    _SHARED["users"] += 1
-    yield _SHARED["cluster"]
-    _SHARED["users"] -= 1
-    if _SHARED["users"] == 0:
-        _SHARED["cluster"].stop()
-        _SHARED["cluster"] = None
+    with _SHARED.use(lambda: AISCluster(binary)) as server:
+        yield server
 
 
 @pytest.fixture()

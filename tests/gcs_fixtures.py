@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from ais_fixtures import CACHE, free_ports
+from shared_server import SharedServer
 
 
 def emulator_binary():
@@ -96,7 +97,7 @@ def use_gcs_endpoint(monkeypatch, url: str) -> None:
     monkeypatch.setattr(stores, "_CACHE", {})
 
 
-_SHARED = {"emulator": None, "users": 0}
+_SHARED = SharedServer()
 
 
 @pytest.fixture(scope="session")
@@ -106,20 +107,8 @@ def gcs_emulator():
     if binary is None:
         pytest.skip("GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
                     "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    if _SHARED["emulator"] is None:
-        emu = GCSEmulator(binary)
-        try:
-            emu.start()
-        except Exception:
-            emu.stop()
-            raise
-        _SHARED["emulator"] = emu
-    _SHARED["users"] += 1
-    yield _SHARED["emulator"]
-    _SHARED["users"] -= 1
-    if _SHARED["users"] == 0:
-        _SHARED["emulator"].stop()
-        _SHARED["emulator"] = None
+    with _SHARED.use(lambda: GCSEmulator(binary)) as server:
+        yield server
 
 
 @pytest.fixture()

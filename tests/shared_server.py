@@ -1,0 +1,31 @@
+"""One server process per test session, even when several test modules import the same
+fixture (pytest then makes one session fixture per module): the first user starts it, the
+last one stops it, by the PIDs it started."""
+
+import contextlib
+
+
+class SharedServer:
+    def __init__(self):
+        self.server = None
+        self.users = 0
+
+    @contextlib.contextmanager
+    def use(self, make):
+        """``make()`` builds a server with ``start()``/``stop()``; yields the running one."""
+        if self.server is None:
+            server = make()
+            try:
+                server.start()
+            except Exception:
+                server.stop()
+                raise
+            self.server = server
+        self.users += 1
+        try:
+            yield self.server
+        finally:
+            self.users -= 1
+            if self.users == 0:
+                self.server.stop()
+                self.server = None
