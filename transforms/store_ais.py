@@ -31,7 +31,7 @@ import os
 from typing import Any, Iterator, Optional, Tuple
 
 from transforms.retry import RetryPolicy, discard, iter_pages
-from transforms.store_base import StoreConfig, split_url
+from transforms.store_base import StoreConfig
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
 
@@ -50,6 +50,8 @@ def _sdk_retry_off():
 
 
 class AISStore(RemoteStore):
+    scheme = "ais"
+
     def __init__(self, config: StoreConfig):
         from aistore.sdk import Client
         self.config = config
@@ -62,13 +64,6 @@ class AISStore(RemoteStore):
         return f"AISStore({self.endpoint!r})"
 
     # -- helpers ------------------------------------------------------------------------
-
-    @staticmethod
-    def _split(url: str) -> Tuple[str, str]:
-        scheme, bucket, name = split_url(url)
-        if scheme != "ais" or not bucket:
-            raise ValueError(f"not an ais://bucket/object URL: {url}")
-        return bucket, name
 
     def _object(self, url: str):
         bucket, name = self._split(url)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Iterator, Tuple
+from typing import Iterator
 
 from transforms.retry import RetryPolicy, iter_pages
-from transforms.store_base import StoreConfig, split_url
+from transforms.store_base import StoreConfig
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
 
@@ -35,6 +35,8 @@ READ_CHUNK = 8 << 20
 
 
 class GCSStore(RemoteStore):
+    scheme = "gs"
+
     def __init__(self, config: StoreConfig):
         from google.cloud import storage
         self.config = config
@@ -46,13 +48,6 @@ class GCSStore(RemoteStore):
 
     def __repr__(self) -> str:
         return "GCSStore()"
-
-    @staticmethod
-    def _split(url: str) -> Tuple[str, str]:
-        scheme, bucket, name = split_url(url)
-        if scheme != "gs" or not bucket:
-            raise ValueError(f"not a gs://bucket/object URL: {url}")
-        return bucket, name
 
     def _blob(self, url: str, **kw):
         bucket, name = self._split(url)

@@ -8,13 +8,23 @@ faults are retried by :class:`~transforms.retry.RetryPolicy`; anything else esca
 from __future__ import annotations
 
 import contextlib
+from typing import Tuple
 
 from transforms.retry import RetryPolicy, is_transient, open_resumable, permanent_error
-from transforms.store_base import Store
+from transforms.store_base import Store, split_url
 
 
 class RemoteStore(Store):
     policy: RetryPolicy
+    scheme: str  # "ais", "gs"
+
+    @classmethod
+    def _split(cls, url: str) -> Tuple[str, str]:
+        """``scheme://bucket/name`` -> (bucket, name); a URL of another scheme is an error."""
+        scheme, bucket, name = split_url(url)
+        if scheme != cls.scheme or not bucket:
+            raise ValueError(f"not an object URL of the form {cls.scheme}://bucket/name: {url}")
+        return bucket, name
 
     @contextlib.contextmanager
     def _errors(self, url: str):
