@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 
 import transforms
 from pipelines import finalize, options as opts, progress as prog, workfiles
-from pipelines.convert import OutputExistsError, counters_of
+from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.shuffle import sort_key
 from transforms import pcr_convert as pc
 from transforms import pcr_format as fmt
@@ -69,16 +69,9 @@ class PcrConfig:
 
 
 @dataclasses.dataclass
-class PcrResult:
-    paths: List[str]
-    index_path: str
-    manifest: Dict[str, Any]
-    manifest_path: str
-    rejects_path: str
-    totals: Dict[str, int]
-    counters: Dict[str, int]
-    seconds: float
-    exit_code: int
+class PcrResult(ConvertResult):
+    """A conversion's result (record files as ``paths``) plus the index it wrote."""
+    index_path: str = ""
 
 
 def manifest_path(output: str) -> str:

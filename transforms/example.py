@@ -37,8 +37,8 @@ def _example_pb2():
     # TensorFlow's own classes, for the public API (``record_to_example`` returns a
     # ``tf.train.Example``) and example stages; imported lazily: importing TensorFlow costs
     # seconds and hundreds of MB, which the default encoding path never pays.
-    from tensorflow.core.example import example_pb2, feature_pb2
-    return example_pb2, feature_pb2
+    from tensorflow.core.example import example_pb2
+    return example_pb2
 
 
 def parse_type_map(spec: Union[None, str, Mapping[str, str]]) -> Dict[str, str]:
@@ -123,8 +123,7 @@ def _set(features, name: str, typ: str, value: Any):
 
 def record_to_example(record: Record, type_map: Optional[Mapping[str, str]] = None):
     """The default encoding as a ``tf.train.Example``: see the module docstring."""
-    example_pb2, _ = _example_pb2()
-    return _build(example_pb2.Example(), record, type_map)
+    return _build(_example_pb2().Example(), record, type_map)
 
 
 def _build(ex, record: Record, type_map: Optional[Mapping[str, str]]):
