@@ -1,7 +1,6 @@
 """tar2tf's own copy of the tf.train.Example wire format (``transforms/example_wire.proto``):
 the bytes are TensorFlow's, and the default conversion path never imports TensorFlow."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import sys
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from protogen import assert_gencode_fresh
 from transforms import example as ex
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,14 +33,7 @@ def test_default_encoding_is_byte_identical_to_tensorflow(payload, key):
 
 
 def test_gencode_matches_proto(tmp_path):
-    if importlib.util.find_spec("grpc_tools") is None:
-        import pytest
-        pytest.skip("grpcio-tools not installed: cannot regenerate transforms/example_wire_pb2.py")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}",
-                    "transforms/example_wire.proto"], cwd=ROOT, check=True)
-    fresh = (tmp_path / "transforms" / "example_wire_pb2.py").read_text()
-    shipped = open(os.path.join(ROOT, "transforms", "example_wire_pb2.py")).read()
-    assert fresh == shipped, "transforms/example_wire_pb2.py is stale: regenerate it (see the .proto)"
+    assert_gencode_fresh("transforms/example_wire.proto", tmp_path)
 
 
 def test_conversion_does_not_import_tensorflow(tmp_path):

@@ -5,15 +5,14 @@ The reference schema is rebuilt here from its published facts only (field names,
 and types): the TF fork's proto3 messages (package ``tensorflow``) and the converter's
 proto2 variant (unpacked ``repeated int32 labels``, ``required progressive_levels``)."""
 
-import importlib.util
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from protogen import assert_gencode_fresh
 from pcr_fixtures import decode, encode, photo, requires_jpegtran
 from transforms import jpeg_scans as js
 from transforms import pcr_format as fmt
@@ -25,17 +24,7 @@ F = descriptor_pb2.FieldDescriptorProto
 
 
 def test_gencode_matches_proto(tmp_path):
-    if importlib.util.find_spec("grpc_tools") is None:
-        pytest.skip("grpcio-tools not installed: cannot regenerate transforms/pcr_pb2.py to compare")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}",
-                    "transforms/pcr.proto"], cwd=ROOT, check=True)
-    fresh = (tmp_path / "transforms" / "pcr_pb2.py").read_text()
-    shipped = open(os.path.join(ROOT, "transforms", "pcr_pb2.py")).read()
-
-    def descriptor_line(text):
-        return next(line for line in text.splitlines() if "AddSerializedFile" in line)
-    assert descriptor_line(fresh) == descriptor_line(shipped), \
-        "transforms/pcr_pb2.py is stale: regenerate it (command in transforms/pcr.proto)"
+    assert_gencode_fresh("transforms/pcr.proto", tmp_path)
 
 
 def _reference_classes(syntax: str):
