@@ -111,6 +111,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     sizes: List[int] = []
     rejects: List[Dict[str, Any]] = []
     schema: Dict[str, Any] = {}
+    last_schema: Optional[Dict[str, Any]] = None
     read = filtered = 0
     digest = hashlib.sha256()
     keys: List[str] = []
@@ -125,7 +126,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
                 read += item.counts_record
                 continue
             read += 1
-            out = stages.process(item)
+            out, rec_schema = stages.process_with_schema(item)
             if out is FILTERED:
                 filtered += 1
                 continue
@@ -137,9 +138,12 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             digest.update(data)
             sizes.append(len(data))
             keys.append(item["__key__"])
-            # every record enters the schema (a few us each), so `tar2tf verify` can hold
-            # each Example to it without false alarms on features that appear late
-            schema = ex.merge_schema(schema, ex.schema_of(out)) if schema else ex.schema_of(out)
+            # every record enters the schema, so `tar2tf verify` can hold each Example to it
+            # without false alarms on features that appear late; merging is idempotent, so
+            # a run of records with the same features merges once
+            if rec_schema != last_schema:
+                schema = ex.merge_schema(schema, rec_schema) if schema else rec_schema
+                last_schema = rec_schema
     if corrupt is not None:
         # the shard failed its integrity check after its records were read: none of its
         # content can be trusted, so every record it gave is rejected and the piece emptied

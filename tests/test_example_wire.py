@@ -32,6 +32,21 @@ def test_default_encoding_is_byte_identical_to_tensorflow(payload, key):
     assert back["__key__"] == key and set(back) == set(record) - {"__shard__"}
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(names.filter(lambda n: not n.startswith("__")), values, max_size=6), names)
+def test_schema_from_the_message_equals_the_parsed_schema(payload, key):
+    """The converter takes each record's schema from the message before serializing it;
+    it must be what parsing the written bytes gives (what `tar2tf verify` checks against)."""
+    from transforms.stages import Stages
+    record = dict(payload, __key__=key, __shard__="s.tar")
+    data, schema = ex.encode_with_schema(record)
+    assert schema == ex.schema_of(data) and data == ex.encode_record(record)
+    out, via_stages = Stages(example_stages=[lambda e: e]).process_with_schema(dict(record))
+    assert out == data and via_stages == schema                     # a tf.train.Example message
+    out, custom = Stages(to_example=lambda r: ex.encode_record(r)).process_with_schema(dict(record))
+    assert out == data and custom == schema                         # a custom encoder's bytes
+
+
 def test_gencode_matches_proto(tmp_path):
     assert_gencode_fresh("transforms/example_wire.proto", tmp_path)
 

@@ -16,7 +16,7 @@ runs differ.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -159,27 +159,42 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
     The default encoding builds tar2tf's own copy of the message (same bytes, no
     TensorFlow import: see ``example_wire.proto``).
     """
+    return encode_with_schema(record, type_map, to_example, schema=False)[0]
+
+
+def encode_with_schema(record: Record, type_map: Optional[Mapping[str, str]] = None,
+                       to_example: Optional[Callable[[Record], Any]] = None,
+                       schema: bool = True) -> Tuple[bytes, Optional[Dict[str, Dict[str, Any]]]]:
+    """:func:`encode_record` plus the Example's :func:`schema_of`, read from the message
+    before it is serialized (no parse back), or None with ``schema=False``."""
     if to_example is None:
-        return serialize(_build(example_wire_pb2.Example(), record, type_map))
-    ex = to_example(record)
-    if isinstance(ex, (bytes, bytearray)):
-        return bytes(ex)
-    if ex is None or not hasattr(ex, "SerializeToString"):
-        raise EncodeError(f"record_to_example returned {type(ex).__name__}, not a tf.train.Example")
-    return serialize(ex)
+        msg = _build(example_wire_pb2.Example(), record, type_map)
+    else:
+        msg = to_example(record)
+        if isinstance(msg, (bytes, bytearray)):
+            data = bytes(msg)
+            return data, (schema_of(data) if schema else None)
+        if msg is None or not hasattr(msg, "SerializeToString"):
+            raise EncodeError(f"record_to_example returned {type(msg).__name__}, not a tf.train.Example")
+    return serialize(msg), (schema_of_message(msg) if schema else None)
 
 
 # -- schema -----------------------------------------------------------------------------
 
 def schema_of(serialized: bytes) -> Dict[str, Dict[str, Any]]:
     """Feature name -> {dtype, shape} as seen in one serialized Example."""
-    ex = example_wire_pb2.Example.FromString(serialized)
+    return schema_of_message(example_wire_pb2.Example.FromString(serialized))
+
+
+_KINDS = {"bytes_list": BYTES, "int64_list": INT64, "float_list": FLOAT}
+
+
+def schema_of_message(ex) -> Dict[str, Dict[str, Any]]:
+    """:func:`schema_of` for an Example message (tar2tf's wire class or TensorFlow's)."""
     out = {}
     for name, f in ex.features.feature.items():
         kind = f.WhichOneof("kind")
-        n = len(getattr(f, kind).value) if kind else 0
-        out[name] = {"dtype": {"bytes_list": BYTES, "int64_list": INT64, "float_list": FLOAT}.get(kind, "none"),
-                     "shape": [n]}
+        out[name] = {"dtype": _KINDS.get(kind, "none"), "shape": [len(getattr(f, kind).value) if kind else 0]}
     return out
 
 

@@ -10,8 +10,9 @@
   appearance is rejected.
 * Directories, links, devices and members with no extension are skipped and counted,
   never turned into records.
-* The tar is read as a stream (``tarfile`` mode ``r|*``, which also sniffs gzip), member by
-  member; a member's bytes are read only if it is within ``max_member_size``.
+* The tar is read as a stream, member by member (:mod:`transforms.tar_stream`; gzip is
+  sniffed and decoded by :mod:`gzip`); a member's bytes are read only if it is within
+  ``max_member_size``.
 
 Bad input turns into :class:`~transforms.records.Reject` values in the same stream:
 a zero-length or oversized member rejects its record; a truncated tar or a corrupt gzip
@@ -31,6 +32,7 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
+from transforms.tar_stream import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
 DEFAULT_GROUP_WINDOW = 64
@@ -66,12 +68,12 @@ class ShardCorrupt(Reject):
 
 def _open_stream(stream: BinaryIO):
     """Gzip streams are decoded by :mod:`gzip`, which checks the CRC32 and length trailer
-    (tarfile's own gzip reader does not); returns (stream, tarfile mode)."""
+    (tarfile's own gzip reader does not)."""
     if not hasattr(stream, "peek"):
         stream = io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
     if stream.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=stream, mode="rb"), "r|"
-    return stream, "r|"
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return stream
 
 
 class _Peekable(io.BufferedReader):
@@ -132,21 +134,20 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         while len(pending) > keep:
             yield finish(pending.popitem(last=False)[1])
 
+    current: Optional[str] = None  # key of the record whose member was read last
     try:
-        stream, mode = _open_stream(stream)
-        tf = tarfile.open(fileobj=stream, mode=mode, ignore_zeros=False)
+        stream = _open_stream(stream)
+        tar = TarStream(stream)
     except _STREAM_ERRORS as e:
         yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
         return
-
-    members = iter(tf)
-    current: Optional[str] = None  # key of the record whose member was read last
     while True:
         try:
-            member = next(members)
-        except StopIteration:
-            break
+            member = tar.next()
         except _STREAM_ERRORS as e:
+            if stats.members == 0:  # the first header: this is not a tar at all
+                yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+                return
             # Damage while reading a header: the record read last may have lost later
             # members, so it is rejected; the other open records are complete.
             if current is not None and current in pending:
@@ -162,11 +163,10 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                          f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
                          counts_record=False)
             return
+        if member is None:
+            break
         stats.members += 1
-        if not member.isreg():
-            stats.skipped_members += 1
-            continue
-        parsed = split_key(member.name)
+        parsed = split_key(member.name) if member.isreg() else None
         if parsed is None:
             stats.skipped_members += 1
             continue
@@ -204,10 +204,7 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             stats.skipped_members += 1
             continue
         try:
-            f = tf.extractfile(member)
-            data = f.read() if f is not None else b""
-            if len(data) != member.size:
-                raise EOFError(f"member {member.name} has {len(data)} of {member.size} bytes")
+            data = tar.read(member)
         except _STREAM_ERRORS as e:
             pending.pop(key, None)
             emitted.add(key)
@@ -219,7 +216,7 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             return
         stats.member_bytes += len(data)
         group.entries[ext] = data
-    if stats.members and not _saw_end_marker(tf):
+    if stats.members and not tar.ended:
         # The stream stopped exactly at a member boundary, without the zero blocks that end
         # every tar: a shard cut short (a partial download or copy).  The record read last
         # may have lost members that came after the cut, so it is rejected like any record
@@ -235,23 +232,12 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                      "end-of-archive marker (later members may be missing)", counts_record=False)
         return
     yield from flush(0)
-    # tarfile stops at the end-of-archive blocks; drain the rest so gzip checks its trailer
+    # reading stops at the end-of-archive block; drain the rest so gzip checks its trailer
     try:
         while stream.read(1 << 16):
             pass
     except _STREAM_ERRORS as e:
         yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
-
-
-def _saw_end_marker(tf: tarfile.TarFile) -> bool:
-    """Whether tarfile stopped at the end-of-archive zero block rather than at the end of
-    the stream: in stream mode its reader has then consumed that 512-byte block beyond
-    the last member (``offset``).  Readers without a position are given the benefit of
-    the doubt."""
-    try:
-        return tf.fileobj.tell() >= tf.offset + tarfile.BLOCKSIZE
-    except (AttributeError, OSError, ValueError):
-        return True
 
 
 def _is_integrity_error(e: BaseException) -> bool:
