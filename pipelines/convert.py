@@ -2,9 +2,9 @@
 
 Graph (every step is a thin shell over a plain function in ``transforms``)::
 
-    Create(shard tasks) -> Reshuffle (names, not bytes) -> ConvertShard (fetch, tar, ops,
+    Create(shard tasks) -> spread (names, not bytes) -> ConvertShard (fetch, tar, ops,
     encode; one piece + sidecar per input shard) -> gather sidecars -> plan final shards
-    -> Reshuffle -> WriteShard (copy byte ranges, atomic rename) -> manifest + rejects
+    -> spread -> WriteShard (copy byte ranges, atomic rename) -> manifest + rejects
 
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+from operator import itemgetter
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -28,6 +29,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
 from pipelines import finalize, options as opts, progress as prog, workfiles
+from pipelines.distribute import gather, spread
 from transforms import example as ex
 from transforms.fetch import read_shard
 from transforms.records import Reject, is_reject
@@ -254,20 +256,17 @@ def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
 def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject],
           work: str, job: str):
     tasks = list(enumerate(urls))
-    pieces = (p | "Shards" >> beam.Create(tasks, reshuffle=False)
-                | "SpreadShards" >> beam.Reshuffle()
-                | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work, job)))
-    all_pieces = pieces | "GatherPieces" >> beam.combiners.ToList()
+    pieces = (spread(p | "Shards" >> beam.Create(tasks, reshuffle=False), "SpreadShards", itemgetter(0))
+              | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work, job)))
+    all_pieces = gather(pieces, "GatherPieces")
     if cfg.shuffle:
         from pipelines.shuffle import shuffled_shards
         shards = shuffled_shards(pieces, all_pieces, cfg)
     else:
-        shards = (all_pieces
-                  | "Plan" >> beam.FlatMap(plan_shards, cfg)
-                  | "SpreadWrites" >> beam.Reshuffle()
+        plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
+        shards = (spread(plan, "SpreadWrites", itemgetter("index"))
                   | "WriteShard" >> beam.Map(finalize.write_shard, cfg.store, cfg.dali_index))
-    return (shards
-            | "GatherShards" >> beam.combiners.ToList()
+    return (gather(shards, "GatherShards")
             | "Manifest" >> beam.FlatMap(finish_job, beam.pvalue.AsSingleton(all_pieces), cfg,
                                          list_rejects, urls, work))
 

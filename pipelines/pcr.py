@@ -2,9 +2,9 @@
 
 Graph (thin shells over ``transforms.pcr_convert`` / ``transforms.pcr_format``)::
 
-    Create(units) -> Reshuffle -> ConvertUnit (read, jpegtran, split scans; one work blob
+    Create(units) -> spread -> ConvertUnit (read, jpegtran, split scans; one work blob
     + info per unit) -> gather infos -> plan records (input order or seeded shuffle,
-    N images each, the last one partial) -> Reshuffle -> WriteRecord (PCR_<i>.db,
+    N images each, the last one partial) -> spread -> WriteRecord (PCR_<i>.db,
     atomic) -> gather index entries -> PCR_index.pb (each record once) + manifest + rejects
 
 Units are tar shards or slices of an ImageFolder tree.  The record plan depends only on
@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+from operator import itemgetter
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -29,6 +30,7 @@ from apache_beam.metrics import Metrics
 import transforms
 from pipelines import finalize, options as opts, progress as prog, workfiles
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
+from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
 from transforms import pcr_convert as pc
 from transforms import pcr_format as fmt
@@ -194,16 +196,13 @@ def _existing_records(cfg: PcrConfig) -> List[str]:
 
 def build(p: beam.Pipeline, cfg: PcrConfig, units: List, list_rejects: List[Reject], inputs: List[str],
           classes: Optional[List[str]], work: str, job: str = ""):
-    infos = (p | "Units" >> beam.Create(units, reshuffle=False)
-               | "SpreadUnits" >> beam.Reshuffle()
-               | "ConvertUnit" >> beam.ParDo(ConvertUnitFn(cfg, work, job)))
-    all_infos = infos | "GatherUnits" >> beam.combiners.ToList()
-    records = (all_infos
-               | "PlanRecords" >> beam.FlatMap(plan_records, cfg)
-               | "SpreadRecords" >> beam.Reshuffle()
+    infos = (spread(p | "Units" >> beam.Create(units, reshuffle=False), "SpreadUnits", itemgetter(1))
+             | "ConvertUnit" >> beam.ParDo(ConvertUnitFn(cfg, work, job)))
+    all_infos = gather(infos, "GatherUnits")
+    plan = all_infos | "PlanRecords" >> beam.FlatMap(plan_records, cfg)
+    records = (spread(plan, "SpreadRecords", itemgetter("index"))
                | "WriteRecord" >> beam.Map(write_record_task, cfg.store))
-    return (records
-            | "GatherRecords" >> beam.combiners.ToList()
+    return (gather(records, "GatherRecords")
             | "Finish" >> beam.FlatMap(_finish, beam.pvalue.AsSingleton(all_infos), cfg, list_rejects,
                                        inputs, classes, work))
 
