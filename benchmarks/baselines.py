@@ -19,7 +19,9 @@ Variants:
 * ``limit_codec``  -- the codec work alone on JPEG bytes already in memory: a thread pool of
   ``os.cpu_count()`` threads (Pillow releases the GIL) running decode+resize(+encode),
   with the same DCT-domain draft rule as tar2tf's ``Resize`` (decode at 1/2..1/8 scale
-  while that leaves >= 2x the target).  Nothing is written.
+  while that leaves >= 2x the target), and no copy beyond the codec's.  Nothing is written.
+* ``limit_codec_processes`` -- the same loop in ``os.cpu_count()`` forked processes (no
+  GIL shared between them).  The codec limit of a workload is the faster of the two.
 * ``naive``        -- the seed's approach in one process and one thread: ``tarfile`` ->
   group by key -> PIL decode/resize -> ``tf.train.Example`` -> ``tf.io.TFRecordWriter``.
   Full-size decode (no draft), as the seed did.
@@ -54,11 +56,13 @@ def threads() -> int:
 
 # -- the image ops as plain PIL, used by naive / webdataset / limit_codec ------------------
 
-def pil_op(workload: str, draft_gap: Optional[float]) -> Callable[[bytes], object]:
+def pil_op(workload: str, draft_gap: Optional[float], minimal: bool = False) -> Callable[[bytes], object]:
     """bytes -> output value (bytes for passthrough/resize224, ndarray for resize32).
 
     ``draft_gap``: like ``transforms.ops.Resize``: let libjpeg decode at a reduced DCT scale
-    that still leaves ``draft_gap`` x the target size; None decodes at full size."""
+    that still leaves ``draft_gap`` x the target size; None decodes at full size.
+    ``minimal``: no work beyond the codec's (limit-codec): skip the seed's ``convert("RGB")``
+    of an image that already is RGB, which only copies it."""
     if workload == "passthrough":
         return lambda data: data
     size = SIZES[workload]
@@ -68,7 +72,9 @@ def pil_op(workload: str, draft_gap: Optional[float]) -> Callable[[bytes], objec
         img = Image.open(io.BytesIO(data))
         if hint:
             img.draft("RGB", hint)
-        img = img.convert("RGB").resize(size, RESAMPLE)
+        if img.mode != "RGB" or not minimal:
+            img = img.convert("RGB")  # the seed converts always (a copy when already RGB)
+        img = img.resize(size, RESAMPLE)
         if workload == "resize32":
             return np.asarray(img)
         buf = io.BytesIO()
@@ -137,7 +143,7 @@ def load_jpegs(data) -> List[bytes]:
 
 
 def limit_codec(jpegs: List[bytes], workload: str) -> Dict:
-    op = pil_op(workload, draft_gap=DRAFT_GAP)
+    op = pil_op(workload, draft_gap=DRAFT_GAP, minimal=True)
     n = threads()
     chunks = [jpegs[i::n] for i in range(n)]
 
@@ -148,6 +154,29 @@ def limit_codec(jpegs: List[bytes], workload: str) -> Dict:
 
     with ThreadPoolExecutor(n) as pool:
         done = sum(pool.map(run, chunks))
+    return {"images": done, "files": []}
+
+
+_FORKED: Dict[str, object] = {}  # what forked limit-codec workers inherit (never pickled)
+
+
+def _codec_slice(i: int) -> int:
+    jpegs, workload, n = _FORKED["jpegs"], _FORKED["workload"], _FORKED["n"]
+    op = pil_op(workload, draft_gap=DRAFT_GAP, minimal=True)
+    chunk = jpegs[i::n]
+    for d in chunk:
+        op(d)
+    return len(chunk)
+
+
+def limit_codec_processes(jpegs: List[bytes], workload: str) -> Dict:
+    """:func:`limit_codec` with one forked process per core instead of threads: no GIL
+    between them; the JPEGs are inherited through fork, not sent."""
+    import multiprocessing
+    n = threads()
+    _FORKED.update(jpegs=jpegs, workload=workload, n=n)
+    with multiprocessing.get_context("fork").Pool(n) as pool:
+        done = sum(pool.map(_codec_slice, range(n)))
     return {"images": done, "files": []}
 
 

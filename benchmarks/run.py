@@ -116,10 +116,10 @@ def measure(spec: Dict, log_dir: str, timeout: float) -> Dict:
         return res
     res.update(out)
     # the worker's own high-water mark when its clock stopped (verification excluded),
-    # plus, for Beam's multi_processing mode, the sampled peak of its worker processes.
+    # plus, for variants with worker processes, the sampled peak of those processes.
     # Other variants start no lasting children; a short fork+exec (a library running a
     # helper) would briefly show the parent's shared pages twice, so it is not counted.
-    children = info["children_peak_rss"] if spec["variant"] == "tar2tf-beam-processes" else 0
+    children = info["children_peak_rss"] if spec["variant"] in variants.WITH_WORKERS else 0
     res["peak_rss"] = out["hwm_timed"] + children
     res["ok"] = res["records_out"] == res["images_in"] and res["verified"]
     if not res["ok"]:

@@ -40,9 +40,14 @@ BEAM_MODES = {
                              "--direct_num_workers={n}"],
     "tar2tf-beam-processes": ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
                               "--direct_num_workers={n}"],
+    "tar2tf-beam-pool": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
+                         "--direct_num_workers={n}"],
 }
+POOL = ("tar2tf-beam-pool",)  # + processes=cores: shards converted in local worker processes
+WITH_WORKERS = ("tar2tf-beam-processes", "limit-codec-processes") + POOL  # RSS counts their children
 TAR2TF = tuple(BEAM_MODES) + ("tar2tf-load", "tar2tf-stream")
-BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset")
+BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "limit-codec-processes", "naive", "webdataset")
+LIMIT_CODEC = ("limit-codec", "limit-codec-processes")
 ALL = BASELINES + TAR2TF
 TYPE_MAP = {"cls": "int64"}
 STREAM_WORKLOADS = ("passthrough", "resize32")  # the in-memory API's typical uses
@@ -54,7 +59,7 @@ def missing_reason(variant: str, workload: str) -> Optional[str]:
     module another engineer writes is absent; None if it runs."""
     if variant.startswith("limit-io") and workload != "passthrough":
         return "n/a: only for passthrough"
-    if variant == "limit-codec" and workload == "passthrough":
+    if variant in LIMIT_CODEC and workload == "passthrough":
         return "n/a: no codec work in passthrough"
     if variant == "tar2tf-stream" and workload not in STREAM_WORKLOADS:
         return "n/a: streaming measured for " + ", ".join(STREAM_WORKLOADS)
@@ -115,7 +120,8 @@ def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
     res = convert(ConvertConfig(sources=data.template(), output=os.path.join(out, "train-{}.record"),
                                 type_map=TYPE_MAP, sample_stages=tar2tf_stages(workload),
                                 max_shard_size="100MB", overwrite=True, progress=False,
-                                work_dir=os.path.join(out, "work")), beam_args=args)
+                                work_dir=os.path.join(out, "work"),
+                                processes=_cores() if variant in POOL else None), beam_args=args)
     if res.exit_code != 0:
         raise RuntimeError(f"convert exit {res.exit_code}: {res.manifest['rejects']}")
     return {"images": res.totals["records_written"], "files": res.paths, "manifest": res.manifest}
@@ -124,7 +130,7 @@ def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
 def check(variant: str, workload: str, data, r: Dict) -> Optional[str]:
     """The output verification for this variant (None = all good)."""
     files = [f for f in r["files"] if os.path.isfile(f)]
-    if variant == "limit-codec":
+    if variant in LIMIT_CODEC:
         return None if r["images"] == data.images else f"{r['images']} of {data.images} images processed"
     if variant == "tar2tf-stream":
         st = r["stats"]
@@ -174,10 +180,12 @@ def run(spec: Dict) -> Dict:
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     _prepare(variant)
-    jpegs = baselines.load_jpegs(data) if variant == "limit-codec" else None
+    jpegs = baselines.load_jpegs(data) if variant in LIMIT_CODEC else None
     t0, cpu0 = time.perf_counter(), _cpu()
     if variant == "limit-codec":
         r = baselines.limit_codec(jpegs, workload)
+    elif variant == "limit-codec-processes":
+        r = baselines.limit_codec_processes(jpegs, workload)
     elif variant in baselines.VARIANTS:
         r = baselines.VARIANTS[variant](data, workload, out)
     else:

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--work-dir", help="where pieces go while the job runs (default beside the output)")
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="local runs: convert shards in N worker processes (fastest for decode/resize ops; "
+                        "Beam then runs N threads that only hand out shards)")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
@@ -53,7 +56,7 @@ def build_config(args):
         max_member_size=args.max_member_size, max_rejects=args.max_rejects, overwrite=args.overwrite,
         resume=args.resume, store=store_config(args), dali_index=args.dali_index,
         shuffle=args.shuffle, seed=args.seed, progress=False if args.no_progress else None,
-        work_dir=args.work_dir)
+        work_dir=args.work_dir, processes=args.processes)
 
 
 def summary(res) -> str:

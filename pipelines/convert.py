@@ -21,70 +21,24 @@ import logging
 from operator import itemgetter
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog, workfiles
+from pipelines import finalize, options as opts, progress as prog, shard_pool
 from pipelines.distribute import gather, spread
+from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example as ex
-from transforms.fetch import read_shard
-from transforms.records import Reject, is_reject
+from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.sources import resolve
-from transforms.stages import FILTERED, Stages, stage_name
-from transforms.stores import StoreConfig, dirname, get_store, join
-from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt, TarStats
-from transforms.tfrecord import frame
+from transforms.stores import dirname, get_store, join
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
-
-
-class OutputExistsError(RuntimeError):
-    """Output files already exist and neither overwrite nor resume was asked for."""
-
-
-@dataclasses.dataclass
-class ConvertConfig:
-    sources: Union[str, Sequence[str]]
-    output: str
-    base: Optional[str] = None
-    max_shard_size: Union[None, int, str] = None
-    records_per_shard: Optional[int] = None
-    type_map: Optional[Dict[str, str]] = None
-    sample_stages: Sequence[Callable] = ()
-    record_to_example: Optional[Callable] = None
-    example_stages: Sequence[Callable] = ()
-    max_member_size: Union[int, str] = DEFAULT_MAX_MEMBER_SIZE
-    max_rejects: int = 0
-    overwrite: bool = False
-    resume: bool = False
-    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
-    dali_index: bool = False
-    shuffle: bool = False
-    seed: int = 0
-    progress: Optional[bool] = None
-    work_dir: Optional[str] = None
-
-    def stages(self) -> Stages:
-        from transforms.gostages import as_stage  # user stages may be Beam DoFns
-        return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
-                      tuple(as_stage(s) for s in self.example_stages), ex.parse_type_map(self.type_map))
-
-    def describe(self) -> Dict[str, Any]:
-        """The options as they enter the manifest (callables by name)."""
-        return {"max_shard_size": parse_size(self.max_shard_size), "records_per_shard": self.records_per_shard,
-                "type_map": ex.parse_type_map(self.type_map),
-                "sample_stages": [stage_name(s) for s in self.sample_stages],
-                "record_to_example": stage_name(self.record_to_example) if self.record_to_example else None,
-                "example_stages": [stage_name(s) for s in self.example_stages],
-                "max_member_size": parse_size(self.max_member_size), "max_rejects": self.max_rejects,
-                "dali_index": self.dali_index, "shuffle": self.shuffle,
-                "seed": self.seed if self.shuffle else None}
 
 
 @dataclasses.dataclass
@@ -103,70 +57,6 @@ class ConvertResult:
         return self.exit_code == 0
 
 
-# -- the per-shard work -----------------------------------------------------------------
-
-def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages) -> Dict[str, Any]:
-    """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar."""
-    piece = join(work, f"piece-{index:06d}.tfrecord")
-    store = get_store(piece, cfg.store)
-    stats = TarStats()
-    sizes: List[int] = []
-    rejects: List[Dict[str, Any]] = []
-    schema: Dict[str, Any] = {}
-    last_schema: Optional[Dict[str, Any]] = None
-    read = filtered = 0
-    digest = hashlib.sha256()
-    keys: List[str] = []
-    corrupt: Optional[Reject] = None
-    with store.open_write(piece, durable=False) as f:  # scratch: resume re-hashes it
-        for item in read_shard(url, cfg.store, parse_size(cfg.max_member_size), stats):
-            if isinstance(item, ShardCorrupt):
-                corrupt = item
-                continue
-            if is_reject(item):
-                rejects.append(item.to_dict())
-                read += item.counts_record
-                continue
-            read += 1
-            out, rec_schema = stages.process_with_schema(item)
-            if out is FILTERED:
-                filtered += 1
-                continue
-            if is_reject(out):
-                rejects.append(out.to_dict())
-                continue
-            data = frame(out)
-            f.write(data)
-            digest.update(data)
-            sizes.append(len(data))
-            keys.append(item["__key__"])
-            # every record enters the schema, so `tar2tf verify` can hold each Example to it
-            # without false alarms on features that appear late; merging is idempotent, so
-            # a run of records with the same features merges once
-            if rec_schema != last_schema:
-                schema = ex.merge_schema(schema, rec_schema) if schema else rec_schema
-                last_schema = rec_schema
-    if corrupt is not None:
-        # the shard failed its integrity check after its records were read: none of its
-        # content can be trusted, so every record it gave is rejected and the piece emptied
-        rejects.append(corrupt.to_dict())
-        reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
-        rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema, digest = [], [], {}, hashlib.sha256()
-        store.write_bytes(piece, b"")
-    info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
-            "sha256": digest.hexdigest(), "records_read": read, "filtered": filtered,
-            "rejects": rejects, "schema": schema, "members": stats.members,
-            "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
-    workfiles.write_sidecar(piece, info, cfg.store)
-    return info
-
-
-def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
-    """A finished piece from an earlier run, if its sidecar exists and its bytes match."""
-    return workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
-
-
 class ConvertShardFn(beam.DoFn):
     def __init__(self, cfg: ConvertConfig, work: str, job: str):
         self.cfg, self.work, self.job = cfg, work, job
@@ -183,7 +73,9 @@ class ConvertShardFn(beam.DoFn):
         if info is not None:
             self.c["shards_resumed"].inc()
         else:
-            info = convert_shard(index, url, self.work, self.cfg, self.stages)
+            pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
+            info = (shard_pool.convert(pool, index, url) if pool is not None
+                    else convert_shard(index, url, self.work, self.cfg, self.stages))
         self._count(info)
         bar = prog.get(self.job)
         if bar is not None:
@@ -298,14 +190,18 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
                                 f"(e.g. {existing[0]}); pass --overwrite to replace them")
     work = work_dir_for(cfg, urls)
     job = uuid.uuid4().hex
-    args = opts.effective_args(beam_args)
+    args = opts.effective_args(beam_args, workers=cfg.processes)
+    procs = opts.pool_size(cfg.processes, args)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
+        if procs:
+            shard_pool.start(job, cfg, work, procs)
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job)
         result = p.run()
         result.wait_until_finish()
     finally:
+        shard_pool.stop(job)
         if bar is not None:
             bar.close()
     manifest_path = finalize.companion(cfg.output, ".manifest.json")

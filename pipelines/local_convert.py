@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from pipelines import convert as cv
-from pipelines import finalize
+from pipelines import finalize, shard_pool
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store
 
 
 def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.ConvertResult":
-    """Like :func:`pipelines.convert.convert`, with ``num_workers`` threads and no Beam."""
+    """Like :func:`pipelines.convert.convert`, with ``num_workers`` threads and no Beam
+    (and ``cfg.processes`` worker processes converting the shards, if set)."""
     t0 = time.time()
     if cfg.output.count("{}") > 1:
         raise ValueError("output may contain '{}' only once")
@@ -33,18 +35,30 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
                                    f"(e.g. {existing[0]}); pass overwrite=True to replace them")
     work = cv.work_dir_for(cfg, urls)
     stages = cfg.stages()
+    if cfg.shuffle:
+        raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
+    procs = int(cfg.processes or 0)
+    job = uuid.uuid4().hex
+    if procs:
+        shard_pool.start(job, cfg, work, procs)
+    workers = shard_pool.get(job)
 
     def one(task):
         index, url = task
         info = cv.load_verified_piece(index, work, cfg.store) if cfg.resume else None
-        return info if info is not None else cv.convert_shard(index, url, work, cfg, stages)
+        if info is not None:
+            return info
+        if workers is not None:
+            return shard_pool.convert(workers, index, url)
+        return cv.convert_shard(index, url, work, cfg, stages)
 
-    with ThreadPoolExecutor(max_workers=max(1, int(num_workers)), thread_name_prefix="tar2tf-convert") as pool:
-        pieces = list(pool.map(one, list(enumerate(urls))))
-        if cfg.shuffle:
-            raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
-        plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
-        shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, int(num_workers), procs), thread_name_prefix="tar2tf-convert") as pool:
+            pieces = list(pool.map(one, list(enumerate(urls))))
+            plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
+            shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+    finally:
+        shard_pool.stop(job)
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     written = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))

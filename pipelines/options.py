@@ -3,14 +3,18 @@
 With no ``--runner``, tar2tf runs on Beam's FnApiRunner in ``multi_threading`` mode with
 one worker thread per core.  Beam's ``DirectRunner`` would first try to download the Prism
 binary (no network here, and a stall risk on networks that drop packets); FnApiRunner is
-the engine DirectRunner falls back to anyway.  Threads beat processes for this work on
-small machines because Pillow, zlib and the CRC code release the GIL.
+the engine DirectRunner falls back to anyway.  Its threads suit I/O-bound jobs; for
+decode-heavy ones, ``processes=N`` (``--processes N``) hands whole shards to N local
+worker processes (``pipelines.shard_pool``), as Python threads contend for the GIL.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import List, Optional, Sequence
+
+log = logging.getLogger("tar2tf")
 
 LOCAL_DEFAULTS = ["--runner=FnApiRunner", "--direct_running_mode=multi_threading"]
 
@@ -19,14 +23,30 @@ def _has(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def effective_args(beam_args: Optional[Sequence[str]] = None) -> List[str]:
+def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[int] = None) -> List[str]:
+    """``beam_args`` with tar2tf's local defaults; ``workers`` (default: the core count) is
+    the local runner's worker count unless ``--direct_num_workers`` is given."""
     args = list(beam_args or [])
     if not _has(args, "--runner"):
         args = LOCAL_DEFAULTS + args
     runner = runner_name(args)
     if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
-        args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+        args.append(f"--direct_num_workers={int(workers or 0) or os.cpu_count() or 1}")
     return args
+
+
+def pool_size(processes: Optional[int], args: Sequence[str]) -> int:
+    """How many shard-converting worker processes to start in this process (0: none).
+    Only where DoFns run in this process (the local runner's ``in_memory`` /
+    ``multi_threading`` modes); elsewhere the runner's own workers parallelize."""
+    n = int(processes or 0)
+    if n < 0:
+        raise ValueError(f"processes must be >= 0, got {processes}")
+    if n and not (is_local(args) and _value(args, "--direct_running_mode") != "multi_processing"):
+        log.warning("processes=%d ignored: shard worker processes are for the local runner's "
+                    "in_memory / multi_threading modes (this runner parallelizes with its own workers)", n)
+        return 0
+    return n
 
 
 def runner_name(args: Sequence[str]) -> str:

@@ -156,7 +156,8 @@ def test_determinism_across_processes_and_worker_counts(shards, tmp_path):
     _, d = shards
     runs = []
     for i, extra in enumerate([["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-                               ["--direct_running_mode=multi_threading", "--direct_num_workers=3"]]):
+                               ["--direct_running_mode=multi_threading", "--direct_num_workers=3"],
+                               ["--processes", "2"]]):
         out = str(tmp_path / f"r{i}/t-{{}}.record")
         p = _cli("convert", d + "/train-{0000..0002}.tar", "--output", out, "--max-shard-size", "25KB",
                  "--type-map", "cls:int64", "--no-progress", *extra)
@@ -166,7 +167,7 @@ def test_determinism_across_processes_and_worker_counts(shards, tmp_path):
         m = open(tmp_path / f"r{i}" / "t.record.manifest.json").read()
         runs[-1]["manifest"] = hashlib.sha256(m.replace(f"/r{i}/", "/rX/").encode()).hexdigest()
         assert "records: 24 read, 24 written, 0 rejected" in p.stderr
-    assert runs[0] == runs[1] and len(runs[0]) >= 3
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) >= 3
 
 
 def test_cli_exit_codes(shards, tmp_path):

@@ -1,0 +1,89 @@
+"""``processes=N``: shards converted in local worker processes (pipelines.shard_pool)."""
+
+import hashlib
+import logging
+import multiprocessing
+import os
+
+import pytest
+
+import shardgen
+from pipelines import options as opts
+from pipelines.convert import ConvertConfig, convert
+from pipelines.local_convert import convert_in_process
+from transforms.ops import Func, Resize
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("in")
+    shardgen.make_shards(str(d), 4, 6, size=(96, 64))
+    return str(d) + "/train-{0000..0003}.tar"
+
+
+def _files(res):
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest() for p in res.paths}
+
+
+def _ops(pid_dir):
+    def note_pid(record):  # a closure: it reaches the workers through cloudpickle
+        open(os.path.join(pid_dir, str(os.getpid())), "a").close()
+        return record
+    return (Func(note_pid), Resize("jpg", (16, 16)))
+
+
+def _cfg(src, out, pid_dir, **kw):
+    return ConvertConfig(sources=src, output=out, type_map={"cls": "int64"}, max_shard_size="20KB",
+                         sample_stages=_ops(pid_dir), progress=False, **kw)
+
+
+def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path):
+    pids = {}
+    results = {}
+    for mode, extra in (("threads", {}), ("pool", {"processes": 2})):
+        pid_dir = tmp_path / f"pids-{mode}"
+        pid_dir.mkdir()
+        results[mode] = convert(_cfg(shards, str(tmp_path / mode / "t-{}.record"), str(pid_dir), **extra))
+        pids[mode] = {int(p) for p in os.listdir(pid_dir)}
+    assert results["pool"].exit_code == 0 and results["pool"].totals["records_written"] == 24
+    assert _files(results["pool"]) == _files(results["threads"]) and len(results["pool"].paths) >= 2
+    assert results["pool"].counters["records_written"] == 24  # counted in the DoFn as before
+    assert pids["threads"] == {os.getpid()}
+    assert os.getpid() not in pids["pool"] and 1 <= len(pids["pool"]) <= 2
+    assert not multiprocessing.active_children()  # the pool is gone with its job
+
+
+def test_in_process_api_uses_the_pool_too(shards, tmp_path):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    a = convert_in_process(_cfg(shards, str(tmp_path / "a/t-{}.record"), str(pid_dir)), num_workers=2)
+    own = {int(p) for p in os.listdir(pid_dir)}
+    b = convert_in_process(_cfg(shards, str(tmp_path / "b/t-{}.record"), str(pid_dir), processes=2))
+    assert _files(a) == _files(b) and own == {os.getpid()}
+    assert {int(p) for p in os.listdir(pid_dir)} - own  # the second run's workers
+
+
+def _die(record):
+    os._exit(3)  # a native crash in a worker, as far as the pool can tell
+
+
+def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
+    out = tmp_path / "o"
+    cfg = ConvertConfig(sources=shards, output=str(out / "t-{}.record"), sample_stages=(Func(_die),),
+                        progress=False, processes=2)
+    with pytest.raises(Exception, match="(?i)process pool|terminated"):
+        convert(cfg)
+    assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
+    assert not multiprocessing.active_children()
+
+
+def test_pool_only_where_dofns_run_in_this_process(caplog):
+    local = opts.effective_args(["--direct_running_mode=multi_threading"], workers=3)
+    assert "--direct_num_workers=3" in local and opts.pool_size(3, local) == 3
+    with caplog.at_level(logging.WARNING, logger="tar2tf"):
+        assert opts.pool_size(2, opts.effective_args(["--direct_running_mode=multi_processing"])) == 0
+        assert opts.pool_size(2, ["--runner=FlinkRunner", "--flink_master=[local]"]) == 0
+    assert caplog.text.count("processes=2 ignored") == 2
+    assert opts.pool_size(None, local) == 0
+    with pytest.raises(ValueError):
+        opts.pool_size(-1, local)
