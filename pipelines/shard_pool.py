@@ -2,80 +2,160 @@
 
 Beam's local runner runs DoFns on threads of one process.  Pillow, zlib and hashlib release
 the GIL, but everything between those calls (tar headers, Pillow's Python plugins, Example
-building) holds it, and on 2 cores the threads of a decode-heavy job lose about a quarter
-of their throughput to one another (docs/benchmarks.md: resize224 ~680 images/s on two
-threads, ~880 in two processes, same code).  With a pool, each ``ConvertShard`` call hands
-its whole shard to a worker process and waits: Beam's threads only schedule, the workers
-convert.  Output is the same bytes (a piece per shard, written by the worker).
+building) holds it, and on 2 cores the threads of a decode-heavy job lose about a fifth of
+their throughput to one another (docs/benchmarks.md).  With a pool, each ``ConvertShard``
+call hands its whole shard to a worker process and waits: Beam's threads only schedule,
+the workers convert.  The output is the same bytes (each worker writes its piece).
 
 * The pool belongs to the job that :func:`started <start>` it, in that process: a DoFn
   that runs elsewhere (Flink, Dataflow, Beam's ``multi_processing`` workers) finds no
-  pool for its job and converts in its own thread, as remote runners parallelize with
+  pool for its job and converts in its own thread; remote runners parallelize with
   their own worker processes.
-* Workers are *spawned* (never forked from a process that runs gRPC threads) and import
-  only :mod:`pipelines.shard_convert` (no Beam, no TensorFlow): ~0.2 s each, in parallel,
-  while Beam builds the graph.  They get the job's :class:`ConvertConfig` once, pickled
-  with cloudpickle as Beam ships DoFns, so user ops and lambdas work as on a Beam worker.
-* A worker that dies (a crash in native code) fails the job with ``BrokenProcessPool``;
-  an exception inside the conversion is raised in the DoFn as before.
+* Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.shard_convert`
+  only (no Beam, no TensorFlow: ~0.2 s, in parallel, while Beam builds its graph).  They
+  are not started through :mod:`multiprocessing`, whose spawn re-runs the caller's main
+  script in every child (a script calling ``convert()`` without an
+  ``if __name__ == "__main__"`` guard would start jobs recursively).
+* Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
+  Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
+  ``(index, url)`` tasks on stdin; it answers each with the piece's info on stdout.
+* An exception inside the conversion is raised in the DoFn (with the worker's traceback
+  in its message); a worker that dies (a crash in native code) fails the job with
+  :class:`WorkerDied`.  Workers exit when their stdin closes, so they never outlive a
+  killed parent for long.
 """
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
+import os
+import pickle
+import queue
+import subprocess
+import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-log = logging.getLogger("tar2tf")
+_BOOT = "from pipelines.shard_pool import serve; serve()"
 
-_pools: Dict[str, ProcessPoolExecutor] = {}
+
+class WorkerDied(RuntimeError):
+    """A shard worker process ended without answering."""
+
+
+class _Worker:
+    def __init__(self, blob: bytes, work: str):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+        self._send((blob, work))
+
+    def _send(self, obj: Any) -> None:
+        pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.flush()
+
+    def call(self, index: int, url: str) -> Dict[str, Any]:
+        try:
+            self._send((index, url))
+            status, value = pickle.load(self.proc.stdout)
+        except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError) as e:
+            code = self.proc.wait()
+            raise WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
+                             f"while converting {url} ({e.__class__.__name__})") from None
+        if status == "ok":
+            return value
+        raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class Pool:
+    """``n`` workers; :meth:`convert` borrows an idle one for one shard."""
+
+    def __init__(self, cfg, work: str, n: int):
+        import cloudpickle
+        blob = cloudpickle.dumps(cfg)
+        self._all: List[_Worker] = []
+        self._idle: "queue.Queue[_Worker]" = queue.Queue()
+        for _ in range(int(n)):
+            w = _Worker(blob, work)
+            self._all.append(w)
+            self._idle.put(w)
+
+    def convert(self, index: int, url: str) -> Dict[str, Any]:
+        w = self._idle.get()
+        try:
+            return w.call(index, url)
+        finally:
+            if w.proc.poll() is None:
+                self._idle.put(w)
+
+    def close(self) -> None:
+        for w in self._all:
+            w.close()
+
+
+_pools: Dict[str, Pool] = {}
 _lock = threading.Lock()
-
-# worker-process state, set once by _init
-_job: Dict[str, Any] = {}
-
-
-def _init(blob: bytes, work: str) -> None:
-    import pickle
-    cfg = pickle.loads(blob)
-    _job.update(cfg=cfg, stages=cfg.stages(), work=work)
-
-
-def _ready() -> bool:
-    return bool(_job)
-
-
-def _convert(index: int, url: str) -> Dict[str, Any]:
-    from pipelines.shard_convert import convert_shard
-    return convert_shard(index, url, _job["work"], _job["cfg"], _job["stages"])
 
 
 def start(job: str, cfg, work: str, processes: int) -> None:
-    """Start ``processes`` workers for ``job`` (they warm up in the background)."""
-    import cloudpickle
-    blob = cloudpickle.dumps(cfg)
-    pool = ProcessPoolExecutor(max_workers=int(processes), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init, initargs=(blob, work))
-    for _ in range(int(processes)):
-        pool.submit(_ready)  # spawn them all now, not at the first shard
+    """Start ``processes`` workers for ``job`` (they import while the caller goes on)."""
+    pool = Pool(cfg, work, processes)
     with _lock:
         _pools[job] = pool
 
 
-def get(job: str) -> Optional[ProcessPoolExecutor]:
+def get(job: str) -> Optional[Pool]:
     with _lock:
         return _pools.get(job)
 
 
-def convert(pool: ProcessPoolExecutor, index: int, url: str) -> Dict[str, Any]:
+def convert(pool: Pool, index: int, url: str) -> Dict[str, Any]:
     """Convert one shard in a worker; waits (without holding the GIL) for its info."""
-    return pool.submit(_convert, index, url).result()
+    return pool.convert(index, url)
 
 
 def stop(job: str) -> None:
     with _lock:
         pool = _pools.pop(job, None)
     if pool is not None:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.close()
+
+
+# -- the worker side ----------------------------------------------------------------------
+
+def _task_loop(inp, out) -> None:
+    import traceback
+    from pipelines.shard_convert import convert_shard
+    blob, work = pickle.load(inp)
+    cfg = pickle.loads(blob)
+    stages = cfg.stages()
+    while True:
+        try:
+            task: Tuple[int, str] = pickle.load(inp)
+        except EOFError:
+            return
+        try:
+            reply = ("ok", convert_shard(task[0], task[1], work, cfg, stages))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+            reply = ("error", traceback.format_exc())
+        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+def serve() -> None:
+    """Entry point of a worker process: tasks on stdin, replies on stdout.  Anything the
+    conversion prints goes to stderr, so it cannot corrupt the reply stream."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    _task_loop(inp, out)

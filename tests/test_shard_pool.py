@@ -2,8 +2,9 @@
 
 import hashlib
 import logging
-import multiprocessing
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +13,22 @@ from pipelines import options as opts
 from pipelines.convert import ConvertConfig, convert
 from pipelines.local_convert import convert_in_process
 from transforms.ops import Func, Resize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _children():
+    """Live child processes of this process (from /proc)."""
+    me, out = str(os.getpid()), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            out.append(int(pid))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +67,7 @@ def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path
     assert results["pool"].counters["records_written"] == 24  # counted in the DoFn as before
     assert pids["threads"] == {os.getpid()}
     assert os.getpid() not in pids["pool"] and 1 <= len(pids["pool"]) <= 2
-    assert not multiprocessing.active_children()  # the pool is gone with its job
+    assert not _children()  # the pool is gone with its job
 
 
 def test_in_process_api_uses_the_pool_too(shards, tmp_path):
@@ -71,10 +88,32 @@ def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
     out = tmp_path / "o"
     cfg = ConvertConfig(sources=shards, output=str(out / "t-{}.record"), sample_stages=(Func(_die),),
                         progress=False, processes=2)
-    with pytest.raises(Exception, match="(?i)process pool|terminated"):
+    with pytest.raises(Exception, match="shard worker process .* died with exit code 3"):
         convert(cfg)
     assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
-    assert not multiprocessing.active_children()
+
+
+def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the work dir should go")
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), work_dir=str(blocker),
+                        progress=False, processes=1)
+    with pytest.raises(Exception, match="(?s)failed in a shard worker process.*(NotADirectoryError|FileExistsError)"):
+        convert(cfg)
+
+
+def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
+    """Workers are not started through multiprocessing's spawn, which would re-run it."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from pipelines.convert import ConvertConfig, convert\n"
+        f"res = convert(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
+        "progress=False, processes=2))\n"
+        "print('WRITTEN', res.totals['records_written'])\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("WRITTEN 24") == 1
 
 
 def test_pool_only_where_dofns_run_in_this_process(caplog):
