@@ -35,8 +35,9 @@ def register(sub) -> None:
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--processes", type=int, metavar="N",
-                   help="local runs: convert shards in N worker processes (fastest for decode/resize ops; "
-                        "Beam then runs N threads that only hand out shards)")
+                   help="local runs: convert shards in N worker processes while Beam's threads only hand "
+                        "out shards (default: one per local worker in the default multi_threading mode; "
+                        "0: convert on the threads)")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 

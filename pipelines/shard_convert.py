@@ -48,8 +48,9 @@ class ConvertConfig:
     seed: int = 0
     progress: Optional[bool] = None
     work_dir: Optional[str] = None
-    # convert shards in this many local worker processes (pipelines.shard_pool); None or 0:
-    # on the runner's own threads.  Not an output option: the bytes are the same either way.
+    # convert shards in this many local worker processes (pipelines.shard_pool); 0: on the
+    # runner's own threads; None: automatic (pipelines.options.pool_size).  Not an output
+    # option: the bytes are the same either way.
     processes: Optional[int] = None
 
     def stages(self) -> Stages:

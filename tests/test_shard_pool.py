@@ -57,16 +57,19 @@ def _cfg(src, out, pid_dir, **kw):
 def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path):
     pids = {}
     results = {}
-    for mode, extra in (("threads", {}), ("pool", {"processes": 2})):
+    for mode, extra in (("threads", {"processes": 0}), ("pool", {"processes": 2}), ("auto", {})):
         pid_dir = tmp_path / f"pids-{mode}"
         pid_dir.mkdir()
         results[mode] = convert(_cfg(shards, str(tmp_path / mode / "t-{}.record"), str(pid_dir), **extra))
         pids[mode] = {int(p) for p in os.listdir(pid_dir)}
     assert results["pool"].exit_code == 0 and results["pool"].totals["records_written"] == 24
-    assert _files(results["pool"]) == _files(results["threads"]) and len(results["pool"].paths) >= 2
+    assert _files(results["pool"]) == _files(results["threads"]) == _files(results["auto"])
+    assert len(results["pool"].paths) >= 2
     assert results["pool"].counters["records_written"] == 24  # counted in the DoFn as before
     assert pids["threads"] == {os.getpid()}
     assert os.getpid() not in pids["pool"] and 1 <= len(pids["pool"]) <= 2
+    # the default on a multi-core machine: the local runner's workers are processes
+    assert os.getpid() not in pids["auto"] if (os.cpu_count() or 1) > 1 else pids["auto"] == {os.getpid()}
     assert not _children()  # the pool is gone with its job
 
 
@@ -123,6 +126,10 @@ def test_pool_only_where_dofns_run_in_this_process(caplog):
         assert opts.pool_size(2, opts.effective_args(["--direct_running_mode=multi_processing"])) == 0
         assert opts.pool_size(2, ["--runner=FlinkRunner", "--flink_master=[local]"]) == 0
     assert caplog.text.count("processes=2 ignored") == 2
-    assert opts.pool_size(None, local) == 0
+    assert opts.pool_size(None, local, shards=8) == 3 and opts.pool_size(None, local, shards=2) == 2
+    assert opts.pool_size(None, local, shards=1) == 0 and opts.pool_size(0, local, shards=8) == 0
+    one = opts.effective_args(["--direct_running_mode=multi_threading", "--direct_num_workers=1"])
+    mem = opts.effective_args(["--direct_running_mode=in_memory", "--direct_num_workers=2"])
+    assert opts.pool_size(None, one, shards=8) == 0 and opts.pool_size(None, mem, shards=8) == 0
     with pytest.raises(ValueError):
         opts.pool_size(-1, local)
