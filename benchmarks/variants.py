@@ -8,15 +8,18 @@ verified (``benchmarks.verify``).  The last stdout line is ``BENCH-RESULT {json}
 
 tar2tf variants:
 
-* ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: ``pipelines.convert.convert``
-  on Beam's FnApiRunner in ``multi_threading`` (one thread per core, the default),
-  ``in_memory`` or ``multi_processing`` mode; the best of them is "tar2tf" in the ratios.
-  ``in_memory`` also gets one worker per core: FnApiRunner then splits each bundle over
-  that many embedded workers on threads -- parallel like ``multi_threading``, without its
-  gRPC data plane (Beam logs a warning that this mode is meant for one worker; the
-  harness verifies the output like any other).
+* ``tar2tf-beam-default``: ``pipelines.convert.convert`` as a user runs it with no runner
+  flags: FnApiRunner ``multi_threading``, one thread per core, each thread handing whole
+  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``).
+* ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: the same on FnApiRunner's
+  threads (``processes=0``): ``multi_threading``, ``in_memory``, or Beam's own
+  ``multi_processing`` mode.  ``in_memory`` also gets one worker per core: FnApiRunner
+  then splits each bundle over that many embedded workers on threads (Beam logs a warning
+  that this mode is meant for one worker; the harness verifies the output like any
+  other).  The best of the Beam variants is "tar2tf" in the ratios.
 * ``tar2tf-load``: ``Dataset(...).load(template, path=..., remote_exec=False)``, the
-  in-process API writing TFRecords with one thread per core (no Beam).
+  in-process API writing TFRecords with one thread per core (no Beam), each with a worker
+  process, as by default.
 * ``tar2tf-stream``: ``Dataset(...).load(template, num_workers=cores)``, the streaming
   ``tf.data.Dataset``, iterated to the end (nothing written).
 """
@@ -34,17 +37,19 @@ from typing import Dict, List, Optional
 from benchmarks import baselines, dataset, verify
 
 BEAM_MODES = {
+    "tar2tf-beam-default": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
+                            "--direct_num_workers={n}"],
     "tar2tf-beam-threads": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
                             "--direct_num_workers={n}"],
     "tar2tf-beam-inmemory": ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
                              "--direct_num_workers={n}"],
     "tar2tf-beam-processes": ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
                               "--direct_num_workers={n}"],
-    "tar2tf-beam-pool": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
-                         "--direct_num_workers={n}"],
 }
-POOL = ("tar2tf-beam-pool",)  # + processes=cores: shards converted in local worker processes
-WITH_WORKERS = ("tar2tf-beam-processes", "limit-codec-processes") + POOL  # RSS counts their children
+# tar2tf's processes= per variant (None: its default, a local worker process per thread)
+PROCESSES = {"tar2tf-beam-threads": 0, "tar2tf-beam-inmemory": 0}
+WITH_WORKERS = ("tar2tf-beam-default", "tar2tf-beam-processes", "tar2tf-load",
+                "limit-codec-processes")  # their peak RSS counts their worker processes
 TAR2TF = tuple(BEAM_MODES) + ("tar2tf-load", "tar2tf-stream")
 BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "limit-codec-processes", "naive", "webdataset")
 LIMIT_CODEC = ("limit-codec", "limit-codec-processes")
@@ -121,7 +126,7 @@ def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
                                 type_map=TYPE_MAP, sample_stages=tar2tf_stages(workload),
                                 max_shard_size="100MB", overwrite=True, progress=False,
                                 work_dir=os.path.join(out, "work"),
-                                processes=_cores() if variant in POOL else None), beam_args=args)
+                                processes=PROCESSES.get(variant)), beam_args=args)
     if res.exit_code != 0:
         raise RuntimeError(f"convert exit {res.exit_code}: {res.manifest['rejects']}")
     return {"images": res.totals["records_written"], "files": res.paths, "manifest": res.manifest}

@@ -37,8 +37,12 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     stages = cfg.stages()
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
-    procs = int(cfg.processes or 0)
     job = uuid.uuid4().hex
+    procs = cfg.processes
+    if procs is None:  # automatic, as for the local Beam runner: one process per worker thread
+        procs = min(int(num_workers), len(urls)) if int(num_workers) > 1 and len(urls) > 1 else 0
+        if procs and not shard_pool.picklable(cfg):
+            procs = 0  # ops that cannot be pickled (the reason this path runs) stay on threads
     if procs:
         shard_pool.start(job, cfg, work, procs)
     workers = shard_pool.get(job)

@@ -104,6 +104,16 @@ class Pool:
             w.close()
 
 
+def picklable(cfg) -> bool:
+    """Whether ``cfg`` (with its ops) can be shipped to workers."""
+    import cloudpickle
+    try:
+        cloudpickle.dumps(cfg)
+    except Exception:  # noqa: BLE001 - any pickling failure means: convert on threads
+        return False
+    return True
+
+
 _pools: Dict[str, Pool] = {}
 _lock = threading.Lock()
 

@@ -76,11 +76,23 @@ def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path
 def test_in_process_api_uses_the_pool_too(shards, tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    a = convert_in_process(_cfg(shards, str(tmp_path / "a/t-{}.record"), str(pid_dir)), num_workers=2)
+    a = convert_in_process(_cfg(shards, str(tmp_path / "a/t-{}.record"), str(pid_dir), processes=0), num_workers=2)
     own = {int(p) for p in os.listdir(pid_dir)}
-    b = convert_in_process(_cfg(shards, str(tmp_path / "b/t-{}.record"), str(pid_dir), processes=2))
+    b = convert_in_process(_cfg(shards, str(tmp_path / "b/t-{}.record"), str(pid_dir)), num_workers=2)  # auto
     assert _files(a) == _files(b) and own == {os.getpid()}
     assert {int(p) for p in os.listdir(pid_dir)} - own  # the second run's workers
+
+
+def test_in_process_api_keeps_unpicklable_ops_on_threads(shards, tmp_path):
+    import threading
+    lock = threading.Lock()  # cannot be pickled: the op cannot travel to a worker
+
+    def locked(record):
+        with lock:
+            return record
+    res = convert_in_process(ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"),
+                                           sample_stages=(Func(locked),), progress=False), num_workers=2)
+    assert res.exit_code == 0 and res.totals["records_written"] == 24
 
 
 def _die(record):
