@@ -67,20 +67,14 @@ def summary(res) -> str:
 
 
 def run(args) -> int:
-    from pipelines.convert import OutputExistsError, convert
-    try:
-        cfg = build_config(args)
-    except (ValueError, ImportError) as e:
-        print(f"tar2tf convert: {e}", file=sys.stderr)
-        return 2
-    try:
-        res = convert(cfg, args.beam_args)
-    except OutputExistsError as e:
-        print(f"tar2tf convert: {e}", file=sys.stderr)
-        return 4
-    except ValueError as e:
-        print(f"tar2tf convert: {e}", file=sys.stderr)
-        return 2
+    from launch.job_exit import rejects_exit, run_job
+    from pipelines.convert import convert
+    cfg, code = run_job("convert", lambda: build_config(args))
+    if code:
+        return code
+    res, code = run_job("convert", lambda: convert(cfg, args.beam_args))
+    if code:
+        return code
     for p in res.paths:
         print(p)
     from pipelines import report
@@ -89,7 +83,4 @@ def run(args) -> int:
     if args.summary_json:
         with open(args.summary_json, "w") as f:
             json.dump(rep, f, indent=1, sort_keys=True)
-    if res.exit_code == 3:
-        print(f"tar2tf convert: {res.manifest['rejects']['count']} rejects > --max-rejects "
-              f"{cfg.max_rejects}", file=sys.stderr)
-    return res.exit_code
+    return rejects_exit("convert", res, cfg.max_rejects)

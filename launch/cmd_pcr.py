@@ -38,25 +38,21 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pipelines.convert import OutputExistsError
+    from launch.job_exit import rejects_exit, run_job
     from pipelines.pcr import PcrConfig, convert_pcr
-    try:
+
+    def job():
         cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
                         images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
                         label_field=args.label_field, image_field=args.image_field, quality=args.quality,
                         base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
                         resume=args.resume, progress=False if args.no_progress else None,
                         store=store_config(args))
-        res = convert_pcr(cfg, args.beam_args)
-    except OutputExistsError as e:
-        print(f"tar2tf pcr: {e}", file=sys.stderr)
-        return 4
-    except ValueError as e:
-        print(f"tar2tf pcr: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:
-        print(f"tar2tf pcr: {e}", file=sys.stderr)
-        return 1
+        return cfg, convert_pcr(cfg, args.beam_args)
+    out, code = run_job("pcr", job)
+    if code:
+        return code
+    cfg, res = out
     for path in res.paths:
         print(path)
     print(res.index_path)
@@ -73,7 +69,4 @@ def run(args) -> int:
         with open(args.summary_json, "w") as f:
             json.dump({"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
                        "paths": res.paths, "exit_code": res.exit_code}, f, indent=1, sort_keys=True)
-    if res.exit_code == 3:
-        print(f"tar2tf pcr: {res.manifest['rejects']['count']} rejects > --max-rejects {cfg.max_rejects}",
-              file=sys.stderr)
-    return res.exit_code
+    return rejects_exit("pcr", res, cfg.max_rejects)

@@ -178,3 +178,18 @@ def test_cli_exit_codes(shards, tmp_path):
     assert _cli("convert", d + "/train-0000.tar", "--output", out).returncode == 4
     p = _cli("convert", d + "/train-0000.tar", d + "/nope.tar", "--output", out, "--overwrite")
     assert p.returncode == 3 and "missing shard" in p.stderr
+
+
+def test_job_failures_map_to_exit_codes(capsys):
+    from launch.job_exit import run_job
+    from pipelines.shard_pool import WorkerDied
+
+    def fails(e):
+        def job():
+            raise e
+        return job
+    assert run_job("convert", lambda: 7) == (7, 0)
+    for exc, code in ((OutputExistsError("exists"), 4), (ValueError("bad size"), 2),
+                      (ImportError("no module x"), 2), (WorkerDied("worker died with exit code -11"), 1)):
+        assert run_job("convert", fails(exc)) == (None, code)
+        assert capsys.readouterr().err.strip() == f"tar2tf convert: {exc}"
