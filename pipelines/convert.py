@@ -115,14 +115,11 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
             schema = ex.merge_schema(schema, p["schema"]) if schema else p["schema"]
     rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
-    by_reason: Dict[str, int] = {}
-    for r in rejects:
-        k = f"{r['stage']}: {Reject.from_dict(r).kind}"
-        by_reason[k] = by_reason.get(k, 0) + 1
+    by_reason = finalize.rejects_by_reason(rejects)
     manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "tfrecord",
                 "inputs": inputs, "output": cfg.output, "options": cfg.describe(), "schema": schema,
                 "shards": shards, "totals": totals,
-                "rejects": {"count": len(rejects), "by_reason": dict(sorted(by_reason.items())),
+                "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
     # stale shards of an earlier run (overwrite was checked before the job started)
     keep = {s["path"] for s in shards}
@@ -194,8 +191,8 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     procs = opts.pool_size(cfg.processes, args, len(urls))
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
-        if procs:
-            shard_pool.start(job, cfg, work, procs)
+        if procs:  # a resumed job first checks which pieces it has: nothing to start early
+            shard_pool.start(job, cfg, work, procs, first=[] if cfg.resume else list(enumerate(urls)))
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job)
         result = p.run()

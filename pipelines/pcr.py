@@ -168,10 +168,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
     shards = [{"path": r["path"], "records": r["records"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records]
     rejects = finalize.all_rejects(infos, list_rejects)
     totals = finalize.totals_of(infos, list_rejects, shards)
-    by_reason: Dict[str, int] = {}
-    for r in rejects:
-        k = f"{r['stage']}: {Reject.from_dict(r).kind}"
-        by_reason[k] = by_reason.get(k, 0) + 1
+    by_reason = finalize.rejects_by_reason(rejects)
     stem = join(cfg.output, MANIFEST_STEM)
     manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "pcr", "inputs": inputs,
                 "output": cfg.output, "directory": cfg.output, "options": cfg.describe(), "classes": classes,
@@ -180,7 +177,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
                 "scan_maps": {m.name: {"components": m.components, "group_of_scan": list(m.group_of_scan),
                                        "description": m.description} for m in smaps},
                 "shards": shards, "totals": totals,
-                "rejects": {"count": len(rejects), "by_reason": dict(sorted(by_reason.items())),
+                "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(stem, ".rejects.jsonl")}}
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)

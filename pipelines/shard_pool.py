@@ -21,7 +21,7 @@ the workers convert.  The output is the same bytes (each worker writes its piece
   ``(index, url)`` tasks on stdin; it answers each with the piece's info on stdout.
 * An exception inside the conversion is raised in the DoFn (with the worker's traceback
   in its message); a worker that dies (a crash in native code) fails the job with
-  :class:`WorkerDied`.  Workers exit when their stdin closes, so they never outlive a
+  :class:`WorkerDied`, and every later call on the pool with it.  Workers exit when their stdin closes, so they never outlive a
   killed parent for long.
 """
 
@@ -33,7 +33,8 @@ import queue
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from concurrent.futures import Future
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _BOOT = "from pipelines.shard_pool import serve; serve()"
 
@@ -79,22 +80,56 @@ class _Worker:
 
 
 class Pool:
-    """``n`` workers; :meth:`convert` borrows an idle one for one shard."""
+    """``n`` workers; :meth:`convert` borrows an idle one for one shard.
 
-    def __init__(self, cfg, work: str, n: int):
+    ``first``: ``(index, url)`` tasks the caller will ask for; the first ``n`` start at
+    once, while the caller is still getting ready (Beam builds its graph for ~0.3 s), and
+    :meth:`convert` then returns their results.  Same work, started earlier."""
+
+    def __init__(self, cfg, work: str, n: int, first: Sequence[Tuple[int, str]] = ()):
         import cloudpickle
         blob = cloudpickle.dumps(cfg)
         self._all: List[_Worker] = []
-        self._idle: "queue.Queue[_Worker]" = queue.Queue()
+        self._idle: "queue.Queue[Optional[_Worker]]" = queue.Queue()  # None: broken
+        self._broken: Optional[WorkerDied] = None
         for _ in range(int(n)):
             w = _Worker(blob, work)
             self._all.append(w)
             self._idle.put(w)
+        self._early: Dict[int, Future] = {}
+        self._early_lock = threading.Lock()
+        for index, url in list(first)[:int(n)]:
+            fut: Future = Future()
+            self._early[index] = fut
+            threading.Thread(target=self._run_early, args=(fut, index, url), daemon=True,
+                             name=f"tar2tf-early-{index}").start()
+
+    def _run_early(self, fut: Future, index: int, url: str) -> None:
+        try:
+            fut.set_result(self._run(index, url))
+        except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this shard
+            fut.set_exception(e)
 
     def convert(self, index: int, url: str) -> Dict[str, Any]:
+        with self._early_lock:
+            fut = self._early.pop(index, None)
+        if fut is not None:
+            return fut.result()
+        return self._run(index, url)
+
+    def _run(self, index: int, url: str) -> Dict[str, Any]:
         w = self._idle.get()
+        if w is None:  # the pool is broken: wake the next waiter too
+            self._idle.put(None)
+            raise self._broken
         try:
             return w.call(index, url)
+        except WorkerDied as e:
+            # like concurrent.futures' BrokenProcessPool: one crash fails every later call
+            # (a crash in native code tends to recur), and nobody waits for a worker forever
+            self._broken = WorkerDied(f"the shard worker pool is broken: {e}")
+            self._idle.put(None)
+            raise
         finally:
             if w.proc.poll() is None:
                 self._idle.put(w)
@@ -118,9 +153,10 @@ _pools: Dict[str, Pool] = {}
 _lock = threading.Lock()
 
 
-def start(job: str, cfg, work: str, processes: int) -> None:
-    """Start ``processes`` workers for ``job`` (they import while the caller goes on)."""
-    pool = Pool(cfg, work, processes)
+def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, str]] = ()) -> None:
+    """Start ``processes`` workers for ``job`` (they import while the caller goes on),
+    and with them the first of the ``first`` tasks (see :class:`Pool`)."""
+    pool = Pool(cfg, work, processes, first)
     with _lock:
         _pools[job] = pool
 

@@ -108,6 +108,31 @@ def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
     assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
 
 
+def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path):
+    """Two Beam threads, one worker that crashes on a late shard: the thread waiting for
+    the worker gets the error too instead of waiting forever (run in a subprocess with a
+    timeout, so a hang fails the test instead of the suite)."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os\n"
+        "from pipelines.convert import ConvertConfig, convert\n"
+        "from transforms.ops import Func\n"
+        "def crash_on_20(r):\n"
+        "    if r['__key__'] == '000020':\n"
+        "        os._exit(9)\n"
+        "    return r\n"
+        "try:\n"
+        f"    convert(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r},\n"
+        "                          sample_stages=(Func(crash_on_20),), progress=False, processes=1),\n"
+        "            ['--direct_num_workers=2'])  # two threads share the one worker\n"
+        "except Exception as e:\n"
+        "    print('FAILED:', type(e).__name__, str(e)[-400:])\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path))
+    assert "FAILED:" in p.stdout and "died with exit code 9" in p.stdout, (p.stdout, p.stderr[-2000:])
+    assert not (tmp_path / "o").exists() or not [f for f in os.listdir(tmp_path / "o") if f.endswith(".record")]
+
+
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the work dir should go")
