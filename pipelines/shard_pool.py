@@ -200,8 +200,12 @@ def _task_loop(inp, out) -> None:
 
 
 def serve() -> None:
-    """Entry point of a worker process: tasks on stdin, replies on stdout.  Anything the
-    conversion prints goes to stderr, so it cannot corrupt the reply stream."""
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    """Entry point of a worker process: tasks on stdin, replies on stdout.  The reply
+    stream gets a file descriptor of its own and descriptor 1 becomes stderr, so nothing
+    the conversion prints (Python or native code) can corrupt it."""
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    sys.stdout.flush()
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
     _task_loop(inp, out)
