@@ -37,7 +37,7 @@ from transforms.tar_stream import TarStream
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
 DEFAULT_GROUP_WINDOW = 64
 
-# What a damaged stream can raise from inside tarfile / gzip / zlib.
+# What a damaged stream can raise from the tar reader (TarFormatError is a tarfile.TarError) / gzip / zlib.
 _STREAM_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
 
 
