@@ -233,3 +233,28 @@ def test_streaming_reads_members_incrementally(tmp_path):
     pipe = Pipe(open(p, "rb").read())
     recs = list(iter_records(io.BufferedReader(pipe), p))
     assert len(recs) == 20 and pipe.max_read <= 65536
+
+
+def test_damaged_header_keeps_earlier_records(tmp_path):
+    """A header whose checksum fails mid-archive: earlier records survive, the record read
+    last is rejected (it may have lost members), and a shard-level reject says where."""
+    p = shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 6))
+    with tarfile.open(p) as tf:
+        m = [x for x in tf.getmembers() if x.name == "000003.jpg"][0]
+    data = bytearray(open(p, "rb").read())
+    data[m.offset + 5] ^= 0x5A  # a byte of 000003.jpg's name: its header checksum fails
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    recs = _records(str(bad))
+    good = [r["__key__"] for r in recs if not isinstance(r, Reject)]
+    rej = [r for r in recs if isinstance(r, Reject)]
+    assert good == ["000000", "000001"]
+    assert [(r.key, r.counts_record) for r in rej] == [("000002", True), (None, False)]
+    assert "checksum" in rej[1].reason and "after 6 members" in rej[1].reason
+
+
+def test_archive_without_members_is_empty_not_an_error(tmp_path):
+    p = tmp_path / "empty.tar"
+    with tarfile.open(p, "w"):
+        pass
+    assert _records(str(p)) == []
