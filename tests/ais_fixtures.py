@@ -22,7 +22,7 @@ from typing import Dict, List
 import pytest
 import requests
 
-from shared_server import SharedServer
+from shared_server import SharedServer, serve_or_skip
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tar2tf")
@@ -163,12 +163,10 @@ _SHARED = SharedServer()
 def ais_cluster():
     """The cluster.  Test modules import this fixture, so pytest makes one fixture per
     module; they share one running cluster (started by the first, stopped by the last)."""
-    binary = aisnode_binary()
-    if binary is None:
-        pytest.skip("AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it with "
-                    "`go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    with _SHARED.use(lambda: AISCluster(binary)) as server:
-        yield server
+    yield from serve_or_skip(_SHARED, aisnode_binary(),
+                             "AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it "
+                             "with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
+                             AISCluster)
 
 
 @pytest.fixture()

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from ais_fixtures import CACHE, free_ports
-from shared_server import SharedServer
+from shared_server import SharedServer, serve_or_skip
 
 
 def emulator_binary():
@@ -103,12 +103,10 @@ _SHARED = SharedServer()
 @pytest.fixture(scope="session")
 def gcs_emulator():
     """The emulator, one process shared by the per-module copies of this fixture."""
-    binary = emulator_binary()
-    if binary is None:
-        pytest.skip("GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
-                    "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)")
-    with _SHARED.use(lambda: GCSEmulator(binary)) as server:
-        yield server
+    yield from serve_or_skip(_SHARED, emulator_binary(),
+                             "GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
+                             "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
+                             GCSEmulator)
 
 
 @pytest.fixture()

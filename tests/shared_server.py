@@ -29,3 +29,13 @@ class SharedServer:
             if self.users == 0:
                 self.server.stop()
                 self.server = None
+
+
+def serve_or_skip(shared: SharedServer, binary, skip_reason: str, make):
+    """The body of a session fixture: skip loudly without a ``binary``, else yield the
+    server ``make(binary)`` shared by every module's copy of the fixture."""
+    if binary is None:
+        import pytest
+        pytest.skip(skip_reason)
+    with shared.use(lambda: make(binary)) as server:
+        yield server
