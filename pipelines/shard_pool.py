@@ -48,7 +48,10 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
-        self._send((blob, work))
+        try:
+            self._send((blob, work))
+        except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
+            pass
 
     def _send(self, obj: Any) -> None:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)

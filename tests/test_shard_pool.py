@@ -173,3 +173,11 @@ def test_pool_only_where_dofns_run_in_this_process(caplog):
     assert opts.pool_size(None, one, shards=8) == 0 and opts.pool_size(None, mem, shards=8) == 0
     with pytest.raises(ValueError):
         opts.pool_size(-1, local)
+
+
+def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
+    from pipelines import shard_pool
+    monkeypatch.setattr(shard_pool, "_BOOT", "import sys; sys.exit(7)")  # e.g. a broken environment
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2)
+    with pytest.raises(Exception, match="died with exit code 7"):
+        convert(cfg)
