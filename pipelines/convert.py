@@ -74,7 +74,7 @@ class ConvertShardFn(beam.DoFn):
             self.c["shards_resumed"].inc()
         else:
             pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
-            info = (shard_pool.convert(pool, index, url) if pool is not None
+            info = (pool.convert(index, url) if pool is not None
                     else convert_shard(index, url, self.work, self.cfg, self.stages))
         self._count(info)
         bar = prog.get(self.job)

@@ -15,7 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from pipelines import convert as cv
-from pipelines import finalize, shard_pool
+from pipelines import finalize, options as opts, shard_pool
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store
@@ -38,13 +38,11 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
     job = uuid.uuid4().hex
-    procs = cfg.processes
-    if procs is None:  # automatic, as for the local Beam runner: one process per worker thread
-        procs = min(int(num_workers), len(urls)) if int(num_workers) > 1 and len(urls) > 1 else 0
-        if procs and not shard_pool.picklable(cfg):
-            procs = 0  # ops that cannot be pickled (the reason this path runs) stay on threads
+    auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
+    procs = opts.auto_processes(num_workers, len(urls)) if auto else int(cfg.processes)
     if procs:
-        shard_pool.start(job, cfg, work, procs)
+        # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
+        shard_pool.start(job, cfg, work, procs, required=not auto)
     workers = shard_pool.get(job)
 
     def one(task):
@@ -53,7 +51,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         if info is not None:
             return info
         if workers is not None:
-            return shard_pool.convert(workers, index, url)
+            return workers.convert(index, url)
         return cv.convert_shard(index, url, work, cfg, stages)
 
     try:

@@ -36,6 +36,12 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
     return args
 
 
+def auto_processes(workers: int, shards: int) -> int:
+    """The automatic worker-process count: one per worker thread, when there is more than
+    one of each (a single thread or shard gains nothing from a process)."""
+    return min(int(workers), shards) if int(workers) > 1 and shards > 1 else 0
+
+
 def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) -> int:
     """How many shard-converting worker processes to start in this process (0: none).
 
@@ -46,8 +52,7 @@ def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) ->
     mode = _value(args, "--direct_running_mode") or "multi_threading"
     if processes is None:
         workers = int(_value(args, "--direct_num_workers") or 1)
-        auto = is_local(args) and mode == "multi_threading" and workers > 1 and shards > 1
-        return min(workers, shards) if auto else 0
+        return auto_processes(workers, shards) if is_local(args) and mode == "multi_threading" else 0
     n = int(processes)
     if n < 0:
         raise ValueError(f"processes must be >= 0, got {processes}")

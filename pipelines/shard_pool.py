@@ -83,15 +83,14 @@ class _Worker:
 
 
 class Pool:
-    """``n`` workers; :meth:`convert` borrows an idle one for one shard.
+    """``n`` workers for the job whose pickled config is ``blob``; :meth:`convert` borrows
+    an idle one for one shard.
 
     ``first``: ``(index, url)`` tasks the caller will ask for; the first ``n`` start at
     once, while the caller is still getting ready (Beam builds its graph for ~0.3 s), and
     :meth:`convert` then returns their results.  Same work, started earlier."""
 
-    def __init__(self, cfg, work: str, n: int, first: Sequence[Tuple[int, str]] = ()):
-        import cloudpickle
-        blob = cloudpickle.dumps(cfg)
+    def __init__(self, blob: bytes, work: str, n: int, first: Sequence[Tuple[int, str]] = ()):
         self._all: List[_Worker] = []
         self._idle: "queue.Queue[Optional[_Worker]]" = queue.Queue()  # None: broken
         self._broken: Optional[WorkerDied] = None
@@ -114,6 +113,7 @@ class Pool:
             fut.set_exception(e)
 
     def convert(self, index: int, url: str) -> Dict[str, Any]:
+        """Convert one shard in a worker; waits (without holding the GIL) for its info."""
         with self._early_lock:
             fut = self._early.pop(index, None)
         if fut is not None:
@@ -142,36 +142,32 @@ class Pool:
             w.close()
 
 
-def picklable(cfg) -> bool:
-    """Whether ``cfg`` (with its ops) can be shipped to workers."""
-    import cloudpickle
-    try:
-        cloudpickle.dumps(cfg)
-    except Exception:  # noqa: BLE001 - any pickling failure means: convert on threads
-        return False
-    return True
-
-
 _pools: Dict[str, Pool] = {}
 _lock = threading.Lock()
 
 
-def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, str]] = ()) -> None:
+def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, str]] = (),
+          required: bool = True) -> bool:
     """Start ``processes`` workers for ``job`` (they import while the caller goes on),
-    and with them the first of the ``first`` tasks (see :class:`Pool`)."""
-    pool = Pool(cfg, work, processes, first)
+    and with them the first of the ``first`` tasks (see :class:`Pool`).  A ``cfg`` whose
+    ops cannot be pickled raises, or with ``required=False`` starts nothing and returns
+    False (the caller then converts on its threads)."""
+    import cloudpickle
+    try:
+        blob = cloudpickle.dumps(cfg)
+    except Exception:  # noqa: BLE001 - whatever pickling raises
+        if required:
+            raise
+        return False
+    pool = Pool(blob, work, processes, first)
     with _lock:
         _pools[job] = pool
+    return True
 
 
 def get(job: str) -> Optional[Pool]:
     with _lock:
         return _pools.get(job)
-
-
-def convert(pool: Pool, index: int, url: str) -> Dict[str, Any]:
-    """Convert one shard in a worker; waits (without holding the GIL) for its info."""
-    return pool.convert(index, url)
 
 
 def stop(job: str) -> None:
