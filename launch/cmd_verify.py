@@ -1,7 +1,7 @@
 """``tar2tf verify OUTPUT``: check a finished dataset against its manifest.
 
 OUTPUT is the manifest (``out/train.record.manifest.json``) or the output template the
-job was given (``out/train-{}.record``).  Checks CRCs, sizes, sha256 and counts of every
+job was given (``out/train-{}.record``).  Checks CRCs, sizes, file digests and counts of every
 shard, parses every Example against the manifest schema, checks DALI index files and the
 manifest totals; ``--decode-images`` also decodes every image.  PCR datasets are checked
 against their index.  Exit 0 when everything matches, 5 on any mismatch (all listed).

@@ -11,19 +11,19 @@ re-framed.  Each final shard is written under a temporary name and renamed when 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from transforms import digests
 from transforms.records import Reject
 from transforms.stores import Store, StoreConfig, basename, get_store, split_url
 from transforms.tfrecord import pack
 
 log = logging.getLogger("tar2tf")
-COPY_CHUNK = 4 << 20
+COPY_CHUNK = 1 << 20
 
 
 # -- names ------------------------------------------------------------------------------
@@ -98,30 +98,24 @@ def make_plan(pieces: Sequence[Dict[str, Any]], output: str, max_bytes: Optional
 
 # -- writing ----------------------------------------------------------------------------
 
-def _copy_range(src, dst, offset: int, length: int, digest, buf: Optional[memoryview] = None) -> None:
-    """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, hashing them.
+def _copy_range(src, dst, offset: int, length: int, digest) -> None:
+    """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, feeding ``digest``.
 
-    With ``buf`` (a reusable memoryview) and a source that has ``readinto``, no chunk is
-    allocated per read: fresh 4 MB ``bytes`` objects cost a page-faulting allocation each
-    (measured: the copy phase of a 282 MB job took 0.33 s of CPU instead of 0.5-0.8 s)."""
+    Plain 1 MB reads: google-crc32c only takes ``bytes`` (no memoryview into a reused
+    buffer), and 256 KB-1 MB reads measured fastest (~1.5-2 GB/s of CPU for copy + CRC;
+    4 MB ``bytes`` objects cost page-faulting allocations)."""
     try:
         src.seek(offset)
     except (AttributeError, OSError, ValueError):
         _discard(src, offset)
-    readinto = getattr(src, "readinto", None) if buf is not None else None
     left = length
     while left:
-        if readinto is not None:
-            n = readinto(buf[:min(len(buf), left)]) or 0
-            chunk = buf[:n]
-        else:
-            chunk = src.read(min(COPY_CHUNK, left))
-            n = len(chunk)
-        if not n:
+        chunk = src.read(min(COPY_CHUNK, left))
+        if not chunk:
             raise IOError(f"piece ended {left} bytes early")
         dst.write(chunk)
         digest.update(chunk)
-        left -= n
+        left -= len(chunk)
 
 
 def _discard(src, n: int) -> None:
@@ -132,26 +126,66 @@ def _discard(src, n: int) -> None:
         n -= len(chunk)
 
 
+class ShardFile:
+    """One final shard while it is written: bytes appended in order, its crc32c and framed
+    record sizes kept, the file under a temporary name until :meth:`close` (fsync, rename),
+    removed by :meth:`abort`.  The one writer of final TFRecord shards: the planned copy
+    (:func:`write_shard`), the streaming writer (``pipelines.shard_stream``) and the
+    shuffle (``pipelines.shuffle``) all go through it."""
+
+    def __init__(self, path: str, config: Optional[StoreConfig] = None, dali_index: bool = False):
+        self.path, self.dali_index = path, dali_index
+        self.store = get_store(path, config)
+        self.digest = digests.new("crc32c")
+        self.sizes: List[int] = []
+        self.bytes = 0
+        self._cm = self.store.open_write(path)
+        self.f = self._cm.__enter__()
+
+    def write(self, data, sizes: Sequence[int]) -> None:
+        """Append whole frames (``sizes``: their framed lengths)."""
+        self.f.write(data)
+        self.digest.update(data)
+        self.sizes.extend(sizes)
+        self.bytes += len(data)
+
+    def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
+        """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
+        _copy_range(src, self.f, offset, length, self.digest)
+        self.sizes.extend(sizes)
+        self.bytes += length
+
+    def close(self) -> Dict[str, Any]:
+        """Make the shard durable under its final name; its manifest row."""
+        self._cm.__exit__(None, None, None)
+        if self.dali_index:
+            lines, off = [], 0
+            for s in self.sizes:
+                lines.append(f"{off} {s}\n")
+                off += s
+            self.store.write_bytes(self.path + ".idx", "".join(lines).encode())
+        return {"path": self.path, "records": len(self.sizes), "bytes": self.bytes,
+                "crc32c": digests.hexdigest(self.digest)}
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        """Remove the temporary file; nothing appears under the final name."""
+        exc = exc or RuntimeError(f"writing {self.path} was abandoned")
+        self._cm.__exit__(type(exc), exc, exc.__traceback__)
+
+
 def write_shard(task: Dict[str, Any], config: Optional[StoreConfig] = None,
                 dali_index: bool = False) -> Dict[str, Any]:
     """Copy the task's byte ranges into its final name, atomically; return its manifest row."""
-    store = get_store(task["path"], config)
-    digest = hashlib.sha256()
-    total = 0
-    buf = memoryview(bytearray(COPY_CHUNK))
-    with store.open_write(task["path"]) as out:
+    shard = ShardFile(task["path"], config, dali_index)
+    try:
         for url, offset, length in task["ranges"]:
             with get_store(url, config).open_read(url) as src:
-                _copy_range(src, out, offset, length, digest, buf)
-            total += length
-    if dali_index:
-        lines, off = [], 0
-        for s in task["sizes"]:
-            lines.append(f"{off} {s}\n")
-            off += s
-        store.write_bytes(task["path"] + ".idx", "".join(lines).encode())
-    return {"path": task["path"], "records": len(task["sizes"]), "bytes": total,
-            "sha256": digest.hexdigest()}
+                shard.copy(src, offset, length, ())
+    except BaseException as e:
+        shard.abort(e)
+        raise
+    shard.sizes = list(task["sizes"])
+    return shard.close()
 
 
 def delete_tree(store: Store, prefix: str) -> None:

@@ -3,8 +3,10 @@
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
 is the one the Beam graph runs -- :func:`pipelines.convert.convert_shard` per input shard,
-:func:`pipelines.finalize.make_plan` / ``write_shard``, and the same manifest -- so the
-output files are byte-identical to a Beam run with the same inputs and options (tested).
+the greedy packing of :mod:`pipelines.finalize`, the same manifest -- so the output files
+are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
+output template the final shards fill while later input shards still convert
+(:mod:`pipelines.shard_stream`); otherwise they are planned once every piece is done.
 """
 
 from __future__ import annotations
@@ -15,10 +17,25 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from pipelines import convert as cv
-from pipelines import finalize, options as opts, shard_pool
+from pipelines import finalize, options as opts, shard_pool, shard_stream
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store
+
+
+def _streamed(futures, cfg: "cv.ConvertConfig"):
+    """Pieces in input order as they finish, each streamed into the final shards at once."""
+    stream = shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
+                                      cfg.store, cfg.dali_index)
+    pieces = []
+    try:
+        for f in futures:
+            pieces.append(f.result())
+            stream.add(pieces[-1])
+    except BaseException as e:
+        stream.abort(e)
+        raise
+    return pieces, stream.finish()
 
 
 def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.ConvertResult":
@@ -39,7 +56,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
     job = uuid.uuid4().hex
     auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
-    procs = opts.auto_processes(num_workers, len(urls)) if auto else int(cfg.processes)
+    procs = opts.auto_processes(num_workers, len(urls), cfg.has_ops()) if auto else int(cfg.processes)
     if procs:
         # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
         shard_pool.start(job, cfg, work, procs, required=not auto)
@@ -56,9 +73,18 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, int(num_workers), procs), thread_name_prefix="tar2tf-convert") as pool:
-            pieces = list(pool.map(one, list(enumerate(urls))))
-            plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
-            shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+            futures = [pool.submit(one, task) for task in enumerate(urls)]
+            try:
+                if shard_stream.can_stream(cfg.output):
+                    pieces, shards = _streamed(futures, cfg)
+                else:
+                    pieces = [f.result() for f in futures]
+                    plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
+                    shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
     finally:
         shard_pool.stop(job)
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))

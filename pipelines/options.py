@@ -36,23 +36,27 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
     return args
 
 
-def auto_processes(workers: int, shards: int) -> int:
+def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     """The automatic worker-process count: one per worker thread, when there is more than
-    one of each (a single thread or shard gains nothing from a process)."""
-    return min(int(workers), shards) if int(workers) > 1 and shards > 1 else 0
+    one of each (a single thread or shard gains nothing from a process) and the job has
+    per-record ops.  Without ops (passthrough) the work is reading, CRC and writing, which
+    release the GIL: threads convert as fast, without the ~0.2 s start of a worker
+    (measured on the 5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers)."""
+    return min(int(workers), shards) if ops and int(workers) > 1 and shards > 1 else 0
 
 
-def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) -> int:
+def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0, ops: bool = True) -> int:
     """How many shard-converting worker processes to start in this process (0: none).
 
     Only where DoFns run in this process (the local runner's ``in_memory`` /
     ``multi_threading`` modes); elsewhere the runner's own workers parallelize.
     ``processes=None`` is automatic: the local default mode (``multi_threading``) with
-    more than one worker and more than one input shard gets one process per worker."""
+    more than one worker, more than one input shard and some per-record ops gets one
+    process per worker."""
     mode = _value(args, "--direct_running_mode") or "multi_threading"
     if processes is None:
         workers = int(_value(args, "--direct_num_workers") or 1)
-        return auto_processes(workers, shards) if is_local(args) and mode == "multi_threading" else 0
+        return auto_processes(workers, shards, ops) if is_local(args) and mode == "multi_threading" else 0
     n = int(processes)
     if n < 0:
         raise ValueError(f"processes must be >= 0, got {processes}")

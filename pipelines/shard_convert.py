@@ -9,11 +9,10 @@ run anywhere: in a Beam DoFn (``pipelines.convert``), in the in-process driver
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from pipelines import workfiles
-from transforms import example as ex
+from transforms import digests, example as ex
 from transforms.fetch import read_shard
 from transforms.records import Reject, is_reject
 from transforms.sizes import parse_size
@@ -58,6 +57,10 @@ class ConvertConfig:
         return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
                       tuple(as_stage(s) for s in self.example_stages), ex.parse_type_map(self.type_map))
 
+    def has_ops(self) -> bool:
+        """Whether records go through ops (else: tar members framed as they are)."""
+        return bool(self.sample_stages or self.record_to_example or self.example_stages)
+
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""
         return {"max_shard_size": parse_size(self.max_shard_size), "records_per_shard": self.records_per_shard,
@@ -80,7 +83,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     schema: Dict[str, Any] = {}
     last_schema: Optional[Dict[str, Any]] = None
     read = filtered = 0
-    digest = hashlib.sha256()
+    digest = digests.new("crc32c")
     keys: List[str] = []
     corrupt: Optional[Reject] = None
     with store.open_write(piece, durable=False) as f:  # scratch: resume re-hashes it
@@ -117,10 +120,10 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
         rejects.append(corrupt.to_dict())
         reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema, digest = [], [], {}, hashlib.sha256()
+        sizes, keys, schema, digest = [], [], {}, digests.new("crc32c")
         store.write_bytes(piece, b"")
     info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
-            "sha256": digest.hexdigest(), "records_read": read, "filtered": filtered,
+            "crc32c": digests.hexdigest(digest), "records_read": read, "filtered": filtered,
             "rejects": rejects, "schema": schema, "members": stats.members,
             "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
     workfiles.write_sidecar(piece, info, cfg.store)

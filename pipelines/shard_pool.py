@@ -69,11 +69,14 @@ class _Worker:
             return value
         raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
 
-    def close(self) -> None:
+    def end_input(self) -> None:
+        """Ask the worker to exit (it does when its stdin closes)."""
         try:
             self.proc.stdin.close()
         except OSError:
             pass
+
+    def reap(self) -> None:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -137,9 +140,19 @@ class Pool:
             if w.proc.poll() is None:
                 self._idle.put(w)
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Workers exit when their input closes; their exit (interpreter teardown, ~50 ms)
+        is awaited on a daemon thread unless ``wait``, so a job does not end 50 ms late."""
         for w in self._all:
-            w.close()
+            w.end_input()
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
+
+    def _reap(self) -> None:
+        for w in self._all:
+            w.reap()
 
 
 _pools: Dict[str, Pool] = {}

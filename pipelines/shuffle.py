@@ -60,21 +60,15 @@ def _write(item, plan: Dict[str, Any], cfg):
     ranked = sorted(ranked, key=lambda rp: rp[0])
     path = plan["names"][shard]
     from transforms.tfrecord import frame
-    frames = [frame(p) for _, p in ranked]
-    digest = hashlib.sha256()
-    store = get_store(path, cfg.store)
-    with store.open_write(path) as out:
-        for fr in frames:
-            out.write(fr)
-            digest.update(fr)
-    if cfg.dali_index:
-        lines, off = [], 0
-        for fr in frames:
-            lines.append(f"{off} {len(fr)}\n")
-            off += len(fr)
-        store.write_bytes(path + ".idx", "".join(lines).encode())
-    return {"path": path, "records": len(frames), "bytes": sum(len(f) for f in frames),
-            "sha256": digest.hexdigest()}
+    shard = finalize.ShardFile(path, cfg.store, cfg.dali_index)
+    try:
+        for _, p in ranked:
+            fr = frame(p)
+            shard.write(fr, (len(fr),))
+    except BaseException as e:
+        shard.abort(e)
+        raise
+    return shard.close()
 
 
 def shuffled_shards(pieces, all_pieces, cfg):

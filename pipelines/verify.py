@@ -2,7 +2,7 @@
 
 For a TFRecord dataset every shard is read once, streaming, and checked for:
 
-* existence, byte size and sha256 against the manifest row;
+* existence, byte size and digest (crc32c; sha256 in older manifests) against the manifest row;
 * TFRecord framing: length and data CRCs of every record (``tfrecord.iter_frames``);
 * record count against the manifest row;
 * every ``tf.train.Example`` parsed and compared with the manifest schema (feature
@@ -19,7 +19,6 @@ from the PCR modules.  Nothing stops at the first problem: the report lists all 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import io
 import inspect
@@ -28,6 +27,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from pipelines import finalize
+from transforms import digests
 from transforms.stores import StoreConfig, basename, dirname, get_store, join
 from transforms.tfrecord import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
@@ -38,7 +38,7 @@ PCR_VERIFIERS = ("transforms.pcr_verify", "transforms.pcr", "pipelines.pcr_verif
 
 @dataclasses.dataclass
 class Problem:
-    check: str            # file, size, sha256, crc, count, schema, image, index, totals, rejects, pcr
+    check: str            # file, size, crc32c/sha256/digest, crc, count, schema, image, index, totals, rejects, pcr
     detail: str
     shard: Optional[str] = None
     record: Optional[int] = None   # record number inside the shard, from 0
@@ -84,16 +84,27 @@ class VerifyReport:
 
 
 class _HashingReader:
-    """Wraps a binary stream: every byte read also goes into a sha256 and a byte count."""
+    """Wraps a binary stream: every byte read also goes into the digest the manifest row
+    carries (:mod:`transforms.digests`) and a byte count."""
 
-    def __init__(self, f):
-        self._f, self.sha, self.n = f, hashlib.sha256(), 0
+    def __init__(self, f, row: Dict[str, Any]):
+        self.kind = digests.kind_of(row)
+        self._f, self.n = f, 0
+        self._digest = digests.new(self.kind) if self.kind else None
 
     def read(self, n=-1):
         data = self._f.read(n)
-        self.sha.update(data)
+        if self._digest is not None:
+            self._digest.update(data)
         self.n += len(data)
         return data
+
+    def mismatch(self, row: Dict[str, Any]) -> Optional[str]:
+        """``"<kind>", "<detail>"`` when the bytes read do not match the row's digest."""
+        if self._digest is None:
+            return None
+        got = digests.hexdigest(self._digest)
+        return None if got == row[self.kind] else f"{got}, manifest says {row[self.kind]}"
 
     def drain(self):
         for chunk in iter(lambda: self.read(4 << 20), b""):
@@ -187,7 +198,7 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
         return 0
     offsets: List[tuple] = []
     with store.open_read(path) as raw:
-        f = _HashingReader(raw)
+        f = _HashingReader(raw, row)
         try:
             for n, (offset, payload) in enumerate(iter_frames(f)):
                 offsets.append((offset, len(payload) + FRAME_OVERHEAD))
@@ -211,8 +222,10 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
     report.bytes_checked += f.n
     if f.n != row["bytes"]:
         add("size", f"{f.n} bytes, manifest says {row['bytes']}")
-    if f.sha.hexdigest() != row["sha256"]:
-        add("sha256", f"{f.sha.hexdigest()}, manifest says {row['sha256']}")
+    if not f.kind:
+        add("digest", "manifest row has no crc32c (or sha256)")
+    elif f.mismatch(row):
+        add(f.kind, f.mismatch(row))
     if len(offsets) != row["records"]:
         add("count", f"{len(offsets)} readable records, manifest says {row['records']}")
     if dali_index:
@@ -221,20 +234,20 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
 
 
 def _check_file(row: Dict[str, Any], path: str, report: VerifyReport, config: StoreConfig) -> None:
-    """Existence, size and sha256 of a file the manifest lists (PCR record files)."""
+    """Existence, size and digest of a file the manifest lists (PCR record files)."""
     store = get_store(path, config)
     if not store.exists(path):
         report.problems.append(Problem("file", "file is missing", path))
         return
     with store.open_read(path) as raw:
-        f = _HashingReader(raw)
+        f = _HashingReader(raw, row)
         f.drain()
     report.shards_checked += 1
     report.bytes_checked += f.n
     if "bytes" in row and f.n != row["bytes"]:
         report.problems.append(Problem("size", f"{f.n} bytes, manifest says {row['bytes']}", path))
-    if "sha256" in row and f.sha.hexdigest() != row["sha256"]:
-        report.problems.append(Problem("sha256", f"{f.sha.hexdigest()}, manifest says {row['sha256']}", path))
+    if f.mismatch(row):
+        report.problems.append(Problem(f.kind, f.mismatch(row), path))
 
 
 def _check_index(path: str, offsets, store, add) -> None:

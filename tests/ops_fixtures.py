@@ -31,6 +31,14 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+def crc32c_file(path: str) -> str:
+    """The hex CRC32C of a whole file, as manifests record it (computed in one call, not
+    through the running checksum the writer uses)."""
+    import google_crc32c
+    with open(path, "rb") as f:
+        return f"{google_crc32c.value(f.read()):08x}"
+
+
 def normalized_manifest(path: str) -> dict:
     """The manifest with the output location made relative (it names its own paths)."""
     m = json.load(open(path))

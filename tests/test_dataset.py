@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import shardgen
+from ops_fixtures import crc32c_file
 from pipelines import AisDataset, Dataset, default_record_parser, make_record_parser
 from pipelines.dataset import location
 from pipelines.inmemory import ordered_stream
@@ -166,7 +167,7 @@ def test_path_generator(data, tmp_path):
     assert sum(1 for p in paths for _ in read_records(p)) == 12
     manifest = json.load(open(paths[0] + ".manifest.json"))
     assert [s["path"] for s in manifest["shards"]] == paths
-    assert [s["sha256"] for s in manifest["shards"]] == [_sha(p) for p in paths]
+    assert [s["crc32c"] for s in manifest["shards"]] == [crc32c_file(p) for p in paths]
     with pytest.raises(ValueError, match="yielded 1 names"):
         dataset.load(TEMPLATE, path=iter([str(tmp_path / "one.rec")]), max_shard_size="4KB")
 

@@ -41,7 +41,7 @@ def test_flipped_byte_is_caught(demo_output, tmp_path):
     assert "MISMATCH" in p.stdout and "CRC mismatch" in p.stdout
     rep = verify(os.path.join(d, "demo.record.manifest.json"))
     checks = _checks(rep)
-    assert ("crc", "demo-2.record") in checks and ("sha256", "demo-2.record") in checks
+    assert ("crc", "demo-2.record") in checks and ("crc32c", "demo-2.record") in checks
     assert all(shard == "demo-2.record" for _, shard in checks)   # the other shards are fine
 
 
@@ -84,7 +84,7 @@ def test_missing_shard_and_rejects_mismatch(demo_output, tmp_path):
 def _rewrite_first_record(d, change):
     """Re-frame shard 1 with record 0 changed (valid CRCs), update manifest + DALI index."""
     from tensorflow.core.example import example_pb2
-    from ops_fixtures import sha256_file
+    from ops_fixtures import crc32c_file
     path = os.path.join(d, "demo-1.record")
     recs = list(read_records(path))
     ex = example_pb2.Example.FromString(recs[0])
@@ -97,7 +97,7 @@ def _rewrite_first_record(d, change):
     mpath = os.path.join(d, "demo.record.manifest.json")
     m = json.load(open(mpath))
     old = m["shards"][0]["bytes"]
-    m["shards"][0].update(bytes=os.path.getsize(path), sha256=sha256_file(path))
+    m["shards"][0].update(bytes=os.path.getsize(path), crc32c=crc32c_file(path))
     m["totals"]["bytes_written"] += os.path.getsize(path) - old
     json.dump(m, open(mpath, "w"))
     return mpath
@@ -205,3 +205,19 @@ def test_feature_appearing_late_is_in_the_schema(tmp_path):
     assert res.manifest["schema"]["txt"] == {"dtype": "bytes", "shape": [1], "optional": True}
     rep = verify(res.manifest_path)
     assert rep.ok and rep.records_checked == 20, rep.text()
+
+
+def test_manifests_with_sha256_rows_still_verify(demo_output, tmp_path):
+    """Manifests written before shards carried crc32c (sha256 rows) verify as before."""
+    from ops_fixtures import sha256_file
+    d = copy_dataset(demo_output[0], str(tmp_path / "d"))
+    mpath = os.path.join(d, "demo.record.manifest.json")
+    m = json.load(open(mpath))
+    for row in m["shards"]:
+        del row["crc32c"]
+        row["sha256"] = sha256_file(os.path.join(d, os.path.basename(row["path"])))
+    json.dump(m, open(mpath, "w"))
+    assert verify(mpath).ok
+    m["shards"][1]["sha256"] = "0" * 64
+    json.dump(m, open(mpath, "w"))
+    assert _checks(verify(mpath)) == [("sha256", os.path.basename(m["shards"][1]["path"]))]

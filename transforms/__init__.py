@@ -5,4 +5,4 @@ Data flows one way through these modules:
 Each is a plain function or generator; Beam DoFns in ``pipelines`` are thin shells.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

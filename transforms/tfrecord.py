@@ -102,24 +102,38 @@ def record_index(fileobj: BinaryIO, check_crc: bool = True) -> List[Tuple[int, i
     return [(off, len(p) + FRAME_OVERHEAD) for off, p in iter_frames(fileobj, check_crc)]
 
 
-def pack(sizes: List[int], max_bytes: Optional[int], max_records: Optional[int]) -> List[Tuple[int, int]]:
-    """Greedy, order-preserving packing of framed record sizes into shards.
+class Packer:
+    """The greedy packing rule, one record at a time, in order.
 
-    Returns ``[(first_record, end_record), ...]``.  A shard never exceeds ``max_bytes``
-    unless one record alone does (it then sits alone); no shard is empty; at most
-    ``max_records`` records per shard.  Greedy filling in order is optimal for the number
-    of shards when order must be kept, and it depends only on the sizes, so any runner
-    and any bundling give the same plan.
+    :meth:`starts_shard` says whether a record of ``size`` framed bytes opens a new shard
+    (the first record always does).  A shard never exceeds ``max_bytes`` unless one record
+    alone does (it then sits alone), holds at most ``max_records`` records, and is never
+    empty.  The decision depends only on the sizes seen so far, so a writer can apply it
+    while records still arrive (``pipelines.shard_stream``) and get the same shards as
+    :func:`pack` over the whole list."""
+
+    def __init__(self, max_bytes: Optional[int], max_records: Optional[int]):
+        self.max_bytes, self.max_records = max_bytes, max_records
+        self.count = self.acc = 0
+
+    def starts_shard(self, size: int) -> bool:
+        new = (self.count == 0
+               or (self.max_bytes is not None and self.acc + size > self.max_bytes)
+               or (self.max_records is not None and self.count >= self.max_records))
+        if new:
+            self.count = self.acc = 0
+        self.count += 1
+        self.acc += size
+        return new
+
+
+def pack(sizes: List[int], max_bytes: Optional[int], max_records: Optional[int]) -> List[Tuple[int, int]]:
+    """Greedy, order-preserving packing of framed record sizes into shards (:class:`Packer`).
+
+    Returns ``[(first_record, end_record), ...]``.  Greedy filling in order is optimal for
+    the number of shards when order must be kept, and it depends only on the sizes, so any
+    runner and any bundling give the same plan.
     """
-    spans: List[Tuple[int, int]] = []
-    start, acc = 0, 0
-    for i, s in enumerate(sizes):
-        full_bytes = max_bytes is not None and acc + s > max_bytes and i > start
-        full_count = max_records is not None and i - start >= max_records
-        if full_bytes or full_count:
-            spans.append((start, i))
-            start, acc = i, 0
-        acc += s
-    if start < len(sizes):
-        spans.append((start, len(sizes)))
-    return spans
+    packer = Packer(max_bytes, max_records)
+    starts = [i for i, s in enumerate(sizes) if packer.starts_shard(s)]
+    return list(zip(starts, starts[1:] + [len(sizes)]))
