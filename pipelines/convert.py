@@ -6,6 +6,11 @@ Graph (every step is a thin shell over a plain function in ``transforms``)::
     encode; one piece + sidecar per input shard) -> gather sidecars -> plan final shards
     -> spread -> WriteShard (copy byte ranges, atomic rename) -> manifest + rejects
 
+On the local runner with a ``{}`` output template, the pieces also go to a shard stream in
+this process (``pipelines.shard_stream``) that fills the final shards while later pieces
+convert, and the graph after the gather is one ``FinishShards`` step: the same bytes,
+without a copy stage after the last conversion.
+
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
 records once; ordering inside a shard comes from the seeded sort key, so it is
@@ -28,7 +33,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog, shard_pool
+from pipelines import finalize, options as opts, progress as prog, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example as ex
@@ -76,6 +81,9 @@ class ConvertShardFn(beam.DoFn):
             pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
             info = (pool.convert(index, url) if pool is not None
                     else convert_shard(index, url, self.work, self.cfg, self.stages))
+        feed = shard_stream.get(self.job)  # only where convert() started one (local runs)
+        if feed is not None:
+            feed.offer(info)
         self._count(info)
         bar = prog.get(self.job)
         if bar is not None:
@@ -104,6 +112,29 @@ def plan_shards(pieces, cfg: ConvertConfig):
     return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
 
 
+def start_stream(job: str, cfg: ConvertConfig) -> Optional[shard_stream.PieceFeed]:
+    """A shard stream for the job when its output names allow one (``{}`` template, no
+    shuffle); DoFns and in-process threads running here feed it pieces."""
+    if cfg.shuffle or not shard_stream.can_stream(cfg.output):
+        return None
+    stream = shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
+                                      cfg.store, cfg.dali_index)
+    return shard_stream.start(job, shard_stream.PieceFeed(stream))
+
+
+def finish_shards(pieces, job: str, cfg: ConvertConfig) -> List[Dict[str, Any]]:
+    """The final shards' manifest rows: from the job's stream, which wrote them while the
+    pieces converted; or, where no stream got every piece (the DoFns ran in other
+    processes), written now, the planned way, one after another."""
+    feed = shard_stream.get(job)
+    if feed is not None:
+        try:
+            return feed.finish(len(pieces))
+        except shard_stream.MissingPieces as e:
+            log.info("%s: writing the final shards after the conversion", e)
+    return [finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)]
+
+
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
     """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
     shards = sorted(shards, key=lambda s: s["path"])
@@ -128,6 +159,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         if stale not in keep:
             store.delete(stale)
             store.delete(stale + ".idx")
+    for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
+        store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
     yield manifest
@@ -143,7 +176,7 @@ def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
 
 
 def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject],
-          work: str, job: str):
+          work: str, job: str, streamed: bool = False):
     tasks = list(enumerate(urls))
     pieces = (spread(p | "Shards" >> beam.Create(tasks, reshuffle=False), "SpreadShards", itemgetter(0))
               | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work, job)))
@@ -151,6 +184,8 @@ def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: L
     if cfg.shuffle:
         from pipelines.shuffle import shuffled_shards
         shards = shuffled_shards(pieces, all_pieces, cfg)
+    elif streamed:  # written while converting, by this process's stream (see finish_shards)
+        shards = all_pieces | "FinishShards" >> beam.FlatMap(finish_shards, job, cfg)
     else:
         plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
         shards = (spread(plan, "SpreadWrites", itemgetter("index"))
@@ -193,11 +228,13 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     try:
         if procs:  # a resumed job first checks which pieces it has: nothing to start early
             shard_pool.start(job, cfg, work, procs, first=[] if cfg.resume else list(enumerate(urls)))
+        streamed = opts.dofns_run_here(args) and start_stream(job, cfg) is not None
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
-        build(p, cfg, urls, list_rejects, work, job)
+        build(p, cfg, urls, list_rejects, work, job, streamed)
         result = p.run()
         result.wait_until_finish()
     finally:
+        shard_stream.stop(job)
         shard_pool.stop(job)
         if bar is not None:
             bar.close()

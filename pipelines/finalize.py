@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from transforms import digests
 from transforms.records import Reject
-from transforms.stores import Store, StoreConfig, basename, get_store, split_url
+from transforms.stores import LOCAL_TEMP, Store, StoreConfig, basename, get_store, split_url
 from transforms.tfrecord import pack
 
 log = logging.getLogger("tar2tf")
@@ -57,6 +57,25 @@ def companion(output: str, suffix: str) -> str:
     """``train-{}.record`` -> ``train.record<suffix>``: manifest, rejects, report."""
     base = re.sub(r"[-_.]?\{\}", "", output) if "{}" in output else output
     return base + suffix
+
+
+def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List[str]:
+    """Temporary files of this output's shards (and their ``.idx``) that a killed job left
+    in a local output directory (a ``kill -9`` can land while a shard is written)."""
+    if split_url(output)[0] != "":
+        return []  # object stores publish an object whole, or not at all
+    d = os.path.dirname(output) or "."
+    if not os.path.isdir(d):
+        return []
+    pat, out = output_pattern(output), []
+    for fn in sorted(os.listdir(d)):
+        m = LOCAL_TEMP.match(fn)
+        if m:
+            name = m.group("name")
+            name = name[:-len(".idx")] if name.endswith(".idx") else name
+            if pat.match(os.path.join(os.path.dirname(output), name)):
+                out.append(os.path.join(os.path.dirname(output), fn))
+    return out
 
 
 def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[str]:

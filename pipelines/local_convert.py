@@ -14,28 +14,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pipelines import convert as cv
 from pipelines import finalize, options as opts, shard_pool, shard_stream
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store
-
-
-def _streamed(futures, cfg: "cv.ConvertConfig"):
-    """Pieces in input order as they finish, each streamed into the final shards at once."""
-    stream = shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
-                                      cfg.store, cfg.dali_index)
-    pieces = []
-    try:
-        for f in futures:
-            pieces.append(f.result())
-            stream.add(pieces[-1])
-    except BaseException as e:
-        stream.abort(e)
-        raise
-    return pieces, stream.finish()
 
 
 def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.ConvertResult":
@@ -71,21 +56,24 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
             return workers.convert(index, url)
         return cv.convert_shard(index, url, work, cfg, stages)
 
+    feed = cv.start_stream(job, cfg)
     try:
         with ThreadPoolExecutor(max_workers=max(1, int(num_workers), procs), thread_name_prefix="tar2tf-convert") as pool:
             futures = [pool.submit(one, task) for task in enumerate(urls)]
             try:
-                if shard_stream.can_stream(cfg.output):
-                    pieces, shards = _streamed(futures, cfg)
-                else:
-                    pieces = [f.result() for f in futures]
-                    plan = cv.plan_shards(pieces, cfg)  # the same planning step as the Beam graph
-                    shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index), plan))
+                for f in as_completed(futures):
+                    if feed is not None:
+                        feed.offer(f.result())
+                pieces = [f.result() for f in futures]
+                shards = (cv.finish_shards(pieces, job, cfg) if feed is not None else
+                          list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
+                                        cv.plan_shards(pieces, cfg))))  # the Beam graph's planning step
             except BaseException:
                 for f in futures:
                     f.cancel()
                 raise
     finally:
+        shard_stream.stop(job)  # a feed that did not finish is aborted: its shards removed
         shard_pool.stop(job)
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     manifest_path = finalize.companion(cfg.output, ".manifest.json")

@@ -77,6 +77,13 @@ def runner_name(args: Sequence[str]) -> str:
     return name
 
 
+def dofns_run_here(args: Sequence[str]) -> bool:
+    """Whether the job's DoFns run in this process: FnApiRunner's ``multi_threading`` and
+    ``in_memory`` modes (``multi_processing`` and every other runner use other processes)."""
+    mode = _value(args, "--direct_running_mode") or "multi_threading"
+    return runner_name(args) == "FnApiRunner" and mode in ("multi_threading", "in_memory")
+
+
 def is_local(args: Sequence[str]) -> bool:
     return runner_name(args) in ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
                                  "SwitchingDirectRunner")

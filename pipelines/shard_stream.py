@@ -2,11 +2,15 @@
 
 The planned path (``pipelines.finalize.make_plan`` + ``write_shard``) waits for every piece,
 then copies byte ranges into final shards: on a local job the copy of the last shards is
-a serial tail after the last conversion (~0.3 s per 100 MB on 2 cores, measured).  Here
-pieces are taken in input order as they finish, and their frames go straight into the
-open final shard, under the same greedy rule (:class:`transforms.tfrecord.Packer`, which
-depends only on the sizes seen so far) -- so the shards, their names and bytes are the
-same as the planned path's (tested), and the copy overlaps the conversion of later pieces.
+a serial tail after the last conversion (~0.3 s per 100 MB on 2 cores, measured), and on
+Beam two more stages.  Here pieces are taken in input order as they finish
+(:class:`PieceFeed`: offered in any order, from any thread), and their frames go straight
+into the open final shard, under the same greedy rule (:class:`transforms.tfrecord.Packer`,
+which depends only on the sizes seen so far) -- so the shards, their names and bytes are
+the same as the planned path's (tested), and the copy overlaps the conversion of later
+pieces.  The in-process driver and the local Beam runner (whose DoFns run in this
+process) use it; on other runners a DoFn finds no feed for its job, and the job's shards
+are written the planned way (:class:`MissingPieces`).
 
 Only for outputs whose shard names do not depend on the shard count (``{}`` templates:
 ``train-{}.record`` -> ``train-1.record`` ...): a ``-NNNNN-of-NNNNN`` name is only known
@@ -17,6 +21,7 @@ its work directory, so ``resume`` works as on the planned path.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
@@ -45,6 +50,7 @@ class ShardStream:
         self.count = 0
         self._closing: List[Future] = []
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
+        self.done = False  # finished or aborted
 
     def _next_shard(self) -> None:
         if self.current is not None:
@@ -71,22 +77,29 @@ class ShardStream:
             self.current.copy(src, run_start, pos - run_start, run)
 
     def finish(self) -> List[Dict[str, Any]]:
+        self.done = True
         if self.current is not None:
             self._closing.append(self._closer.submit(self.current.close))
             self.current = None
+        self._closer.shutdown(wait=True)
         try:
             return [f.result() for f in self._closing]
-        finally:
-            self._closer.shutdown()
+        except BaseException:
+            self._remove_finished()
+            raise
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         """The job failed: the shard being written is dropped, and so are the shards this
         stream already finished, so a failed job leaves no output of its own (as on the
         planned path, which writes nothing before every piece is done)."""
+        self.done = True
         if self.current is not None:
             self.current.abort(exc)
             self.current = None
         self._closer.shutdown(wait=True)
+        self._remove_finished()
+
+    def _remove_finished(self) -> None:
         for f in self._closing:
             if f.exception() is None:
                 row = f.result()
@@ -94,3 +107,90 @@ class ShardStream:
                 store.delete(row["path"])
                 if self.dali_index:
                     store.delete(row["path"] + ".idx")
+
+
+class MissingPieces(RuntimeError):
+    """The job finished but some pieces never reached the feed (they were converted in
+    another process): the caller writes the shards the planned way."""
+
+
+class PieceFeed:
+    """Pieces offered in any order, from any thread (Beam's worker threads, the in-process
+    driver's futures); a writer thread adds them to the :class:`ShardStream` in input order
+    (piece ``index`` 0, 1, 2, ...) as soon as each one's predecessors are in."""
+
+    def __init__(self, stream: ShardStream):
+        self.stream = stream
+        self._cv = threading.Condition()
+        self._pending: Dict[int, Dict[str, Any]] = {}
+        self._next = 0
+        self._closed = False
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
+        self._thread.start()
+
+    def offer(self, piece: Dict[str, Any]) -> None:
+        with self._cv:
+            if piece["index"] >= self._next:  # a retried bundle's second offer is the same piece
+                self._pending[piece["index"]] = piece
+                self._cv.notify()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while self._next not in self._pending and not self._closed:
+                        self._cv.wait()
+                    if self._next not in self._pending:
+                        return
+                    piece = self._pending.pop(self._next)
+                    self._next += 1
+                self.stream.add(piece)
+        except BaseException as e:  # noqa: BLE001 - raised by finish()
+            self._error = e
+
+    def _close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    def finish(self, count: int) -> List[Dict[str, Any]]:
+        """The manifest rows, once pieces ``0 .. count-1`` are all written; raises the
+        writer's error, or :class:`MissingPieces` (after :meth:`abort`) if some never came."""
+        self._close()
+        if self._error is not None:
+            self.stream.abort(self._error)
+            raise self._error
+        if self._next != count:
+            self.stream.abort()
+            raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
+        return self.stream.finish()
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        self._close()
+        self.stream.abort(exc)
+
+
+_feeds: Dict[str, PieceFeed] = {}
+_lock = threading.Lock()
+
+
+def start(job: str, feed: PieceFeed) -> PieceFeed:
+    """Register the feed of ``job`` (for DoFns running in this process)."""
+    with _lock:
+        _feeds[job] = feed
+    return feed
+
+
+def get(job: str) -> Optional[PieceFeed]:
+    with _lock:
+        return _feeds.get(job)
+
+
+def stop(job: str) -> None:
+    """Forget the job's feed; one that did not finish is aborted (its shards removed)."""
+    with _lock:
+        feed = _feeds.pop(job, None)
+    if feed is not None and not feed.stream.done:
+        feed.abort()

@@ -104,3 +104,31 @@ def test_a_failed_in_process_job_leaves_no_shards(tmp_path):
     ok = convert_in_process(ConvertConfig(sources=cfg.sources, output=cfg.output, max_shard_size="4KB",
                                           progress=False), num_workers=2)
     assert ok.exit_code == 0 and len(ok.paths) > 2 and ok.totals["records_written"] == 24
+
+
+def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
+    for name in (".t-3.record.tmp-0123456789ab", ".t-3.record.idx.tmp-0123456789ab",  # ours
+                 ".t-x.record.tmp-0123456789ab", ".u-3.record.tmp-0123456789ab",      # other names
+                 ".t-3.record.tmp-short", "t-3.record"):
+        (tmp_path / name).write_bytes(b"x")
+    found = finalize.stale_temporaries(str(tmp_path / "t-{}.record"))
+    assert sorted(map(os.path.basename, found)) == [".t-3.record.idx.tmp-0123456789ab",
+                                                    ".t-3.record.tmp-0123456789ab"]
+    assert finalize.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
+
+
+def test_pieces_the_stream_never_got_are_written_the_planned_way(tmp_path):
+    """DoFns in other processes feed no stream: finish_shards falls back to the plan."""
+    from pipelines import convert as cv, shard_stream
+    pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4, [300] * 4])
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = cv.start_stream("job-1", cfg)
+    feed.offer(pieces[0])  # piece 1 never arrives
+    feed.offer(pieces[2])
+    try:
+        rows = cv.finish_shards(pieces, "job-1", cfg)
+    finally:
+        shard_stream.stop("job-1")
+    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
+    assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
+    assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))

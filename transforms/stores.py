@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple
@@ -66,7 +67,7 @@ class LocalStore(Store):
         path = self._path(url)
         d = os.path.dirname(path) or "."
         os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp = os.path.join(d, local_temp_name(os.path.basename(path)))
         f = open(tmp, "wb", buffering=1 << 20)
         try:
             yield f
@@ -94,6 +95,14 @@ class LocalStore(Store):
 
     def size(self, url: str) -> int:
         return os.path.getsize(self._path(url))
+
+
+def local_temp_name(name: str) -> str:
+    """Where :meth:`LocalStore.open_write` writes ``name`` until it is complete (hidden)."""
+    return f".{name}.tmp-{uuid.uuid4().hex[:12]}"
+
+
+LOCAL_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{12}\Z")  # a local_temp_name
 
 
 class BeamFileSystemStore(Store):
