@@ -97,6 +97,7 @@ class SelectionStage:
 
     def __init__(self, selections: Sequence[Any]):
         self.sels = normalize_selections(selections)
+        self.light = all(s.light for s in self.sels)  # see transforms.opbase.Op.light
 
     def __call__(self, record: Record) -> Record:
         out = {KEY: record.get(KEY), SHARD: record.get(SHARD, "")}

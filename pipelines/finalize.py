@@ -6,7 +6,9 @@ input shard index, so what a worker wrote never depends on bundling or worker co
 plan then packs the records of all pieces, in input order, into final shards with the
 greedy rule of :func:`transforms.tfrecord.pack`; since TFRecord files concatenate
 byte-wise, writing a final shard is a copy of byte ranges -- no record is parsed or
-re-framed.  Each final shard is written under a temporary name and renamed when complete.
+re-framed.  Each final shard is written under a temporary name and renamed when complete
+(:class:`ShardFile`).  The plan here serves runners whose pieces are only known together;
+``pipelines.shard_stream`` applies the same rule while the pieces arrive.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
     job = uuid.uuid4().hex
     auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
-    procs = opts.auto_processes(num_workers, len(urls), cfg.has_ops()) if auto else int(cfg.processes)
+    procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops()) if auto else int(cfg.processes)
     if procs:
         # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
         shard_pool.start(job, cfg, work, procs, required=not auto)

@@ -39,9 +39,10 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
 def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     """The automatic worker-process count: one per worker thread, when there is more than
     one of each (a single thread or shard gains nothing from a process) and the job has
-    per-record ops.  Without ops (passthrough) the work is reading, CRC and writing, which
-    release the GIL: threads convert as fast, without the ~0.2 s start of a worker
-    (measured on the 5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers)."""
+    ops that do real work per record (``ConvertConfig.has_heavy_ops``).  Without them
+    (passthrough, selections) the work is reading, CRC and writing, which release the GIL:
+    threads convert as fast, without the ~0.2 s start of a worker (measured on the
+    5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers)."""
     return min(int(workers), shards) if ops and int(workers) > 1 and shards > 1 else 0
 
 

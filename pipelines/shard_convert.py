@@ -57,9 +57,11 @@ class ConvertConfig:
         return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
                       tuple(as_stage(s) for s in self.example_stages), ex.parse_type_map(self.type_map))
 
-    def has_ops(self) -> bool:
-        """Whether records go through ops (else: tar members framed as they are)."""
-        return bool(self.sample_stages or self.record_to_example or self.example_stages)
+    def has_heavy_ops(self) -> bool:
+        """Whether records go through ops that do real work per record (decode, resize,
+        user functions...), not only light ones that pick entries (``Op.light``)."""
+        stages = list(self.sample_stages) + [self.record_to_example] + list(self.example_stages)
+        return any(s is not None and not getattr(s, "light", False) for s in stages)
 
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""

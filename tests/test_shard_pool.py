@@ -188,3 +188,20 @@ def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2)
     with pytest.raises(Exception, match="died with exit code 7"):
         convert(cfg)
+
+
+def test_only_jobs_with_heavy_ops_get_worker_processes_by_default():
+    from pipelines.datapoints import selection_stage
+    from transforms.gostages import ByKey, BySampleF, Rename
+    from transforms.ops import Decode
+    from transforms.selections import SelectDict, SelectJSON
+
+    def heavy(*stages, **kw):
+        return ConvertConfig(sources="x", output="o", sample_stages=stages, **kw).has_heavy_ops()
+    assert not heavy()                                                     # passthrough
+    assert not heavy(selection_stage(["jpg", "cls"]), Rename("img", "jpg"), ByKey("img"))
+    assert not heavy(selection_stage([SelectDict({"a": "jpg"}), SelectJSON("json", "label")]))
+    assert heavy(selection_stage([Decode("jpg"), "cls"]))                  # a decode inside a selection
+    assert heavy(selection_stage([SelectDict({"a": Decode("jpg")})]))
+    assert heavy(Resize("jpg", (8, 8))) and heavy(Func(lambda r: r)) and heavy(BySampleF(lambda x: ["jpg"]))
+    assert heavy(record_to_example=lambda r: r)

@@ -65,6 +65,8 @@ def _keep(x: Any, keep: Iterable[str]):
 class _Selection:
     """Keep the entries for which ``match(x, name)`` holds."""
 
+    light = True  # see transforms.opbase.Op.light (a user predicate is not: _ByF)
+
     def __init__(self, *args):
         self.args = args
 
@@ -127,6 +129,8 @@ class BySubstring(_Selection):
 class _ByF(_Selection):
     """Entries named in what ``f(x)`` returns (an iterable of names)."""
 
+    light = False  # a user function: it may do anything
+
     def __init__(self, f: Callable[[Any], Iterable[str]]):
         super().__init__(f)
 
@@ -145,6 +149,8 @@ class ByExampleF(_ByF):
 class Rename:
     """Move the entry found under one of ``srcs`` to ``dest``; more than one present is
     an error (which one would win is not obvious); none present leaves the record as is."""
+
+    light = True
 
     def __init__(self, dest: str, *srcs: str):
         if not srcs:
@@ -197,6 +203,8 @@ class TFExampleF(_F):
 
 
 class _Filter:
+    light = True
+
     def describe(self):
         return type(self).__name__
 

@@ -37,6 +37,9 @@ class Op:
 
     what: Any = None
     _children: Tuple[str, ...] = ("what",)
+    # per-record work too small for a worker process to pay off (picking entries, not
+    # decoding them): a job whose ops are all light stays on threads (options.auto_processes)
+    light: bool = False
 
     # -- the two faces -------------------------------------------------------------------
     def value(self, record: Record, size_hint: Optional[Tuple[int, int]] = None) -> Any:

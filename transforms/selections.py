@@ -19,6 +19,8 @@ Path = Union[str, int, Sequence[Union[str, int]]]
 class Select(Op):
     """The value of one record entry, unchanged."""
 
+    light = True
+
     def __init__(self, ext_name: str):
         if not isinstance(ext_name, str):
             raise TypeError(f"Select takes an extension name, not {type(ext_name).__name__}")
@@ -41,6 +43,10 @@ class SelectJSON(Op):
         for p in self.path:
             if not isinstance(p, (str, int)) or isinstance(p, bool):
                 raise TypeError(f"SelectJSON path elements are str or int, not {p!r}")
+
+    @property
+    def light(self):
+        return isinstance(self.what, str) or getattr(self.what, "light", False)
 
     def _args(self):
         return (self.what, self.path if len(self.path) != 1 else self.path[0])
@@ -84,6 +90,10 @@ class SelectList(Op):
         self.items = [as_selection(x) for x in items]
 
     @property
+    def light(self):
+        return all(i.light for i in self.items)
+
+    @property
     def ext_name(self):
         return None
 
@@ -101,6 +111,10 @@ class SelectDict(Op):
 
     def __init__(self, items: Mapping[str, Any]):
         self.items = {str(k): as_selection(v) for k, v in items.items()}
+
+    @property
+    def light(self):
+        return all(i.light for i in self.items.values())
 
     @property
     def ext_name(self):
