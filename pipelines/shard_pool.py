@@ -36,6 +36,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pipelines.job_objects import JobObjects
+
 _BOOT = "from pipelines.shard_pool import serve; serve()"
 
 
@@ -155,8 +157,7 @@ class Pool:
             w.reap()
 
 
-_pools: Dict[str, Pool] = {}
-_lock = threading.Lock()
+_pools: "JobObjects[Pool]" = JobObjects()
 
 
 def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, str]] = (),
@@ -172,20 +173,16 @@ def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, s
         if required:
             raise
         return False
-    pool = Pool(blob, work, processes, first)
-    with _lock:
-        _pools[job] = pool
+    _pools.put(job, Pool(blob, work, processes, first))
     return True
 
 
 def get(job: str) -> Optional[Pool]:
-    with _lock:
-        return _pools.get(job)
+    return _pools.get(job)
 
 
 def stop(job: str) -> None:
-    with _lock:
-        pool = _pools.pop(job, None)
+    pool = _pools.pop(job)
     if pool is not None:
         pool.close()
 

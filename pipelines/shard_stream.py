@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from pipelines.finalize import ShardFile
+from pipelines.job_objects import JobObjects
 from transforms.stores import StoreConfig, get_store
 from transforms.tfrecord import Packer
 
@@ -172,25 +173,20 @@ class PieceFeed:
         self.stream.abort(exc)
 
 
-_feeds: Dict[str, PieceFeed] = {}
-_lock = threading.Lock()
+_feeds: "JobObjects[PieceFeed]" = JobObjects()
 
 
 def start(job: str, feed: PieceFeed) -> PieceFeed:
     """Register the feed of ``job`` (for DoFns running in this process)."""
-    with _lock:
-        _feeds[job] = feed
-    return feed
+    return _feeds.put(job, feed)
 
 
 def get(job: str) -> Optional[PieceFeed]:
-    with _lock:
-        return _feeds.get(job)
+    return _feeds.get(job)
 
 
 def stop(job: str) -> None:
     """Forget the job's feed; one that did not finish is aborted (its shards removed)."""
-    with _lock:
-        feed = _feeds.pop(job, None)
+    feed = _feeds.pop(job)
     if feed is not None and not feed.stream.done:
         feed.abort()
