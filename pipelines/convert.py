@@ -112,14 +112,20 @@ def plan_shards(pieces, cfg: ConvertConfig):
     return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
 
 
-def start_stream(job: str, cfg: ConvertConfig) -> Optional[shard_stream.PieceFeed]:
+def new_stream(cfg: ConvertConfig) -> Optional[shard_stream.ShardStream]:
     """A shard stream for the job when its output names allow one (``{}`` template, no
-    shuffle); DoFns and in-process threads running here feed it pieces."""
+    shuffle), else None."""
     if cfg.shuffle or not shard_stream.can_stream(cfg.output):
         return None
-    stream = shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
-                                      cfg.store, cfg.dali_index)
-    return shard_stream.start(job, shard_stream.PieceFeed(stream))
+    return shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
+                                    cfg.store, cfg.dali_index)
+
+
+def start_stream(job: str, cfg: ConvertConfig) -> Optional[shard_stream.PieceFeed]:
+    """The job's stream behind a :class:`~pipelines.shard_stream.PieceFeed` that the
+    DoFns running in this process offer their pieces to (see :func:`finish_shards`)."""
+    stream = new_stream(cfg)
+    return shard_stream.start(job, shard_stream.PieceFeed(stream)) if stream is not None else None
 
 
 def finish_shards(pieces, job: str, cfg: ConvertConfig) -> List[Dict[str, Any]]:

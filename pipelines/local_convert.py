@@ -7,6 +7,9 @@ the greedy packing of :mod:`pipelines.finalize`, the same manifest -- so the out
 are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
 output template the final shards fill while later input shards still convert
 (:mod:`pipelines.shard_stream`); otherwise they are planned once every piece is done.
+Pieces converted on this process's threads go to that stream in memory (up to
+``HOLD_BYTES`` each, then spilled to their file), so each byte is written once, unless
+``resume=True`` asks for pieces on disk that a rerun after a crash can reuse.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import List
 
 from pipelines import convert as cv
-from pipelines import finalize, options as opts, shard_pool, shard_stream
+from pipelines import finalize, options as opts, shard_pool
+from pipelines.shard_convert import HOLD_BYTES
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store
@@ -46,6 +51,10 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
         shard_pool.start(job, cfg, work, procs, required=not auto)
     workers = shard_pool.get(job)
+    stream = cv.new_stream(cfg)  # None: shard names need the count, plan at the end
+    # pieces converted on these threads reach the stream in memory (written once) unless
+    # the job keeps them on disk for a later --resume
+    hold = HOLD_BYTES if stream is not None and workers is None and not cfg.resume else 0
 
     def one(task):
         index, url = task
@@ -54,26 +63,36 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
             return info
         if workers is not None:
             return workers.convert(index, url)
-        return cv.convert_shard(index, url, work, cfg, stages)
+        return cv.convert_shard(index, url, work, cfg, stages, hold)
 
-    feed = cv.start_stream(job, cfg)
+    threads = max(1, int(num_workers), procs)
+    tasks = list(enumerate(urls))
+    futures: List[Future] = []
     try:
-        with ThreadPoolExecutor(max_workers=max(1, int(num_workers), procs), thread_name_prefix="tar2tf-convert") as pool:
-            futures = [pool.submit(one, task) for task in enumerate(urls)]
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
+            def submit_until(n: int) -> None:
+                # at most 2 x threads pieces converted ahead of the one being written: the
+                # memory of held pieces stays bounded whatever one slow shard does
+                while len(futures) < min(n, len(tasks)):
+                    futures.append(pool.submit(one, tasks[len(futures)]))
             try:
-                for f in as_completed(futures):
-                    if feed is not None:
-                        feed.offer(f.result())
-                pieces = [f.result() for f in futures]
-                shards = (cv.finish_shards(pieces, job, cfg) if feed is not None else
+                pieces = []
+                submit_until(2 * threads)
+                for i in range(len(tasks)):
+                    pieces.append(futures[i].result())
+                    submit_until(i + 1 + 2 * threads)
+                    if stream is not None:
+                        stream.add(pieces[-1])  # in input order, while later pieces convert
+                shards = (stream.finish() if stream is not None else
                           list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
                                         cv.plan_shards(pieces, cfg))))  # the Beam graph's planning step
-            except BaseException:
+            except BaseException as e:
                 for f in futures:
                     f.cancel()
+                if stream is not None:
+                    stream.abort(e)  # the shards it finished are removed too
                 raise
     finally:
-        shard_stream.stop(job)  # a feed that did not finish is aborted: its shards removed
         shard_pool.stop(job)
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     manifest_path = finalize.companion(cfg.output, ".manifest.json")

@@ -75,20 +75,82 @@ class ConvertConfig:
                 "seed": self.seed if self.shuffle else None}
 
 
-def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages) -> Dict[str, Any]:
-    """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar."""
+# A piece kept in memory (``hold``) spills to its scratch file beyond this many bytes, so
+# memory stays bounded by (threads + pieces waiting for their turn) x HOLD_BYTES.
+HOLD_BYTES = 32 << 20
+
+
+class _PieceOut:
+    """Where a piece's frames go: its scratch file (what ``--resume`` reuses), or, with
+    ``hold``, memory until it holds more than ``hold`` bytes, then the file."""
+
+    def __init__(self, piece: str, store, hold: int):
+        self.piece, self.store, self.hold = piece, store, hold
+        self.frames: Optional[List[bytes]] = []
+        self.held = 0
+        self.digest = digests.new("crc32c")
+        self._cm = self.f = None
+        if not hold:
+            self._spill()
+
+    @property
+    def on_disk(self) -> bool:
+        return self.f is not None
+
+    def _spill(self) -> None:
+        self._cm = self.store.open_write(self.piece, durable=False)  # scratch: resume re-hashes it
+        self.f = self._cm.__enter__()
+        for fr in self.frames:
+            self.f.write(fr)
+            self.digest.update(fr)
+        self.frames = None
+
+    def write(self, data: bytes) -> None:
+        if self.f is None:
+            self.frames.append(data)
+            self.held += len(data)
+            if self.held > self.hold:
+                self._spill()
+        else:
+            self.f.write(data)
+            self.digest.update(data)
+
+    def close(self) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(type(exc), exc, exc.__traceback__)
+
+    def empty(self) -> None:
+        """Drop everything written (a shard found corrupt after its records were read)."""
+        self.digest = digests.new("crc32c")
+        if self.on_disk:
+            self.store.write_bytes(self.piece, b"")
+        else:
+            self.frames, self.held = [], 0
+
+
+def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages,
+                  hold: int = 0) -> Dict[str, Any]:
+    """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.
+
+    ``hold`` > 0 (the in-process driver, when the job does not ask for ``resume``): keep
+    the frames in memory, in ``info["frames"]``, unless they exceed ``hold`` bytes; such a
+    piece has no file and no sidecar, and its bytes are written once, into the final
+    shards, instead of twice."""
     piece = join(work, f"piece-{index:06d}.tfrecord")
-    store = get_store(piece, cfg.store)
+    out = _PieceOut(piece, get_store(piece, cfg.store), hold)
     stats = TarStats()
     sizes: List[int] = []
     rejects: List[Dict[str, Any]] = []
     schema: Dict[str, Any] = {}
     last_schema: Optional[Dict[str, Any]] = None
     read = filtered = 0
-    digest = digests.new("crc32c")
     keys: List[str] = []
     corrupt: Optional[Reject] = None
-    with store.open_write(piece, durable=False) as f:  # scratch: resume re-hashes it
+    try:
         for item in read_shard(url, cfg.store, parse_size(cfg.max_member_size), stats):
             if isinstance(item, ShardCorrupt):
                 corrupt = item
@@ -98,16 +160,15 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
                 read += item.counts_record
                 continue
             read += 1
-            out, rec_schema = stages.process_with_schema(item)
-            if out is FILTERED:
+            rec, rec_schema = stages.process_with_schema(item)
+            if rec is FILTERED:
                 filtered += 1
                 continue
-            if is_reject(out):
-                rejects.append(out.to_dict())
+            if is_reject(rec):
+                rejects.append(rec.to_dict())
                 continue
-            data = frame(out)
-            f.write(data)
-            digest.update(data)
+            data = frame(rec)
+            out.write(data)
             sizes.append(len(data))
             keys.append(item["__key__"])
             # every record enters the schema, so `tar2tf verify` can hold each Example to it
@@ -116,19 +177,27 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             if rec_schema != last_schema:
                 schema = ex.merge_schema(schema, rec_schema) if schema else rec_schema
                 last_schema = rec_schema
+    except BaseException as e:
+        out.abort(e)
+        raise
+    out.close()
     if corrupt is not None:
         # the shard failed its integrity check after its records were read: none of its
         # content can be trusted, so every record it gave is rejected and the piece emptied
         rejects.append(corrupt.to_dict())
         reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema, digest = [], [], {}, digests.new("crc32c")
-        store.write_bytes(piece, b"")
+        sizes, keys, schema = [], [], {}
+        out.empty()
     info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
-            "crc32c": digests.hexdigest(digest), "records_read": read, "filtered": filtered,
+            "records_read": read, "filtered": filtered,
             "rejects": rejects, "schema": schema, "members": stats.members,
             "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
-    workfiles.write_sidecar(piece, info, cfg.store)
+    if out.on_disk:
+        info["crc32c"] = digests.hexdigest(out.digest)
+        workfiles.write_sidecar(piece, info, cfg.store)
+    else:
+        info["frames"] = out.frames  # taken (and dropped) by the shard stream
     return info
 
 

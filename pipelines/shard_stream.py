@@ -61,6 +61,13 @@ class ShardStream:
 
     def add(self, piece: Dict[str, Any]) -> None:
         sizes = piece["sizes"]
+        frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
+        if frames is not None:
+            for s, fr in zip(sizes, frames):
+                if self.packer.starts_shard(s):
+                    self._next_shard()
+                self.current.write(fr, (s,))
+            return
         if not sizes:
             return
         url = piece["piece"]

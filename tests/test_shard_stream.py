@@ -132,3 +132,67 @@ def test_pieces_the_stream_never_got_are_written_the_planned_way(tmp_path):
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
     assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))
+
+
+@pytest.mark.parametrize("hold", [None, 3000])  # held in memory; spilled to disk past 3 KB
+def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeypatch, hold):
+    """Threads of the in-process driver hand their pieces to the stream in memory (each byte
+    written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
+    from pipelines import local_convert, shard_convert
+    from pipelines.convert import convert
+    if hold is not None:
+        monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
+    shardgen.make_shards(str(tmp_path / "in"), 5, 4, size=(32, 32))
+    src = str(tmp_path / "in" / "train-{0000..0004}.tar")
+    written = []
+    real = shard_convert._PieceOut._spill
+    monkeypatch.setattr(shard_convert._PieceOut, "_spill", lambda self: (written.append(self.piece), real(self)))
+    cfg = lambda out: ConvertConfig(sources=src, output=str(tmp_path / out / "t-{}.record"),  # noqa: E731
+                                    max_shard_size="5KB", type_map={"cls": "int64"}, progress=False)
+    local = convert_in_process(cfg("l"), num_workers=2)
+    assert (len(written) == 5) if hold else written == []   # 5 pieces of ~6 KB each
+    written.clear()
+    beam = convert(cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])  # planned path
+    assert len(local.paths) == len(beam.paths) > 3
+    assert [open(p, "rb").read() for p in local.paths] == [open(p, "rb").read() for p in beam.paths]
+    assert local.totals == beam.totals
+
+
+def test_resume_keeps_in_process_pieces_on_disk(tmp_path, monkeypatch):
+    from pipelines import shard_convert
+    shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
+    holds = []
+    real = shard_convert.convert_shard
+    monkeypatch.setattr("pipelines.convert.convert_shard", lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1])
+    for resume in (False, True):
+        res = convert_in_process(ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0002}.tar"),
+                                               output=str(tmp_path / f"o{resume}" / "t-{}.record"),
+                                               resume=resume, progress=False, processes=0), num_workers=2)
+        assert res.exit_code == 0 and res.totals["records_written"] == 12
+    assert holds[:3] == [shard_convert.HOLD_BYTES] * 3 and holds[3:] == [0] * 3
+
+
+@pytest.mark.parametrize("hold", [None, 2000])
+def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, hold):
+    """A gzip shard whose CRC trailer fails: every record it gave is rejected, in memory or
+    spilled, and the other shards are written as the planned path writes them."""
+    from pipelines import local_convert
+    from pipelines.convert import convert
+    if hold is not None:
+        monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
+    d = tmp_path / "in"
+    d.mkdir()
+    for i in range(3):
+        shardgen.write_tar(str(d / f"s-{i}.tar.gz"), shardgen.sample_members(i * 10, 10), gz=True)
+    data = bytearray((d / "s-1.tar.gz").read_bytes())
+    start = len(data) * 2 // 3
+    data[start:start + 4096] = bytes(4096)  # deflate decodes it; the gzip CRC does not match
+    (d / "s-1.tar.gz").write_bytes(bytes(data))
+    cfg = lambda out: ConvertConfig(sources=str(d / "s-{0..2}.tar.gz"), output=str(tmp_path / out / "t-{}.record"),  # noqa: E731
+                                    max_shard_size="3KB", max_rejects=100, progress=False)
+    local = convert_in_process(cfg("l"), num_workers=2)
+    beam = convert(cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    t = local.totals
+    assert t == beam.totals and t["records_written"] == 20
+    assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
+    assert [open(p, "rb").read() for p in local.paths] == [open(p, "rb").read() for p in beam.paths]
