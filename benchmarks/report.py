@@ -59,6 +59,8 @@ def ratios(rows: List[Dict]) -> Dict[str, Dict]:
         for v in ("tar2tf-load", "tar2tf-stream"):
             if v in by and "naive" in by:
                 r[f"{v}/naive"] = by[v]["images_per_s"] / by["naive"]["images_per_s"]
+        if "tar2tf-load" in by and limit in by:
+            r["tar2tf-load/limit"] = by["tar2tf-load"]["images_per_s"] / by[limit]["images_per_s"]
         out[wl] = r
     return out
 
@@ -77,6 +79,13 @@ def targets(result: Dict) -> Dict[str, Dict]:
          "resize224 tar2tf/naive": _check(g("resize224", "tar2tf/naive"), ">=", 1.8),
          "resize224 tar2tf/limit-codec": _check(g("resize224", "tar2tf/limit"), ">=", 0.9),
          "resize32 tar2tf/naive": _check(g("resize32", "tar2tf/naive"), ">=", 2.5)}
+    # the same targets for the in-process driver (Dataset.load(path=...), no Beam)
+    for wl, key, ref, op, bound in (("passthrough", "tar2tf-load/limit", "limit-io", ">=", 0.70),
+                                    ("resize224", "tar2tf-load/naive", "naive", ">=", 1.8),
+                                    ("resize224", "tar2tf-load/limit", "limit-codec", ">=", 0.9),
+                                    ("resize32", "tar2tf-load/naive", "naive", ">=", 2.5)):
+        if g(wl, key) is not None:
+            t[f"{wl} tar2tf-load/{ref} (in-process)"] = _check(g(wl, key), op, bound)
     mem = result.get("memory") or {}
     t["memory: 4x images -> peak RSS ratio"] = _check(mem.get("ratio"), "<=", 1.2)
     pcr = result.get("pcr") or {}
