@@ -8,8 +8,9 @@ Graph (every step is a thin shell over a plain function in ``transforms``)::
 
 On the local runner with a ``{}`` output template, the pieces also go to a shard stream in
 this process (``pipelines.shard_stream``) that fills the final shards while later pieces
-convert, and the graph after the gather is one ``FinishShards`` step: the same bytes,
-without a copy stage after the last conversion.
+convert, and the graph after the gather is one ``FinishShards`` step (shards, then the
+manifest): the same bytes, without a copy stage after the last conversion and without a
+second gather.
 
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
@@ -141,6 +142,11 @@ def finish_shards(pieces, job: str, cfg: ConvertConfig) -> List[Dict[str, Any]]:
     return [finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)]
 
 
+def _finish_streamed(pieces, job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
+                     work: str):
+    return finish_job(finish_shards(pieces, job, cfg), pieces, cfg, list_rejects, inputs, work)
+
+
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
     """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
     shards = sorted(shards, key=lambda s: s["path"])
@@ -190,8 +196,9 @@ def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: L
     if cfg.shuffle:
         from pipelines.shuffle import shuffled_shards
         shards = shuffled_shards(pieces, all_pieces, cfg)
-    elif streamed:  # written while converting, by this process's stream (see finish_shards)
-        shards = all_pieces | "FinishShards" >> beam.FlatMap(finish_shards, job, cfg)
+    elif streamed:  # written while converting, by this process's stream: shards and
+        # manifest in one step (no second gather; see finish_shards)
+        return all_pieces | "FinishShards" >> beam.FlatMap(_finish_streamed, job, cfg, list_rejects, urls, work)
     else:
         plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
         shards = (spread(plan, "SpreadWrites", itemgetter("index"))
