@@ -46,9 +46,22 @@ def _tree(pid: int) -> List[int]:
     return out
 
 
-def _rss(pids: List[int]) -> int:
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _rss(pids: List[int], not_cmdline: bytes = b"") -> int:
+    """Summed RSS of ``pids``, leaving out those whose command line is ``not_cmdline``: a
+    child between fork and exec still runs the parent's program and shows the parent's
+    pages as its own (sampled there, a worker start-up counted the parent twice)."""
     total = 0
     for p in pids:
+        if not_cmdline and _cmdline(p) == not_cmdline:
+            continue
         try:
             with open(f"/proc/{p}/statm") as f:
                 total += int(f.read().split()[1]) * PAGE
@@ -86,9 +99,11 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
 
     threading.Thread(target=reap, daemon=True).start()
     killed = False
+    root_cmdline = b""
     while not done.wait(0.1):
         tree = _tree(proc.pid)
-        peak, desc_peak = max(peak, _rss(tree)), max(desc_peak, _rss(tree[1:]))
+        root_cmdline = root_cmdline or _cmdline(proc.pid)
+        peak, desc_peak = max(peak, _rss(tree)), max(desc_peak, _rss(tree[1:], root_cmdline))
         if time.time() - start > timeout and not killed:
             os.killpg(proc.pid, signal.SIGKILL)  # the group of the process this function started
             killed = True
@@ -118,7 +133,8 @@ def measure(spec: Dict, log_dir: str, timeout: float) -> Dict:
     # the worker's own high-water mark when its clock stopped (verification excluded),
     # plus, for variants with worker processes, the sampled peak of those processes.
     # Other variants start no lasting children; a short fork+exec (a library running a
-    # helper) would briefly show the parent's shared pages twice, so it is not counted.
+    # helper) would briefly show the parent's shared pages twice, so it is not counted
+    # (for the variants with workers, children that have not exec'd yet are left out).
     children = info["children_peak_rss"] if spec["variant"] in variants.WITH_WORKERS else 0
     res["peak_rss"] = out["hwm_timed"] + children
     res["ok"] = res["records_out"] == res["images_in"] and res["verified"]
