@@ -8,15 +8,17 @@ Beam two more stages.  Here pieces are taken in input order as they finish
 into the open final shard, under the same greedy rule (:class:`transforms.tfrecord.Packer`,
 which depends only on the sizes seen so far) -- so the shards, their names and bytes are
 the same as the planned path's (tested), and the copy overlaps the conversion of later
-pieces.  The in-process driver and the local Beam runner (whose DoFns run in this
-process) use it; on other runners a DoFn finds no feed for its job, and the job's shards
-are written the planned way (:class:`MissingPieces`).
+pieces.  The in-process driver adds its pieces in order itself; the local Beam runner's
+DoFns (which run in this process) offer theirs to a :class:`PieceFeed`.  On other runners
+a DoFn finds no feed for its job, and the job's shards are written the planned way
+(:class:`MissingPieces`).
 
 Only for outputs whose shard names do not depend on the shard count (``{}`` templates:
 ``train-{}.record`` -> ``train-1.record`` ...): a ``-NNNNN-of-NNNNN`` name is only known
 once every record has been counted.  A finished shard is made durable (fsync, rename) on a
-background thread while the next one fills.  Pieces stay on disk until the job deletes
-its work directory, so ``resume`` works as on the planned path.
+background thread while the next one fills.  Pieces on disk stay there until the job
+deletes its work directory, so ``resume`` works as on the planned path; a piece the
+in-process driver held in memory (``frames``) is written once, here.
 """
 
 from __future__ import annotations
@@ -123,9 +125,9 @@ class MissingPieces(RuntimeError):
 
 
 class PieceFeed:
-    """Pieces offered in any order, from any thread (Beam's worker threads, the in-process
-    driver's futures); a writer thread adds them to the :class:`ShardStream` in input order
-    (piece ``index`` 0, 1, 2, ...) as soon as each one's predecessors are in."""
+    """Pieces offered in any order, from any thread (Beam's worker threads); a writer
+    thread adds them to the :class:`ShardStream` in input order (piece ``index`` 0, 1,
+    2, ...) as soon as each one's predecessors are in."""
 
     def __init__(self, stream: ShardStream):
         self.stream = stream
