@@ -100,7 +100,8 @@ class _HashingReader:
         return data
 
     def mismatch(self, row: Dict[str, Any]) -> Optional[str]:
-        """``"<kind>", "<detail>"`` when the bytes read do not match the row's digest."""
+        """What differs when the bytes read do not match the row's digest (the check's
+        name is :attr:`kind`); None when they match or the row carries no digest."""
         if self._digest is None:
             return None
         got = digests.hexdigest(self._digest)
@@ -222,10 +223,11 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
     report.bytes_checked += f.n
     if f.n != row["bytes"]:
         add("size", f"{f.n} bytes, manifest says {row['bytes']}")
+    differs = f.mismatch(row)
     if not f.kind:
         add("digest", "manifest row has no crc32c (or sha256)")
-    elif f.mismatch(row):
-        add(f.kind, f.mismatch(row))
+    elif differs:
+        add(f.kind, differs)
     if len(offsets) != row["records"]:
         add("count", f"{len(offsets)} readable records, manifest says {row['records']}")
     if dali_index:
@@ -246,8 +248,9 @@ def _check_file(row: Dict[str, Any], path: str, report: VerifyReport, config: St
     report.bytes_checked += f.n
     if "bytes" in row and f.n != row["bytes"]:
         report.problems.append(Problem("size", f"{f.n} bytes, manifest says {row['bytes']}", path))
-    if f.mismatch(row):
-        report.problems.append(Problem(f.kind, f.mismatch(row), path))
+    differs = f.mismatch(row)
+    if differs:
+        report.problems.append(Problem(f.kind, differs, path))
 
 
 def _check_index(path: str, offsets, store, add) -> None:
