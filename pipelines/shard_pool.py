@@ -142,15 +142,12 @@ class Pool:
             if w.proc.poll() is None:
                 self._idle.put(w)
 
-    def close(self, wait: bool = False) -> None:
+    def close(self) -> None:
         """Workers exit when their input closes; their exit (interpreter teardown, ~50 ms)
-        is awaited on a daemon thread unless ``wait``, so a job does not end 50 ms late."""
+        is awaited on a daemon thread, so a job does not end 50 ms late."""
         for w in self._all:
             w.end_input()
-        if wait:
-            self._reap()
-        else:
-            threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
+        threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
 
     def _reap(self) -> None:
         for w in self._all:
