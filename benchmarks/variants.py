@@ -10,7 +10,8 @@ tar2tf variants:
 
 * ``tar2tf-beam-default``: ``pipelines.convert.convert`` as a user runs it with no runner
   flags: FnApiRunner ``multi_threading``, one thread per core, each thread handing whole
-  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``).
+  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``) when the
+  job has heavy ops (passthrough stays on the threads).
 * ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: the same on FnApiRunner's
   threads (``processes=0``): ``multi_threading``, ``in_memory``, or Beam's own
   ``multi_processing`` mode.  ``in_memory`` also gets one worker per core: FnApiRunner
@@ -19,7 +20,7 @@ tar2tf variants:
   other).  The best of the Beam variants is "tar2tf" in the ratios.
 * ``tar2tf-load``: ``Dataset(...).load(template, path=..., remote_exec=False)``, the
   in-process API writing TFRecords with one thread per core (no Beam), each with a worker
-  process, as by default.
+  process when the job has heavy ops, as by default (passthrough: pieces held in memory).
 * ``tar2tf-stream``: ``Dataset(...).load(template, num_workers=cores)``, the streaming
   ``tf.data.Dataset``, iterated to the end (nothing written).
 """
