@@ -91,6 +91,26 @@ def test_in_process_api_uses_the_pool_too(shards, tmp_path):
     assert {int(p) for p in os.listdir(pid_dir)} - own  # the second run's workers
 
 
+def test_workers_run_native_thread_pools_on_one_thread_unless_told(shards, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice is kept
+    seen = tmp_path / "env"
+    seen.mkdir()
+
+    def note_env(record):
+        with open(os.path.join(str(seen), str(os.getpid())), "w") as f:
+            f.write(f"{os.environ.get('OPENBLAS_NUM_THREADS')},{os.environ.get('OMP_NUM_THREADS')}")
+        return record
+    res = convert_in_process(ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"),
+                                           sample_stages=(Func(note_env), Resize("jpg", (16, 16))),
+                                           progress=False, processes=2), num_workers=2)
+    assert res.exit_code == 0 and res.totals["records_written"] == 24
+    pids = {int(p) for p in os.listdir(seen)}
+    assert pids and os.getpid() not in pids
+    assert {open(os.path.join(str(seen), str(p))).read() for p in pids} == {"1,3"}
+    assert "OPENBLAS_NUM_THREADS" not in os.environ  # only the workers' environment
+
+
 def test_in_process_api_keeps_unpicklable_ops_on_threads(shards, tmp_path):
     import threading
     lock = threading.Lock()  # cannot be pickled: the op cannot travel to a worker
