@@ -118,6 +118,13 @@ def summary(result: Dict) -> List[str]:
     return lines + [""]
 
 
+def _runs(result: Dict) -> str:
+    n, short = result["repeat"], result.get("short_repeat", 1)
+    if short <= 1:
+        return f"{n} run(s)"
+    return f"{n} runs ({n * short} for {', '.join(result.get('short_workloads', []))})"
+
+
 def markdown(result: Dict) -> str:
     m, d = result["machine"], result["dataset"]
     load = m.get("loadavg_before")
@@ -125,7 +132,7 @@ def markdown(result: Dict) -> str:
              f"Machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}"
              + (f", load average {load[0]:.1f} at start (shared machine)" if load else "") + ".  "
              f"Data: {d['images']} JPEGs (mean {d['mean_jpeg_kb']:.1f} kB) in {d['shards']} tar shards, "
-             f"{d['tar_mb']:.1f} MB.  Median of {result['repeat']} run(s); MB/s = tar input bytes per second; "
+             f"{d['tar_mb']:.1f} MB.  Median of {_runs(result)}; MB/s = tar input bytes per second; "
              f"RSS = peak resident memory of the variant's process tree; CPU s = CPU time of the timed "
              f"region (all threads and worker processes); other load = cores other processes kept busy "
              f"meanwhile (the machine is shared).  Every run's output was verified.", ""]

@@ -100,6 +100,8 @@ def _prepare(variant: str):
         import tensorflow  # noqa: F401
     if variant.startswith("tar2tf"):
         import apache_beam  # noqa: F401
+        # Beam imports its local runner when the first pipeline runs (~0.04 s)
+        import apache_beam.runners.portability.fn_api_runner  # noqa: F401
         import pipelines.convert  # noqa: F401
     if variant in ("tar2tf-load", "tar2tf-stream"):
         import pipelines.dataset  # noqa: F401
