@@ -65,20 +65,10 @@ class ShardStream:
         sizes = piece["sizes"]
         frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
         if frames is not None:
-            # one write (and one CRC update) per run of frames that share a shard, not one
-            # per record: each call releases and retakes the GIL, and the converting
-            # threads hold it for up to a switch interval each time
-            run: List[int] = []
-            start = 0
-            for i, s in enumerate(sizes):
+            for s, fr in zip(sizes, frames):
                 if self.packer.starts_shard(s):
-                    if run:
-                        self.current.write(b"".join(frames[start:i]), run)
                     self._next_shard()
-                    start, run = i, []
-                run.append(s)
-            if run:
-                self.current.write(b"".join(frames[start:]), run)
+                self.current.write(fr, (s,))
             return
         if not sizes:
             return
