@@ -17,7 +17,7 @@ float32, lists of numbers arrays; other bytes stay bytes (``tf.string``).
 from __future__ import annotations
 
 import re
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -134,6 +134,50 @@ def spec_of(element: Any, shapes: Any = None, types: Any = None):
         return tf.TensorSpec(tf.TensorShape(shape), tf.as_dtype(dtype))
 
     return _zip_struct(element, shapes, types, one)
+
+
+def fixed_shapes(spec) -> bool:
+    """Whether every tensor of an element spec has a fully known shape."""
+    import tensorflow as tf
+    return all(s.shape.is_fully_defined() for s in tf.nest.flatten(spec))
+
+
+def batched_spec(spec):
+    """``spec`` with a leading batch dimension of unknown size."""
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda s: tf.TensorSpec([None] + s.shape.as_list(), s.dtype), spec)
+
+
+def stacked(elements: Iterator[Any], spec, size: int) -> Iterator[Any]:
+    """Elements of a fixed-shape ``spec`` stacked ``size`` at a time (the last batch may be
+    shorter), each component as ``spec`` types it.  The elements fit ``spec``: the element
+    stage rejects a record whose shapes do not."""
+    import tensorflow as tf
+    flat = tf.nest.flatten(spec)
+    dtypes = [object if s.dtype == tf.string else s.dtype.as_numpy_dtype for s in flat]
+    shapes = [tuple(s.shape.as_list()) for s in flat]
+
+    def pack(rows):
+        cols = []
+        for i, (dt, shape) in enumerate(zip(dtypes, shapes)):
+            col = [r[i] for r in rows]
+            if dt is object:
+                arr = np.empty((len(col),) + shape, dtype=object)  # of bytes, as tf.string takes
+                for j, v in enumerate(col):
+                    arr[j] = np.asarray(v, dtype=object) if shape else np.asarray(v, dtype=object).item()
+                cols.append(arr)
+            else:
+                cols.append(np.asarray(np.stack(col), dtype=dt))
+        return tf.nest.pack_sequence_as(spec, cols)
+
+    rows = []
+    for el in elements:
+        rows.append(tf.nest.flatten(el))
+        if len(rows) == size:
+            yield pack(rows)
+            rows = []
+    if rows:
+        yield pack(rows)
 
 
 def _zip_struct(el, shapes, types, fn):

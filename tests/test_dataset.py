@@ -303,3 +303,36 @@ def test_custom_record_to_example_sees_converted_record(data, tmp_path):
     assert [g["label"] for g in got] == [i % 10 for i in range(12)]
     assert all(g["h"] == 6 and len(g["img"]) == 6 * 8 * 3 for g in got)
     assert dataset.last_result.manifest["options"]["record_to_example"] == "_my_example"
+
+
+def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
+    """With every shape known, elements cross into tf.data in stacked batches (unbatched in
+    TensorFlow); otherwise one by one.  Either way: the same elements, in order, as the
+    element spec types them."""
+    import tensorflow as tf
+    import pipelines.dataset
+    monkeypatch.setattr(pipelines.dataset, "_CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
+    template = "train-{0000..0002}.tar"
+
+    def run(ds, **kw):
+        tfds = ds.load(template, num_workers=2, **kw)
+        got = [tuple(t.numpy() for t in el) for el in tfds]
+        want = list(ds.elements(template, 1, ds.element_spec))
+        assert len(got) == len(want) == 18
+        for (gv, gl), (wv, wl) in zip(got, want):
+            if ds.element_spec[0].dtype == tf.string:
+                assert isinstance(gv, bytes) and gv == wv
+            else:
+                assert gv.dtype == ds.element_spec[0].dtype.as_numpy_dtype and np.array_equal(gv, wv)
+            assert gl.dtype == ds.element_spec[1].dtype.as_numpy_dtype and gl == wl
+        return tfds, got
+
+    fixed = Dataset(data, conversions=[Decode("jpg"), Resize("jpg", (16, 16))], selections=["jpg", "cls"])
+    tfds, got = run(fixed)
+    assert tfds.element_spec[0].shape == (16, 16, 3) and got[0][0].shape == (16, 16, 3)
+    varying = Dataset(data, conversions=[Decode("jpg")], selections=["jpg", "cls"])
+    tfds, got = run(varying, output_shapes=((None, None, 3), ()))
+    assert tfds.element_spec[0].shape.as_list() == [None, None, 3] and got[0][0].shape == (48, 64, 3)
+    raw = Dataset(data, conversions=[], selections=["jpg", "cls"])  # JPEG bytes: tf.string, shape ()
+    tfds, got = run(raw)
+    assert tfds.element_spec[0].dtype == tf.string and got[0][0][:2] == b"\xff\xd8"
