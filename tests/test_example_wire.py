@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from protogen import assert_gencode_fresh
@@ -61,3 +62,56 @@ def test_conversion_does_not_import_tensorflow(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+typed = st.sampled_from(["int64", "float", "bytes"])
+typed_values = st.one_of(st.binary(max_size=16), st.integers(-2 ** 64, 2 ** 64),
+                         st.floats(allow_nan=False), st.just(b"3"), st.just("1.5 2"), st.just([]),
+                         st.lists(st.binary(max_size=4), max_size=3),
+                         st.lists(st.integers(-2 ** 31, 2 ** 31), max_size=3).map(np.asarray))
+
+
+def _message_path(record, type_map):
+    """The protobuf-message encoding that the direct writer stands in for."""
+    from transforms import example_wire_pb2
+    return ex.serialize(ex._build(example_wire_pb2.Example(), record, type_map))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(names.filter(lambda n: not n.startswith("__")), typed_values, max_size=6),
+       st.dictionaries(names, typed, max_size=4), names)
+def test_direct_writer_equals_the_message_path_or_steps_aside(payload, type_map, key):
+    """The default encoding writes common records directly (no protobuf message); its bytes
+    and schema are the message path's, including map order for keys that prefix each
+    other, typed features and errors; anything unusual (empty lists, a number outside its
+    wire type, two entries for one name) returns None and takes the message path."""
+    record = dict(payload, __key__=key, __shard__="s.tar")
+    try:
+        want = _message_path(record, type_map)
+    except Exception as e:  # noqa: BLE001 - the direct writer must raise the same
+        with pytest.raises(type(e)):
+            ex._wire(record, type_map)
+        return
+    direct = ex._wire(record, type_map)
+    if direct is not None:
+        assert direct[0] == want
+        assert direct[1] == ex.schema_of(want)
+    assert ex.encode_record(record, type_map) == want
+
+
+def test_direct_writer_covers_the_usual_records():
+    """The records a converter usually writes go the direct way, in TensorFlow's bytes."""
+    from tensorflow.core.example import example_pb2
+    usual = [({"__key__": "n01/img7", "jpg": b"\xff\xd8jpeg", "cls": b"7"}, {"cls": "int64"}),
+             ({"__key__": "k", "jpg": np.zeros((4, 4, 3), np.uint8), "jpg/extra": b"x", "j": 1.5}, None),
+             ({"__key__": "k", "score": "0.25 1", "label": -3, "neg": np.asarray([-2 ** 40])}, {"score": "float"})]
+    for record, type_map in usual:
+        direct = ex._wire(record, type_map)
+        assert direct is not None
+        assert direct[0] == _message_path(record, type_map)
+        assert example_pb2.Example.FromString(direct[0]).SerializeToString(deterministic=True) == direct[0]
+    # unusual ones step aside: an empty list, a float32 overflow, a name two entries share
+    for record, type_map in [({"__key__": "k", "a": []}, None), ({"__key__": "k", "f": 1e39}, None),
+                             ({"__key__": "k", "a": np.zeros(2), "a/shape": b"x"}, None)]:
+        assert ex._wire(record, type_map) is None
+        assert ex.encode_record(record, type_map) == _message_path(record, type_map)
