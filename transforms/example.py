@@ -238,7 +238,8 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
     """Record -> serialized Example; ``to_example`` overrides the default encoding.
 
     A custom ``to_example`` may return a ``tf.train.Example`` or already-serialized bytes.
-    The default encoding builds tar2tf's own copy of the message (same bytes, no
+    The default encoding writes the wire bytes of common records directly (:func:`_wire`)
+    and builds tar2tf's own copy of the message for the rest (same bytes either way, no
     TensorFlow import: see ``example_wire.proto``).
     """
     return encode_with_schema(record, type_map, to_example, schema=False)[0]
