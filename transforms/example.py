@@ -112,14 +112,28 @@ def _as_bytes(name: str, value: Any) -> List[bytes]:
     _fail(name, value, BYTES)
 
 
-def _set(features, name: str, typ: str, value: Any):
-    f = features.feature[name]
-    if typ == INT64:
-        f.int64_list.value.extend(_as_ints(name, value))
-    elif typ == FLOAT:
-        f.float_list.value.extend(_as_floats(name, value))
-    else:
-        f.bytes_list.value.extend(_as_bytes(name, value))
+_LIST_FIELD = {BYTES: "bytes_list", INT64: "int64_list", FLOAT: "float_list"}
+
+
+def _features(record: Record, type_map: Mapping[str, str]):
+    """``(name, type, values)`` of the default encoding's features, in the order they are
+    built: ``__key__``, then the record's entries by name (an array as three features)."""
+    yield KEY, BYTES, [str(record[KEY]).encode("utf-8")]
+    for name in sorted(record):
+        if name in META_KEYS:
+            continue
+        value = record[name]
+        if isinstance(value, np.ndarray) and name not in type_map:
+            arr = np.ascontiguousarray(value)
+            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            yield name, BYTES, [le.tobytes()]
+            yield name + "/shape", INT64, [int(d) for d in arr.shape]
+            yield name + "/dtype", BYTES, [arr.dtype.name.encode()]
+            continue
+        typ = type_map.get(name, INT64 if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                           else FLOAT if isinstance(value, (float, np.floating)) else BYTES)
+        convert = _as_ints if typ == INT64 else _as_floats if typ == FLOAT else _as_bytes
+        yield name, typ, convert(name, value)
 
 
 def record_to_example(record: Record, type_map: Optional[Mapping[str, str]] = None):
@@ -129,22 +143,9 @@ def record_to_example(record: Record, type_map: Optional[Mapping[str, str]] = No
 
 def _build(ex, record: Record, type_map: Optional[Mapping[str, str]]):
     """Fill an empty Example message (TensorFlow's class or :mod:`example_wire_pb2`'s)."""
-    type_map = type_map or {}
     feats = ex.features
-    feats.feature[KEY].bytes_list.value.append(str(record[KEY]).encode("utf-8"))
-    for name in sorted(record):
-        if name in META_KEYS:
-            continue
-        value = record[name]
-        if isinstance(value, np.ndarray) and name not in type_map:
-            arr = np.ascontiguousarray(value)
-            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-            feats.feature[name].bytes_list.value.append(le.tobytes())
-            feats.feature[name + "/shape"].int64_list.value.extend(int(d) for d in arr.shape)
-            feats.feature[name + "/dtype"].bytes_list.value.append(arr.dtype.name.encode())
-            continue
-        _set(feats, name, type_map.get(name, INT64 if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                                         else FLOAT if isinstance(value, (float, np.floating)) else BYTES), value)
+    for name, typ, vals in _features(record, type_map or {}):
+        getattr(feats.feature[name], _LIST_FIELD[typ]).value.extend(vals)
     return ex
 
 
@@ -191,24 +192,7 @@ def _list_body(typ: str, vals: List[Any]) -> Optional[bytes]:
 
 def _wire(record: Record, type_map: Optional[Mapping[str, str]]):
     """``(serialized Example, schema)`` of the default encoding, or None (see above)."""
-    type_map = type_map or {}
-    feats: List[Tuple[bytes, str, List[Any]]] = [(KEY.encode("utf-8"), BYTES, [str(record[KEY]).encode("utf-8")])]
-    for name in sorted(record):
-        if name in META_KEYS:
-            continue
-        value = record[name]
-        if isinstance(value, np.ndarray) and name not in type_map:
-            arr = np.ascontiguousarray(value)
-            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-            feats.append((name.encode("utf-8"), BYTES, [le.tobytes()]))
-            feats.append(((name + "/shape").encode("utf-8"), INT64, [int(d) for d in arr.shape]))
-            feats.append(((name + "/dtype").encode("utf-8"), BYTES, [arr.dtype.name.encode()]))
-            continue
-        typ = type_map.get(name, INT64 if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                           else FLOAT if isinstance(value, (float, np.floating)) else BYTES)
-        vals = _as_ints(name, value) if typ == INT64 else _as_floats(name, value) if typ == FLOAT \
-            else _as_bytes(name, value)
-        feats.append((name.encode("utf-8"), typ, vals))
+    feats = [(name.encode("utf-8"), typ, vals) for name, typ, vals in _features(record, type_map or {})]
     # protobuf's (upb) deterministic map order: by key bytes, except that a key sorts after
     # the longer keys it is a prefix of ("jpg/shape" before "jpg"); 0xff never occurs in
     # UTF-8, so it stands in for "ends here"
