@@ -300,7 +300,7 @@ class Dataset:
             yield from self.elements(template, num_workers, spec, prefetch, self.stats)
 
         if dp.fixed_shapes(spec):
-            # tf.data calls back into Python once per generator item (~0.5-1.5 ms each,
+            # tf.data calls back into Python once per generator item (~0.5-1 ms each,
             # measured: more than decoding a small JPEG); with every shape known, items
             # cross in stacked batches and are unbatched in TensorFlow -- same elements
             return tf.data.Dataset.from_generator(
