@@ -27,8 +27,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from benchmarks import dataset, pcr_bench, report, variants
-
-from benchmarks.baselines import WORKLOADS  # noqa: E402
+from benchmarks.baselines import WORKLOADS
 
 # sub-second runs, where one scheduler hiccup on a shared machine moves a figure by 20 %:
 # each round runs them --short-repeat times (interleaved too), so their median is over more runs

@@ -256,7 +256,7 @@ def schema_of(serialized: bytes) -> Dict[str, Dict[str, Any]]:
     return schema_of_message(example_wire_pb2.Example.FromString(serialized))
 
 
-_KINDS = {"bytes_list": BYTES, "int64_list": INT64, "float_list": FLOAT}
+_KINDS = {field: typ for typ, field in _LIST_FIELD.items()}  # Feature.kind -> type
 
 
 def schema_of_message(ex) -> Dict[str, Dict[str, Any]]:
