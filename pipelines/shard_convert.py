@@ -19,7 +19,7 @@ from transforms.sizes import parse_size
 from transforms.stages import FILTERED, Stages, stage_name
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt, TarStats
-from transforms.tfrecord import frame
+from transforms.tfrecord import frame_parts
 
 
 class OutputExistsError(RuntimeError):
@@ -160,14 +160,14 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
                 read += item.counts_record
                 continue
             read += 1
-            rec, rec_schema = stages.process_with_schema(item)
+            rec, rec_schema = stages.process_with_schema(item, parts=True)
             if rec is FILTERED:
                 filtered += 1
                 continue
             if is_reject(rec):
                 rejects.append(rec.to_dict())
                 continue
-            data = frame(rec)
+            data = frame_parts(rec)
             out.write(data)
             sizes.append(len(data))
             keys.append(item["__key__"])

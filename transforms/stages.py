@@ -13,7 +13,7 @@ it never stops the shard.  This module is the one place that rule is written.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transforms import example as ex
 from transforms.records import KEY, SHARD, Record, Reject, is_reject
@@ -57,11 +57,12 @@ class Stages:
         """Record -> serialized Example (after example stages), a Reject, or FILTERED."""
         return self._encode(record, False)[0]
 
-    def _encode(self, record: Record, want_schema: bool) -> Tuple[Union[bytes, Reject, object], Optional[dict]]:
+    def _encode(self, record: Record, want_schema: bool, parts: bool = False
+                ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
         shard, key = record.get(SHARD, ""), record.get(KEY)
         try:
             if not self.example_stages:
-                return ex.encode_with_schema(record, self.type_map, self.to_example, want_schema)
+                return ex.encode_with_schema(record, self.type_map, self.to_example, want_schema, parts)
             example = (self.to_example(record) if self.to_example is not None
                        else ex.record_to_example(record, self.type_map))
             if isinstance(example, (bytes, bytearray)):
@@ -77,21 +78,24 @@ class Stages:
             if example is None:
                 return FILTERED, None
         try:
-            return ex.serialize(example), (ex.schema_of_message(example) if want_schema else None)
+            data = ex.serialize(example)
+            return ([data] if parts else data), (ex.schema_of_message(example) if want_schema else None)
         except Exception as e:  # noqa: BLE001
             return Reject(shard, key, "encode", f"encode failed: {_msg(e)}"), None
 
     def process(self, record: Record) -> Union[bytes, Reject, object]:
         return self.process_with_schema(record, False)[0]
 
-    def process_with_schema(self, record: Record, want_schema: bool = True
-                            ) -> Tuple[Union[bytes, Reject, object], Optional[dict]]:
+    def process_with_schema(self, record: Record, want_schema: bool = True, parts: bool = False
+                            ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
         """:meth:`process`, plus the written Example's schema (``example.schema_of``)
-        taken from the message before serialization: None unless bytes are returned."""
+        taken from the message before serialization: None unless bytes are returned.
+        ``parts=True``: the Example as a list of bytes to concatenate
+        (``example.encode_with_schema``), for a writer that frames it in one copy."""
         out = self.run_samples(record)
         if out is FILTERED or is_reject(out):
             return out, None
-        return self._encode(out, want_schema)
+        return self._encode(out, want_schema, parts)
 
 
 def _msg(e: BaseException) -> str:

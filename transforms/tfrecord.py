@@ -17,7 +17,7 @@ TFRecord file -- the fact the shard packer relies on.  CRC32C comes from
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
 
 import google_crc32c
 
@@ -31,15 +31,29 @@ class CorruptRecordError(ValueError):
     """A TFRecord frame whose length, CRC or size is wrong."""
 
 
-def masked_crc32c(data) -> int:
-    crc = google_crc32c.value(bytes(data) if not isinstance(data, (bytes, memoryview)) else data)
+def _mask(crc: int) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def masked_crc32c(data) -> int:
+    return _mask(google_crc32c.value(bytes(data) if not isinstance(data, (bytes, memoryview)) else data))
 
 
 def frame(payload: bytes) -> bytes:
     """One framed record, ready to append to a file."""
     length = _U64.pack(len(payload))
     return b"".join((length, _U32.pack(masked_crc32c(length)), payload, _U32.pack(masked_crc32c(payload))))
+
+
+def frame_parts(parts: Sequence[bytes]) -> bytes:
+    """:func:`frame` of ``b"".join(parts)``, joined once: the payload is copied into the
+    frame and nowhere else (its CRC is extended part by part)."""
+    n, crc = 0, 0
+    for part in parts:
+        n += len(part)
+        crc = google_crc32c.extend(crc, part)
+    length = _U64.pack(n)
+    return b"".join((length, _U32.pack(_mask(google_crc32c.value(length))), *parts, _U32.pack(_mask(crc))))
 
 
 def framed_size(payload_len: int) -> int:
