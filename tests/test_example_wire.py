@@ -64,6 +64,21 @@ def test_conversion_does_not_import_tensorflow(tmp_path):
     assert p.stdout.strip() == "[]"
 
 
+def test_a_shard_worker_converts_without_protobuf(tmp_path):
+    """What a shard worker process imports and runs for usual records needs no protobuf (the
+    direct writer): its start-up is ~15 ms shorter."""
+    code = ("import sys; from pipelines.shard_convert import ConvertConfig, convert_shard; "
+            "from transforms.ops import Resize; "
+            f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(tmp_path)!r} + '/d-{{}}.record', "
+            "type_map={'cls': 'int64'}, sample_stages=[Resize('jpg', (8, 8))], progress=False); "
+            f"info = convert_shard(0, 'launch/demo/shards/demo-0.tar', {str(tmp_path)!r}, cfg, cfg.stages()); "
+            "assert len(info['sizes']) == 24 and not info['rejects'], info; "
+            "print(sorted(m for m in sys.modules if m.startswith('google.protobuf')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
 typed = st.sampled_from(["int64", "float", "bytes"])
 typed_values = st.one_of(st.binary(max_size=16), st.integers(-2 ** 64, 2 ** 64),
                          st.integers(100, 40000).map(bytes),  # lengths of 2- and 3-byte varints
