@@ -128,13 +128,18 @@ def test_bytes_read_are_the_index_prefix(folder_run):
     # TensorFlow reads through its own file system: count the process's read bytes
     if not os.path.exists("/proc/self/io"):
         pytest.skip("no /proc/self/io to count TensorFlow's reads")
-    for k in (1, 3, 10):
-        ds = pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, k)
-        list(ds.take(1))  # warm up: graph building reads nothing of the records afterwards
+    def iterate(k):
         ds = pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, k)
         before = _rchar()
         n = sum(1 for _ in ds)
-        read = _rchar() - before
+        return _rchar() - before, n
+
+    for k in (1, 3, 10):
+        list(pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, k).take(1))  # warm up
+        # /proc/self/io counts every thread of this process, and TensorFlow's runtime threads
+        # sometimes read a few kB of their own meanwhile (seen once in CI: +1.9 kB); that
+        # noise only adds, so the fewest bytes of three passes are the dataset's own reads
+        read, n = min(iterate(k) for _ in range(3))
         expect = sum(fmt.lookup(entries, p).prefix(k) for p in res.paths)
         assert n == 6 and expect <= read <= expect + 1024, (k, read, expect)
 
