@@ -160,7 +160,7 @@ def _build(ex, record: Record, type_map: Optional[Mapping[str, str]]):
 # Building a protobuf message per record and serializing it was half of a passthrough
 # record's Python time (~25 of ~50 us), and the converter holds the GIL meanwhile.  For the
 # common records the bytes are written here, in the wire format of example_wire.proto
-# with protobuf's deterministic map order (see _wire); anything unusual
+# with protobuf's deterministic map order (see _name); anything unusual
 # (an empty list, a name that two entries would share, a number outside its wire type)
 # returns None and takes the message path.  Byte-identical to it: property-tested.
 # The bytes come as parts (_wire_parts) that the framing joins once: joining each nesting
@@ -265,12 +265,6 @@ def _map_order(feat) -> bytes:
     return feat[0][0]
 
 
-def _wire(record: Record, type_map: Optional[Mapping[str, str]]):
-    """``(serialized Example, schema)`` of the default encoding, or None (see above)."""
-    direct = _wire_parts(record, type_map)
-    return None if direct is None else (b"".join(direct[0]), direct[1])
-
-
 def serialize(example) -> bytes:
     return example.SerializeToString(deterministic=True)
 
@@ -280,7 +274,7 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
     """Record -> serialized Example; ``to_example`` overrides the default encoding.
 
     A custom ``to_example`` may return a ``tf.train.Example`` or already-serialized bytes.
-    The default encoding writes the wire bytes of common records directly (:func:`_wire`)
+    The default encoding writes the wire bytes of common records directly (:func:`_wire_parts`)
     and builds tar2tf's own copy of the message for the rest (same bytes either way, no
     TensorFlow import: see ``example_wire.proto``).
     """
