@@ -41,19 +41,18 @@ def masked_crc32c(data) -> int:
 
 def frame(payload: bytes) -> bytes:
     """One framed record, ready to append to a file."""
-    length = _U64.pack(len(payload))
-    return b"".join((length, _U32.pack(masked_crc32c(length)), payload, _U32.pack(masked_crc32c(payload))))
+    return frame_parts((payload,))
 
 
 def frame_parts(parts: Sequence[bytes]) -> bytes:
-    """:func:`frame` of ``b"".join(parts)``, joined once: the payload is copied into the
+    """The framed record of ``b"".join(parts)``, joined once: the payload is copied into the
     frame and nowhere else (its CRC is extended part by part)."""
     n, crc = 0, 0
     for part in parts:
         n += len(part)
         crc = google_crc32c.extend(crc, part)
     length = _U64.pack(n)
-    return b"".join((length, _U32.pack(_mask(google_crc32c.value(length))), *parts, _U32.pack(_mask(crc))))
+    return b"".join((length, _U32.pack(masked_crc32c(length)), *parts, _U32.pack(_mask(crc))))
 
 
 def framed_size(payload_len: int) -> int:
