@@ -8,9 +8,11 @@ Graph (every step is a thin shell over a plain function in ``transforms``)::
 
 On the local runner with a ``{}`` output template, the pieces also go to a shard stream in
 this process (``pipelines.shard_stream``) that fills the final shards while later pieces
-convert, and the graph after the gather is one ``FinishShards`` step (shards, then the
-manifest): the same bytes, without a copy stage after the last conversion and without a
-second gather.
+convert, and the graph ends at ``ConvertShard``: when the pipeline has run, ``convert()``
+closes the last shard and writes the manifest from the pieces the stream got
+(:func:`finish_streamed`).  The same bytes, without a copy stage after the last
+conversion, and without the gather stage, which on the local runner cost 0.07-0.16 s
+between the last conversion and the manifest (docs/benchmarks.md).
 
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
@@ -124,27 +126,35 @@ def new_stream(cfg: ConvertConfig) -> Optional[shard_stream.ShardStream]:
 
 def start_stream(job: str, cfg: ConvertConfig) -> Optional[shard_stream.PieceFeed]:
     """The job's stream behind a :class:`~pipelines.shard_stream.PieceFeed` that the
-    DoFns running in this process offer their pieces to (see :func:`finish_shards`)."""
+    DoFns running in this process offer their pieces to (see :func:`finish_streamed`)."""
     stream = new_stream(cfg)
     return shard_stream.start(job, shard_stream.PieceFeed(stream)) if stream is not None else None
 
 
-def finish_shards(pieces, job: str, cfg: ConvertConfig) -> List[Dict[str, Any]]:
-    """The final shards' manifest rows: from the job's stream, which wrote them while the
-    pieces converted; or, where no stream got every piece (the DoFns ran in other
-    processes), written now, the planned way, one after another."""
+def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
+                    work: str) -> Dict[str, Any]:
+    """The manifest of a job whose DoFns offered their pieces to this process's stream:
+    the last shard closed, then manifest + rejects written (:func:`finish_job`).
+
+    Pieces that never reached the stream (a DoFn that ran elsewhere after all) are read
+    back from their sidecars in the work directory, and the shards are then written the
+    planned way, one after another."""
     feed = shard_stream.get(job)
-    if feed is not None:
-        try:
-            return feed.finish(len(pieces))
-        except shard_stream.MissingPieces as e:
-            log.info("%s: writing the final shards after the conversion", e)
-    return [finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)]
+    try:
+        shards = feed.finish(len(inputs))
+        pieces = feed.pieces()
+    except shard_stream.MissingPieces as e:
+        log.info("%s: writing the final shards after the conversion", e)
+        pieces = [_piece_from_work(i, url, work, cfg) for i, url in enumerate(inputs)]
+        shards = [finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)]
+    return next(finish_job(shards, pieces, cfg, list_rejects, inputs, work))
 
 
-def _finish_streamed(pieces, job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
-                     work: str):
-    return finish_job(finish_shards(pieces, job, cfg), pieces, cfg, list_rejects, inputs, work)
+def _piece_from_work(index: int, url: str, work: str, cfg: ConvertConfig) -> Dict[str, Any]:
+    info = load_verified_piece(index, work, cfg.store)
+    if info is None:
+        raise RuntimeError(f"the piece of input shard {index} ({url}) is missing or damaged in {work}")
+    return info
 
 
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
@@ -192,13 +202,12 @@ def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: L
     tasks = list(enumerate(urls))
     pieces = (spread(p | "Shards" >> beam.Create(tasks, reshuffle=False), "SpreadShards", itemgetter(0))
               | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work, job)))
+    if streamed:  # this process's stream writes the shards; convert() the manifest
+        return pieces
     all_pieces = gather(pieces, "GatherPieces")
     if cfg.shuffle:
         from pipelines.shuffle import shuffled_shards
         shards = shuffled_shards(pieces, all_pieces, cfg)
-    elif streamed:  # written while converting, by this process's stream: shards and
-        # manifest in one step (no second gather; see finish_shards)
-        return all_pieces | "FinishShards" >> beam.FlatMap(_finish_streamed, job, cfg, list_rejects, urls, work)
     else:
         plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
         shards = (spread(plan, "SpreadWrites", itemgetter("index"))
@@ -246,6 +255,8 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
         build(p, cfg, urls, list_rejects, work, job, streamed)
         result = p.run()
         result.wait_until_finish()
+        if streamed:
+            finish_streamed(job, cfg, list_rejects, urls, work)
     finally:
         shard_stream.stop(job)
         shard_pool.stop(job)

@@ -133,6 +133,7 @@ class PieceFeed:
         self.stream = stream
         self._cv = threading.Condition()
         self._pending: Dict[int, Dict[str, Any]] = {}
+        self._offered: Dict[int, Dict[str, Any]] = {}
         self._next = 0
         self._closed = False
         self._error: Optional[BaseException] = None
@@ -143,7 +144,14 @@ class PieceFeed:
         with self._cv:
             if piece["index"] >= self._next:  # a retried bundle's second offer is the same piece
                 self._pending[piece["index"]] = piece
+                self._offered[piece["index"]] = piece
                 self._cv.notify()
+
+    def pieces(self) -> List[Dict[str, Any]]:
+        """The infos of the pieces offered so far, in input order (without held frames,
+        which the stream takes)."""
+        with self._cv:
+            return [self._offered[i] for i in sorted(self._offered)]
 
     def _run(self) -> None:
         try:

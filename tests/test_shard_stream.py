@@ -48,6 +48,15 @@ def _files(d):
     return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
 
 
+def _info(p):
+    """A piece dict as convert_shard returns it (no rejects), with its digest."""
+    from transforms import digests
+    d = digests.new("crc32c")
+    d.update(open(p["piece"], "rb").read())
+    return dict(p, shard=f"in-{p['index']}.tar", records_read=len(p["sizes"]), filtered=0, rejects=[],
+                schema={}, keys=[f"k{i}" for i in range(len(p["sizes"]))], crc32c=digests.hexdigest(d))
+
+
 def _rows(rows, d):
     return [dict(r, path=os.path.relpath(r["path"], d)) for r in rows]
 
@@ -125,21 +134,50 @@ def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
     assert finalize.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
 
 
-def test_pieces_the_stream_never_got_are_written_the_planned_way(tmp_path):
-    """DoFns in other processes feed no stream: finish_shards falls back to the plan."""
-    from pipelines import convert as cv, shard_stream
-    pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4, [300] * 4])
+def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path):
+    """A DoFn that ran in another process fed no stream: finish_streamed reads that
+    piece's sidecar from the work dir and writes the shards the planned way."""
+    import json
+    from pipelines import convert as cv, shard_stream, workfiles
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    pieces = [_info(p) for p in _pieces(work, [[300] * 4, [300] * 4, [300] * 4])]
+    for p in pieces:
+        workfiles.write_sidecar(p["piece"], p, None)
+    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    inputs = [p["shard"] for p in pieces]
     feed = cv.start_stream("job-1", cfg)
     feed.offer(pieces[0])  # piece 1 never arrives
     feed.offer(pieces[2])
     try:
-        rows = cv.finish_shards(pieces, "job-1", cfg)
+        manifest = cv.finish_streamed("job-1", cfg, [], inputs, work)
     finally:
         shard_stream.stop("job-1")
-    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
-    assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
-    assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))
+    assert _rows(manifest["shards"], str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
+    shards = {n: b for n, b in _files(str(tmp_path / "s")).items() if n.startswith("t-")}
+    assert shards == _files(str(tmp_path / "p"))
+    assert manifest["totals"]["records_written"] == 12 and manifest["rejects"]["count"] == 0
+    assert not os.path.exists(work)
+    on_disk = json.loads(open(manifest["rejects"]["path"].replace(".rejects.jsonl", ".manifest.json")).read())
+    assert on_disk == manifest
+
+
+def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
+    from pipelines import convert as cv, shard_stream, workfiles
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    pieces = [_info(p) for p in _pieces(work, [[300] * 2, [300] * 2])]
+    workfiles.write_sidecar(pieces[0]["piece"], pieces[0], None)  # piece 1 has none
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = cv.start_stream("job-2", cfg)
+    feed.offer(pieces[0])
+    try:
+        with pytest.raises(RuntimeError, match=r"piece of input shard 1 .* is missing"):
+            cv.finish_streamed("job-2", cfg, [], [p["shard"] for p in pieces], work)
+    finally:
+        shard_stream.stop("job-2")
+    assert not os.path.exists(str(tmp_path / "s" / "t-{}.rec.manifest.json"))
 
 
 @pytest.mark.parametrize("hold", [None, 3000])  # held in memory; spilled to disk past 3 KB
