@@ -248,9 +248,11 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     procs = opts.pool_size(cfg.processes, args, len(urls), cfg.has_heavy_ops())
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
+        feed = start_stream(job, cfg) if opts.dofns_run_here(args) else None
+        streamed = feed is not None
         if procs:  # a resumed job first checks which pieces it has: nothing to start early
-            shard_pool.start(job, cfg, work, procs, first=[] if cfg.resume else list(enumerate(urls)))
-        streamed = opts.dofns_run_here(args) and start_stream(job, cfg) is not None
+            shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),
+                             on_done=feed.offer if feed is not None else None)
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job, streamed)
         result = p.run()

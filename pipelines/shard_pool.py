@@ -12,7 +12,10 @@ the workers convert.  The output is the same bytes (each worker writes its piece
   pool for its job and converts in its own thread; remote runners parallelize with
   their own worker processes.
 * Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.shard_convert`
-  only (no Beam, no TensorFlow: ~0.2 s, in parallel, while Beam builds its graph).  They
+  only (no Beam, no TensorFlow: ~0.2 s, in parallel, while Beam builds its graph).
+* Given the job's task list, the pool converts the shards in input order on its own
+  threads as soon as it starts, whichever Beam thread later asks for which shard (see
+  :class:`Pool`).  They
   are not started through :mod:`multiprocessing`, whose spawn re-runs the caller's main
   script in every child (a script calling ``convert()`` without an
   ``if __name__ == "__main__"`` guard would start jobs recursively).
@@ -29,12 +32,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import collections
 import queue
 import subprocess
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipelines.job_objects import JobObjects
 
@@ -104,11 +108,17 @@ class Pool:
     """``n`` workers for the job whose pickled config is ``blob``; :meth:`convert` borrows
     an idle one for one shard.
 
-    ``first``: ``(index, url)`` tasks the caller will ask for; the first ``n`` start at
-    once, while the caller is still getting ready (Beam builds its graph for ~0.3 s), and
-    :meth:`convert` then returns their results.  Same work, started earlier."""
+    ``tasks``: the ``(index, url)`` tasks the caller will ask for.  ``n`` dispatcher
+    threads convert them in that order, from the start (while Beam still builds its
+    graph), each on the next idle worker, and :meth:`convert` returns a task's result when
+    asked.  The local runner hands each of its threads a fixed share of the shards (one
+    bundle per thread); converting in task order instead keeps every worker busy until the
+    last shard, and the pieces come in the order the shard stream writes them.
+    ``on_done(info)`` is called with each finished piece as soon as it is ready (the
+    job's :class:`~pipelines.shard_stream.PieceFeed`)."""
 
-    def __init__(self, blob: bytes, work: str, n: int, first: Sequence[Tuple[int, str]] = ()):
+    def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
+                 on_done: Optional[Callable[[Dict[str, Any]], None]] = None):
         self._all: List[_Worker] = []
         self._idle: "queue.Queue[Optional[_Worker]]" = queue.Queue()  # None: broken
         self._broken: Optional[WorkerDied] = None
@@ -116,24 +126,36 @@ class Pool:
             w = _Worker(blob, work)
             self._all.append(w)
             self._idle.put(w)
-        self._early: Dict[int, Future] = {}
-        self._early_lock = threading.Lock()
-        for index, url in list(first)[:int(n)]:
-            fut: Future = Future()
-            self._early[index] = fut
-            threading.Thread(target=self._run_early, args=(fut, index, url), daemon=True,
-                             name=f"tar2tf-early-{index}").start()
+        self._lock = threading.Lock()
+        self._futures: Dict[int, Future] = {index: Future() for index, _ in tasks}
+        self._todo = collections.deque((index, url, self._futures[index]) for index, url in tasks)
+        self._on_done = on_done
+        self._closed = False
+        for i in range(min(int(n), len(self._todo))):
+            threading.Thread(target=self._dispatch, daemon=True, name=f"tar2tf-dispatch-{i}").start()
 
-    def _run_early(self, fut: Future, index: int, url: str) -> None:
-        try:
-            fut.set_result(self._run(index, url))
-        except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this shard
-            fut.set_exception(e)
+    def _dispatch(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed or not self._todo:
+                    return
+                index, url, fut = self._todo.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue  # the pool closed meanwhile
+            try:
+                info = self._run(index, url)
+                if self._on_done is not None:
+                    self._on_done(info)
+            except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
+                fut.set_exception(e)
+            else:
+                fut.set_result(info)
 
     def convert(self, index: int, url: str) -> Dict[str, Any]:
-        """Convert one shard in a worker; waits (without holding the GIL) for its info."""
-        with self._early_lock:
-            fut = self._early.pop(index, None)
+        """Convert one shard in a worker (or take the dispatchers' result for it); waits
+        without holding the GIL."""
+        with self._lock:
+            fut = self._futures.pop(index, None)
         if fut is not None:
             return fut.result()
         return self._run(index, url)
@@ -156,8 +178,13 @@ class Pool:
                 self._idle.put(w)
 
     def close(self) -> None:
-        """Workers exit when their input closes; their exit (interpreter teardown, ~50 ms)
-        is awaited on a daemon thread, so a job does not end 50 ms late."""
+        """Dispatchers stop taking tasks; workers exit when their input closes; their exit
+        (interpreter teardown, ~50 ms) is awaited on a daemon thread, so a job does not end
+        50 ms late."""
+        with self._lock:
+            self._closed = True
+            for _, _, fut in self._todo:
+                fut.cancel()  # not started: nobody will ask for it any more
         for w in self._all:
             w.end_input()
         threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
@@ -170,12 +197,12 @@ class Pool:
 _pools: "JobObjects[Pool]" = JobObjects()
 
 
-def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, str]] = (),
-          required: bool = True) -> bool:
+def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, str]] = (),
+          required: bool = True, on_done: Optional[Callable[[Dict[str, Any]], None]] = None) -> bool:
     """Start ``processes`` workers for ``job`` (they import while the caller goes on),
-    and with them the first of the ``first`` tasks (see :class:`Pool`).  A ``cfg`` whose
-    ops cannot be pickled raises, or with ``required=False`` starts nothing and returns
-    False (the caller then converts on its threads)."""
+    and with them the conversion of ``tasks``, in order (see :class:`Pool`).  A ``cfg``
+    whose ops cannot be pickled raises, or with ``required=False`` starts nothing and
+    returns False (the caller then converts on its threads)."""
     import cloudpickle
     try:
         blob = cloudpickle.dumps(cfg)
@@ -183,7 +210,7 @@ def start(job: str, cfg, work: str, processes: int, first: Sequence[Tuple[int, s
         if required:
             raise
         return False
-    _pools.put(job, Pool(blob, work, processes, first))
+    _pools.put(job, Pool(blob, work, processes, tasks, on_done))
     return True
 
 
