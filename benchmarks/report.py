@@ -125,6 +125,25 @@ def _runs(result: Dict) -> str:
     return f"{n} runs ({n * short} for {', '.join(result.get('short_workloads', []))})"
 
 
+def _scaling_lines(sc: Optional[Dict]) -> List[str]:
+    if not sc:
+        return []
+    if "error" in sc:
+        return [f"**Passthrough scaling**: failed: {sc['error'][-200:]}", ""]
+    lines = ["**Passthrough scaling** (each variant also run on 1/4 of the shards; t = fixed + images / rate, "
+             "from the medians at both sizes):", "",
+             "| variant | 1/4 data s | all data s | fixed s per job | per-image rate, images/s | rate / limit-io's |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for v, r in sc["variants"].items():
+        if r["marginal_images_per_s"] is None:
+            split = "n/a (the whole data was not slower) | n/a | n/a"
+        else:
+            ratio = "n/a" if r["marginal_vs_limit_io"] is None else f"{r['marginal_vs_limit_io']:.2f}"
+            split = f"{r['fixed_seconds']:.2f} | {r['marginal_images_per_s']:.0f} | {ratio}"
+        lines.append(f"| {v} | {r['seconds_small']:.2f} | {r['seconds_large']:.2f} | {split} |")
+    return lines + [""]
+
+
 def markdown(result: Dict) -> str:
     m, d = result["machine"], result["dataset"]
     load = m.get("loadavg_before")
@@ -166,6 +185,7 @@ def markdown(result: Dict) -> str:
                   f"(x{mem['ratio']:.2f})", ""]
     elif mem:
         lines += [f"**Memory flatness**: failed: {mem.get('error', '')[-200:]}", ""]
+    lines += _scaling_lines(result.get("scaling"))
     if result.get("pcr"):
         lines += _pcr_lines(result["pcr"])
     if result.get("missing"):

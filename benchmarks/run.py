@@ -228,6 +228,46 @@ def memory_check(data, base, scratch, logs, rows, timeout, say) -> Optional[Dict
     return out
 
 
+SCALING_VARIANTS = ("limit-io", "tar2tf-load")  # + the best Beam mode
+
+
+def scaling_check(data, base, scratch, logs, rows, timeout, runs, say) -> Optional[Dict]:
+    """Passthrough on 1/4 of the shards too, to split each variant's time into a fixed
+    per-job part and a per-image part (t = fixed + images / rate, from the medians at both
+    sizes): a sub-second workload's ratio is dominated by fixed costs (Beam's job set-up)
+    that a larger dataset pays once."""
+    full = {r["variant"]: r for r in rows if r["workload"] == "passthrough" and r.get("ok")}
+    beam = [r for v, r in full.items() if v in variants.BEAM_MODES]
+    if len(data.shards) < 4 or "limit-io" not in full or not beam:
+        return None
+    names = [max(beam, key=lambda r: r["images_per_s"])["variant"]] + [v for v in SCALING_VARIANTS if v in full]
+    quarter = len(data.shards) // 4
+    small: Dict[str, List[Dict]] = {}
+    for _ in range(runs):
+        for v in names:
+            spec = dict(base, variant=v, workload="passthrough", shards=quarter,
+                        out=os.path.join(scratch, f"scaling-{v}"))
+            small.setdefault(v, []).append(measure(spec, logs, timeout))
+    out: Dict[str, Dict] = {}
+    for v in names:
+        q = median_row(small[v])
+        if not q.get("ok"):
+            return {"error": f"{v}: {q.get('error')}"}
+        f = full[v]
+        dt, dn = f["seconds"] - q["seconds"], f["images"] - q["images"]
+        ok = dt > 0 and dn > 0  # noise can swamp a tiny dataset's difference
+        out[v] = {"images_small": q["images"], "seconds_small": q["seconds"], "images_large": f["images"],
+                  "seconds_large": f["seconds"], "marginal_images_per_s": dn / dt if ok else None,
+                  "fixed_seconds": q["seconds"] - dt * q["images"] / dn if ok else None}
+    lim = out["limit-io"]["marginal_images_per_s"]
+    for v, r in out.items():
+        r["marginal_vs_limit_io"] = r["marginal_images_per_s"] / lim if lim and r["marginal_images_per_s"] else None
+        if r["marginal_vs_limit_io"] is not None:
+            say(f"scaling {v}: fixed {r['fixed_seconds']:.2f} s + {r['marginal_images_per_s']:.0f} img/s "
+                f"({r['marginal_vs_limit_io']:.2f} x limit-io's)")
+    return {"beam_variant": names[0], "variants": out}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="tar2tf benchmark: tar2tf vs naive, webdataset and hardware limits")
     ap.add_argument("--size", choices=sorted(dataset.SIZES), default="quick")
@@ -240,6 +280,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--variants", default=",".join(variants.ALL), help="comma list (default: all)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS + ("pcr",)), help="comma list (default: all + pcr)")
     ap.add_argument("--no-memory-check", action="store_true")
+    ap.add_argument("--no-scaling-check", action="store_true",
+                    help="skip the passthrough runs on 1/4 of the shards (fixed vs per-image time)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per measurement")
     a = ap.parse_args(argv)
     repeat = a.repeat or (1 if a.size == "quick" else 3)
@@ -282,6 +324,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     memory = None
     if not a.no_memory_check:
         memory = memory_check(data, base, scratch, logs, rows, a.timeout, say)
+    scaling = None
+    if not a.no_scaling_check and "passthrough" in workloads:
+        scaling = scaling_check(data, base, scratch, logs, rows, a.timeout, max(3, min(5, repeat * short)), say)
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": a.size, "repeat": repeat,
               "short_repeat": short, "short_workloads": list(SHORT_WORKLOADS),
               "machine": {"cores": os.cpu_count(), "cpu": report.cpu_model(), "python": platform.python_version(),
@@ -289,7 +334,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "loadavg_after": os.getloadavg()},
               "dataset": {"dir": data.directory, "shards": len(data.shards), "images": data.images,
                           "tar_mb": data.tar_bytes / 1e6, "mean_jpeg_kb": data.jpeg_bytes / data.images / 1e3},
-              "rows": rows, "missing": missing, "memory": memory, "pcr": median_pcr(pcr_runs),
+              "rows": rows, "missing": missing, "memory": memory, "scaling": scaling, "pcr": median_pcr(pcr_runs),
               "wall_seconds": time.time() - t_start}
     result["ratios"] = report.ratios(rows)
     result["targets"] = report.targets(result)

@@ -118,6 +118,18 @@ def test_report_has_ratios_targets_and_tables(bench):
                                              "memory: 4x images -> peak RSS ratio"}
     mem = result["memory"]
     assert mem["images_large"] == 4 * mem["images_small"] and mem["rss_small_mb"] > 0
+    sc = result["scaling"]  # passthrough on 1/4 of the shards as well: fixed vs per-image time
+    assert sc["beam_variant"] == "tar2tf-beam-threads"
+    assert set(sc["variants"]) == {"tar2tf-beam-threads", "limit-io", "tar2tf-load"}
+    for r in sc["variants"].values():
+        assert r["images_large"] == 4 * r["images_small"] and 0 < r["seconds_small"]
+        if r["marginal_images_per_s"] is not None:  # None when noise swamps the quick size
+            full_rate = r["images_large"] / r["seconds_large"]
+            assert r["marginal_images_per_s"] > 0 and r["seconds_large"] > r["seconds_small"]
+            # t = fixed + images / rate holds at both sizes
+            assert abs(r["fixed_seconds"] + r["images_large"] / r["marginal_images_per_s"] - r["seconds_large"]) < 1e-6
+            assert (r["fixed_seconds"] > 0) == (r["marginal_images_per_s"] > full_rate)
+    assert "**Passthrough scaling**" in md
     for variant in VARIANTS:
         assert f"| {variant} |" in md
     assert "| workload | tar2tf (best mode) |" in md and "**Targets**" in md
