@@ -245,7 +245,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     work = work_dir_for(cfg, urls)
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
-    procs = opts.pool_size(cfg.processes, args, len(urls), cfg.has_heavy_ops())
+    procs = opts.pool_size(cfg.processes, args, len(urls))
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
         feed = start_stream(job, cfg) if opts.dofns_run_here(args) else None

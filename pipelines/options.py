@@ -41,23 +41,27 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     one of each (a single thread or shard gains nothing from a process) and the job has
     ops that do real work per record (``ConvertConfig.has_heavy_ops``).  Without them
     (passthrough, selections) the work is reading, CRC and writing, which release the GIL:
-    threads convert as fast, without the ~0.2 s start of a worker (measured on the
-    5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers)."""
+    the in-process driver's threads convert as fast, without the ~0.2 s start of a worker
+    (measured on the 5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers).
+    Beam's local runner always takes ``ops=True`` (see :func:`pool_size`)."""
     return min(int(workers), shards) if ops and int(workers) > 1 and shards > 1 else 0
 
 
-def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0, ops: bool = True) -> int:
+def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) -> int:
     """How many shard-converting worker processes to start in this process (0: none).
 
     Only where DoFns run in this process (the local runner's ``in_memory`` /
     ``multi_threading`` modes); elsewhere the runner's own workers parallelize.
     ``processes=None`` is automatic: the local default mode (``multi_threading``) with
-    more than one worker, more than one input shard and some per-record ops gets one
-    process per worker."""
+    more than one worker and more than one input shard gets one process per worker,
+    whatever the ops.  Unlike the in-process driver (:func:`auto_processes`), a Beam job
+    converting on its threads shares the GIL with Beam's own (about forty in this mode),
+    and even a passthrough converts faster in workers: 0.79-0.81 s instead of 0.87-0.98 s
+    for the 5,120-image benchmark (docs/benchmarks.md)."""
     mode = _value(args, "--direct_running_mode") or "multi_threading"
     if processes is None:
         workers = int(_value(args, "--direct_num_workers") or 1)
-        return auto_processes(workers, shards, ops) if is_local(args) and mode == "multi_threading" else 0
+        return auto_processes(workers, shards) if is_local(args) and mode == "multi_threading" else 0
     n = int(processes)
     if n < 0:
         raise ValueError(f"processes must be >= 0, got {processes}")

@@ -196,8 +196,6 @@ def test_pool_only_where_dofns_run_in_this_process(caplog):
     one = opts.effective_args(["--direct_running_mode=multi_threading", "--direct_num_workers=1"])
     mem = opts.effective_args(["--direct_running_mode=in_memory", "--direct_num_workers=2"])
     assert opts.pool_size(None, one, shards=8) == 0 and opts.pool_size(None, mem, shards=8) == 0
-    assert opts.pool_size(None, local, shards=8, ops=False) == 0  # passthrough: threads
-    assert opts.pool_size(2, local, shards=8, ops=False) == 2      # unless asked for
     with pytest.raises(ValueError):
         opts.pool_size(-1, local)
 
@@ -210,7 +208,12 @@ def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
         convert(cfg)
 
 
-def test_only_jobs_with_heavy_ops_get_worker_processes_by_default():
+def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
+    assert opts.auto_processes(2, 8, ops=True) == 2 and opts.auto_processes(2, 8, ops=False) == 0
+    assert opts.auto_processes(4, 3) == 3 and opts.auto_processes(1, 8) == 0 and opts.auto_processes(2, 1) == 0
+
+
+def test_heavy_ops_are_told_from_light_ones():
     from pipelines.datapoints import selection_stage
     from transforms.gostages import ByKey, BySampleF, Rename
     from transforms.ops import Decode

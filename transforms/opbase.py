@@ -38,7 +38,8 @@ class Op:
     what: Any = None
     _children: Tuple[str, ...] = ("what",)
     # per-record work too small for a worker process to pay off (picking entries, not
-    # decoding them): a job whose ops are all light stays on threads (options.auto_processes)
+    # decoding them): an in-process job whose ops are all light stays on threads
+    # (options.auto_processes; Beam jobs use worker processes either way)
     light: bool = False
 
     # -- the two faces -------------------------------------------------------------------
