@@ -124,11 +124,12 @@ def new_stream(cfg: ConvertConfig) -> Optional[shard_stream.ShardStream]:
                                     cfg.store, cfg.dali_index)
 
 
-def start_stream(job: str, cfg: ConvertConfig) -> Optional[shard_stream.PieceFeed]:
+def start_stream(job: str, cfg: ConvertConfig, expect: Optional[int] = None) -> Optional[shard_stream.PieceFeed]:
     """The job's stream behind a :class:`~pipelines.shard_stream.PieceFeed` that the
-    DoFns running in this process offer their pieces to (see :func:`finish_streamed`)."""
+    DoFns running in this process offer their pieces to (see :func:`finish_streamed`);
+    ``expect``: the job's piece count (the feed closes the last shard when all are in)."""
     stream = new_stream(cfg)
-    return shard_stream.start(job, shard_stream.PieceFeed(stream)) if stream is not None else None
+    return shard_stream.start(job, shard_stream.PieceFeed(stream, expect)) if stream is not None else None
 
 
 def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
@@ -248,7 +249,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     procs = opts.pool_size(cfg.processes, args, len(urls))
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     try:
-        feed = start_stream(job, cfg) if opts.dofns_run_here(args) else None
+        feed = start_stream(job, cfg, len(urls)) if opts.dofns_run_here(args) else None
         streamed = feed is not None
         if procs:  # a resumed job first checks which pieces it has: nothing to start early
             shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),

@@ -127,10 +127,19 @@ class MissingPieces(RuntimeError):
 class PieceFeed:
     """Pieces offered in any order, from any thread (Beam's worker threads); a writer
     thread adds them to the :class:`ShardStream` in input order (piece ``index`` 0, 1,
-    2, ...) as soon as each one's predecessors are in."""
+    2, ...) as soon as each one's predecessors are in.
 
-    def __init__(self, stream: ShardStream):
+    ``expect``: the job's piece count.  When the last of them is in, the writer closes the
+    last shard at once, while the runner is still winding down (Beam takes 0.1-0.2 s after
+    the last conversion), and :meth:`finish` returns its result.  Until :meth:`finish` has
+    returned, :func:`stop` (a failed job) still removes every shard the stream wrote."""
+
+    def __init__(self, stream: ShardStream, expect: Optional[int] = None):
         self.stream = stream
+        self._expect = expect
+        self._rows: Optional[List[Dict[str, Any]]] = None  # the stream finished early
+        self._finish_error: Optional[BaseException] = None
+        self.settled = False  # finish() returned the rows, or cleaned up after its error
         self._cv = threading.Condition()
         self._pending: Dict[int, Dict[str, Any]] = {}
         self._offered: Dict[int, Dict[str, Any]] = {}
@@ -164,6 +173,12 @@ class PieceFeed:
                     piece = self._pending.pop(self._next)
                     self._next += 1
                 self.stream.add(piece)
+                if self._next == self._expect:  # every piece is in: close the last shard now
+                    try:
+                        self._rows = self.stream.finish()
+                    except BaseException as e:  # noqa: BLE001 - raised by finish() (the stream cleaned up)
+                        self._finish_error = e
+                    return
         except BaseException as e:  # noqa: BLE001 - raised by finish()
             self._error = e
 
@@ -179,11 +194,18 @@ class PieceFeed:
         self._close()
         if self._error is not None:
             self.stream.abort(self._error)
+            self.settled = True
             raise self._error
+        if self._finish_error is not None:
+            self.settled = True
+            raise self._finish_error
         if self._next != count:
             self.stream.abort()
+            self.settled = True
             raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
-        return self.stream.finish()
+        rows = self._rows if self._rows is not None else self.stream.finish()
+        self.settled = True
+        return rows
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         self._close()
@@ -203,7 +225,8 @@ def get(job: str) -> Optional[PieceFeed]:
 
 
 def stop(job: str) -> None:
-    """Forget the job's feed; one that did not finish is aborted (its shards removed)."""
+    """Forget the job's feed; one whose :meth:`~PieceFeed.finish` did not return (the job
+    failed) is aborted: the shards it wrote are removed, even if it closed them all."""
     feed = _feeds.pop(job)
-    if feed is not None and not feed.stream.done:
+    if feed is not None and not feed.settled:
         feed.abort()

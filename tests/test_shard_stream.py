@@ -242,3 +242,43 @@ def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, 
     assert t == beam.totals and t["records_written"] == 20
     assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
     assert [open(p, "rb").read() for p in local.paths] == [open(p, "rb").read() for p in beam.paths]
+
+
+def _wait_for(cond, timeout=30.0):
+    import time
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_path):
+    """With the job's piece count, the last shard is closed (fsync, final name) as soon as
+    every piece is in, before anyone calls finish(): the runner's wind-down overlaps it."""
+    from pipelines import convert as cv, shard_stream
+    pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
+    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = cv.start_stream("job-3", cfg, expect=3)
+    try:
+        for i in (2, 0, 1):
+            feed.offer(pieces[i])
+        _wait_for(lambda: feed.stream.done and len(os.listdir(tmp_path / "s")) == len(ref))
+        assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # no temporaries left
+        rows = feed.finish(3)
+    finally:
+        shard_stream.stop("job-3")
+    assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
+    assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # kept: the job finished
+
+
+def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
+    from pipelines import convert as cv, shard_stream
+    pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = cv.start_stream("job-4", cfg, expect=2)
+    for p in pieces:
+        feed.offer(p)
+    _wait_for(lambda: feed.stream.done and len(os.listdir(tmp_path / "s")) == 3)
+    shard_stream.stop("job-4")  # the runner failed afterwards: finish() was never reached
+    assert os.listdir(tmp_path / "s") == []
