@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import numbers
 import struct
+import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
-
-import numpy as np
 
 from transforms.records import KEY, META_KEYS, Record
 
@@ -72,6 +71,7 @@ def _as_ints(name: str, value: Any) -> List[int]:
             return [int(tok) for tok in text.replace(",", " ").split()] or _fail(name, value, INT64)
         except ValueError:
             _fail(name, value, INT64)
+    import numpy as np
     arr = np.asarray(value)
     if arr.dtype.kind in "iub":
         return [int(v) for v in arr.reshape(-1)]
@@ -88,6 +88,7 @@ def _as_floats(name: str, value: Any) -> List[float]:
         except ValueError:
             _fail(name, value, FLOAT)
         return vals or _fail(name, value, FLOAT)
+    import numpy as np
     arr = np.asarray(value)
     if arr.dtype.kind in "iubf":
         return [float(v) for v in arr.reshape(-1)]
@@ -118,19 +119,23 @@ def _features(record: Record, type_map: Mapping[str, str]):
     """``(name, type, values)`` of the default encoding's features, in the order they are
     built: ``__key__``, then the record's entries by name (an array as three features)."""
     yield KEY, BYTES, [str(record[KEY]).encode("utf-8")]
+    # numpy is not imported here: while nothing else has imported it (a passthrough
+    # worker), no value can be a numpy array or scalar, and a worker starts ~45 ms sooner
+    np = sys.modules.get("numpy")
+    ints, floats = ((int, np.integer), (float, np.floating)) if np is not None else ((int,), (float,))
     for name in sorted(record):
         if name in META_KEYS:
             continue
         value = record[name]
-        if isinstance(value, np.ndarray) and name not in type_map:
+        if np is not None and isinstance(value, np.ndarray) and name not in type_map:
             arr = np.ascontiguousarray(value)
             le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
             yield name, BYTES, [le.tobytes()]
             yield name + "/shape", INT64, [int(d) for d in arr.shape]
             yield name + "/dtype", BYTES, [arr.dtype.name.encode()]
             continue
-        typ = type_map.get(name, INT64 if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                           else FLOAT if isinstance(value, (float, np.floating)) else BYTES)
+        typ = type_map.get(name, INT64 if isinstance(value, ints) and not isinstance(value, bool)
+                           else FLOAT if isinstance(value, floats) else BYTES)
         convert = _as_ints if typ == INT64 else _as_floats if typ == FLOAT else _as_bytes
         yield name, typ, convert(name, value)
 
@@ -352,6 +357,7 @@ def parse_example(serialized: bytes) -> Record:
     Array features (``x`` + ``x/shape`` + ``x/dtype``) come back as ndarrays; one-element
     int/float lists come back as scalars; bytes stay bytes.
     """
+    import numpy as np
     ex = _wire_pb2().Example.FromString(serialized)
     fmap = ex.features.feature
     rec: Record = {}
