@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numbers
 import struct
-import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+from transforms import lazynp
 from transforms.records import KEY, META_KEYS, Record
 
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
@@ -120,8 +120,8 @@ def _features(record: Record, type_map: Mapping[str, str]):
     built: ``__key__``, then the record's entries by name (an array as three features)."""
     yield KEY, BYTES, [str(record[KEY]).encode("utf-8")]
     # numpy is not imported here: while nothing else has imported it (a passthrough
-    # worker), no value can be a numpy array or scalar, and a worker starts ~45 ms sooner
-    np = sys.modules.get("numpy")
+    # worker), no value can be a numpy array or scalar (transforms.lazynp)
+    np = lazynp.loaded()
     ints, floats = ((int, np.integer), (float, np.floating)) if np is not None else ((int,), (float,))
     for name in sorted(record):
         if name in META_KEYS:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import io
 from typing import Optional, Sequence, Tuple
 
-import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from transforms.lazynp import is_array, np
 
 FORMATS = ("BMP", "JPEG", "PNG")
 _FORMAT_ALIASES = {"JPG": "JPEG", "MPO": "JPEG"}  # MPO: camera JPEGs with a multi-picture index
@@ -42,7 +43,7 @@ def norm_format(fmt: str) -> str:
 
 
 def _open(data: bytes, formats: Sequence[str]) -> Image.Image:
-    if isinstance(data, np.ndarray):
+    if is_array(data):
         raise ImageError("value is already an array (decoded twice?)")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ImageError(f"value is {type(data).__name__}, not encoded image bytes")

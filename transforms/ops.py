@@ -22,15 +22,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from transforms import images
+from transforms.lazynp import is_array, np
 from transforms.opbase import Op, OpError, evaluate, map_ops, walk
 from transforms.records import KEY, Record
 
 
 def _as_image(v: Any, size_hint=None) -> np.ndarray:
-    if isinstance(v, np.ndarray):
+    if is_array(v):
         return v
     if isinstance(v, (bytes, bytearray, memoryview)):
         return images.decode(v, draft_size=size_hint)
@@ -78,13 +77,13 @@ class Decode(Op):
 
     def value(self, record, size_hint=None):
         v = evaluate(self.what, record)
-        if isinstance(v, np.ndarray):
+        if is_array(v):
             return v
         return images.decode(v, self.channels, self.formats, self.exif, size_hint)
 
     def pil(self, record, size_hint=None):
         v = evaluate(self.what, record)
-        if isinstance(v, np.ndarray):
+        if is_array(v):
             return None
         return images.decode_image(v, self.channels, self.formats, self.exif, size_hint)
 
