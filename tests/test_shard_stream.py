@@ -263,8 +263,9 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
     try:
         for i in (2, 0, 1):
             feed.offer(pieces[i])
-        _wait_for(lambda: feed.stream.done and len(os.listdir(tmp_path / "s")) == len(ref))
-        assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # no temporaries left
+        final = sorted(os.listdir(tmp_path / "p"))
+        _wait_for(lambda: os.path.isdir(tmp_path / "s") and sorted(os.listdir(tmp_path / "s")) == final)
+        assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # every shard closed
         rows = feed.finish(3)
     finally:
         shard_stream.stop("job-3")
@@ -279,6 +280,7 @@ def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
     feed = cv.start_stream("job-4", cfg, expect=2)
     for p in pieces:
         feed.offer(p)
-    _wait_for(lambda: feed.stream.done and len(os.listdir(tmp_path / "s")) == 3)
+    _wait_for(lambda: os.path.isdir(tmp_path / "s")
+              and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"])
     shard_stream.stop("job-4")  # the runner failed afterwards: finish() was never reached
     assert os.listdir(tmp_path / "s") == []
