@@ -23,6 +23,7 @@ deterministic).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -78,19 +79,16 @@ class ConvertShardFn(beam.DoFn):
     def process(self, task: Tuple[int, str]):
         index, url = task
         info = load_verified_piece(index, self.work, self.cfg.store) if self.cfg.resume else None
+        pool = shard_pool.get(self.job) if info is None else None  # only where convert() started one
         if info is not None:
             self.c["shards_resumed"].inc()
+        if pool is not None:  # the pool reported the piece to the stream and the bar (piece_done)
+            info = pool.convert(index, url)
         else:
-            pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
-            info = (pool.convert(index, url) if pool is not None
-                    else convert_shard(index, url, self.work, self.cfg, self.stages))
-        feed = shard_stream.get(self.job)  # only where convert() started one (local runs)
-        if feed is not None:
-            feed.offer(info)
+            if info is None:
+                info = convert_shard(index, url, self.work, self.cfg, self.stages)
+            piece_done(info, shard_stream.get(self.job), prog.get(self.job))
         self._count(info)
-        bar = prog.get(self.job)
-        if bar is not None:
-            bar.shard_done(len(info["sizes"]), info["member_bytes"])
         yield info
 
     def _count(self, info):
@@ -108,6 +106,18 @@ class ConvertShardFn(beam.DoFn):
             else:
                 c["shards_rejected"].inc()
             Metrics.counter(NS, "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind).inc()
+
+
+def piece_done(info: Dict[str, Any], feed: Optional[shard_stream.PieceFeed],
+               bar: Optional[prog.Progress]) -> None:
+    """A finished piece, to the job's shard stream and progress bar where this process has
+    them (local runs): from the DoFn that converted it, or from the worker pool as soon as
+    a worker finishes it (Beam's threads ask for the shards in their bundles' order, which
+    is not the order they finish in)."""
+    if feed is not None:
+        feed.offer(info)
+    if bar is not None:
+        bar.shard_done(len(info["sizes"]), info["member_bytes"])
 
 
 def plan_shards(pieces, cfg: ConvertConfig):
@@ -253,7 +263,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
         streamed = feed is not None
         if procs:  # a resumed job first checks which pieces it has: nothing to start early
             shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),
-                             on_done=feed.offer if feed is not None else None)
+                             on_done=functools.partial(piece_done, feed=feed, bar=bar))
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job, streamed)
         result = p.run()

@@ -114,8 +114,8 @@ class Pool:
     asked.  The local runner hands each of its threads a fixed share of the shards (one
     bundle per thread); converting in task order instead keeps every worker busy until the
     last shard, and the pieces come in the order the shard stream writes them.
-    ``on_done(info)`` is called with each finished piece as soon as it is ready (the
-    job's :class:`~pipelines.shard_stream.PieceFeed`)."""
+    ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
+    ready (the job's shard stream and progress bar: ``pipelines.convert.piece_done``)."""
 
     def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
                  on_done: Optional[Callable[[Dict[str, Any]], None]] = None):
@@ -144,8 +144,6 @@ class Pool:
                 continue  # the pool closed meanwhile
             try:
                 info = self._run(index, url)
-                if self._on_done is not None:
-                    self._on_done(info)
             except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
                 fut.set_exception(e)
             else:
@@ -166,7 +164,10 @@ class Pool:
             self._idle.put(None)
             raise self._broken
         try:
-            return w.call(index, url)
+            info = w.call(index, url)
+            if self._on_done is not None:
+                self._on_done(info)
+            return info
         except WorkerDied as e:
             # like concurrent.futures' BrokenProcessPool: one crash fails every later call
             # (a crash in native code tends to recur), and nobody waits for a worker forever
