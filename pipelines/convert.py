@@ -79,14 +79,14 @@ class ConvertShardFn(beam.DoFn):
     def process(self, task: Tuple[int, str]):
         index, url = task
         info = load_verified_piece(index, self.work, self.cfg.store) if self.cfg.resume else None
-        pool = shard_pool.get(self.job) if info is None else None  # only where convert() started one
+        pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
         if info is not None:
             self.c["shards_resumed"].inc()
-        if pool is not None:  # the pool reported the piece to the stream and the bar (piece_done)
-            info = pool.convert(index, url)
+            piece_done(info, shard_stream.get(self.job), prog.get(self.job))
+        elif pool is not None:
+            info = pool.convert(index, url)  # the pool reports each piece itself (piece_done)
         else:
-            if info is None:
-                info = convert_shard(index, url, self.work, self.cfg, self.stages)
+            info = convert_shard(index, url, self.work, self.cfg, self.stages)
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
         self._count(info)
         yield info
