@@ -192,20 +192,18 @@ class PieceFeed:
         """The manifest rows, once pieces ``0 .. count-1`` are all written; raises the
         writer's error, or :class:`MissingPieces` (after :meth:`abort`) if some never came."""
         self._close()
-        if self._error is not None:
-            self.stream.abort(self._error)
+        try:  # every way out leaves the stream finished or cleaned up: settled
+            if self._error is not None:
+                self.stream.abort(self._error)
+                raise self._error
+            if self._finish_error is not None:
+                raise self._finish_error
+            if self._next != count:
+                self.stream.abort()
+                raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
+            return self._rows if self._rows is not None else self.stream.finish()
+        finally:
             self.settled = True
-            raise self._error
-        if self._finish_error is not None:
-            self.settled = True
-            raise self._finish_error
-        if self._next != count:
-            self.stream.abort()
-            self.settled = True
-            raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
-        rows = self._rows if self._rows is not None else self.stream.finish()
-        self.settled = True
-        return rows
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         self._close()

@@ -64,19 +64,28 @@ def test_conversion_does_not_import_tensorflow(tmp_path):
     assert p.stdout.strip() == "[]"
 
 
+def _worker_run(out, stages, shown, pre=""):
+    """Convert the first demo shard in a fresh process, as a shard worker does (after
+    ``pre``); ``(what the expression ``shown`` printed, the piece's bytes)``."""
+    out.mkdir()
+    code = (f"import sys; {pre}from pipelines.shard_convert import ConvertConfig, convert_shard; "
+            "from transforms.ops import Encode, Resize; "
+            f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
+            f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "
+            f"info = convert_shard(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()); "
+            "assert len(info['sizes']) == 24 and not info['rejects'], info; "
+            f"print({shown})")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip(), open(out / "piece-000000.tfrecord", "rb").read()
+
+
 def test_a_shard_worker_converts_without_protobuf(tmp_path):
     """What a shard worker process imports and runs for usual records needs no protobuf (the
     direct writer): its start-up is ~15 ms shorter."""
-    code = ("import sys; from pipelines.shard_convert import ConvertConfig, convert_shard; "
-            "from transforms.ops import Resize; "
-            f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(tmp_path)!r} + '/d-{{}}.record', "
-            "type_map={'cls': 'int64'}, sample_stages=[Resize('jpg', (8, 8))], progress=False); "
-            f"info = convert_shard(0, 'launch/demo/shards/demo-0.tar', {str(tmp_path)!r}, cfg, cfg.stages()); "
-            "assert len(info['sizes']) == 24 and not info['rejects'], info; "
-            "print(sorted(m for m in sys.modules if m.startswith('google.protobuf')))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "[]"
+    shown, _ = _worker_run(tmp_path / "a", "[Resize('jpg', (8, 8))]",
+                           "sorted(m for m in sys.modules if m.startswith('google.protobuf'))")
+    assert shown == "[]"
 
 
 typed = st.sampled_from(["int64", "float", "bytes"])
@@ -155,19 +164,7 @@ def test_a_worker_without_array_ops_imports_no_numpy_and_writes_the_same_bytes(t
     """Passing records through, or decode -> resize -> encode in Pillow, needs no numpy in
     a shard worker (~45 ms of its start-up: transforms.lazynp); the Examples are the same
     bytes as in a process where numpy is loaded."""
-    def run(pre, out):
-        code = (f"import sys; {pre}from pipelines.shard_convert import ConvertConfig, convert_shard; "
-                "from transforms.ops import Encode, Resize; "
-                f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
-                f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "
-                f"info = convert_shard(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()); "
-                "assert len(info['sizes']) == 24 and not info['rejects'], info; "
-                "print('numpy' in sys.modules)")
-        p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-        assert p.returncode == 0, p.stderr
-        return p.stdout.strip(), open(out / "piece-000000.tfrecord", "rb").read()
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    bare, with_np = run("", tmp_path / "a"), run("import numpy; ", tmp_path / "b")
+    bare = _worker_run(tmp_path / "a", stages, "'numpy' in sys.modules")
+    with_np = _worker_run(tmp_path / "b", stages, "'numpy' in sys.modules", pre="import numpy; ")
     assert bare[0] == "False" and with_np[0] == "True"
     assert bare[1] == with_np[1] and len(bare[1]) > 24 * 500
