@@ -10,8 +10,9 @@ tar2tf variants:
 
 * ``tar2tf-beam-default``: ``pipelines.convert.convert`` as a user runs it with no runner
   flags: FnApiRunner ``multi_threading``, one thread per core, each thread handing whole
-  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``) when the
-  job has heavy ops (passthrough stays on the threads).
+  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``), whatever
+  the ops (passthrough too: Beam's own threads would share the GIL with converting
+  threads).
 * ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: the same on FnApiRunner's
   threads (``processes=0``): ``multi_threading``, ``in_memory``, or Beam's own
   ``multi_processing`` mode.  ``in_memory`` also gets one worker per core: FnApiRunner
