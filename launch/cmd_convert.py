@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--max-member-size", default="256MB", help="tar members larger than this are rejected")
     p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
-    p.add_argument("--resume", action="store_true", help="reuse finished pieces of an interrupted run")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run: keep its journaled final shards "
+                   "and finished pieces, convert the rest")
     p.add_argument("--dali-index", action="store_true", help="write DALI tfrecord2idx files beside shards")
     p.add_argument("--shuffle", action="store_true", help="globally shuffle records across shards (seeded)")
     p.add_argument("--seed", type=int, default=0, help="seed for --shuffle and random ops")

@@ -37,7 +37,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog, shard_pool, shard_stream
+from pipelines import finalize, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example as ex
@@ -92,20 +92,22 @@ class ConvertShardFn(beam.DoFn):
         yield info
 
     def _count(self, info):
-        c = self.c
-        c["shards_read"].inc()
-        c["records_read"].inc(info["records_read"])
-        c["records_written"].inc(len(info["sizes"]))
-        c["records_filtered"].inc(info["filtered"])
-        c["bytes_written"].inc(info["bytes"])
-        c["member_bytes_read"].inc(info["member_bytes"])
-        c["members_skipped"].inc(info["skipped_members"])
-        for r in info["rejects"]:
-            if r.get("record", True):
-                c["records_rejected"].inc()
-            else:
-                c["shards_rejected"].inc()
-            Metrics.counter(NS, "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind).inc()
+        for name, n in piece_counts(info).items():
+            if n:
+                (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
+
+
+def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
+    """The ``tar2tf`` counters one converted input shard adds (its piece description)."""
+    c = {"shards_read": 1, "records_read": info["records_read"], "records_written": len(info["sizes"]),
+         "records_filtered": info["filtered"], "bytes_written": info["bytes"],
+         "member_bytes_read": info["member_bytes"], "members_skipped": info["skipped_members"],
+         "records_rejected": 0, "shards_rejected": 0}
+    for r in info["rejects"]:
+        c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+        name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+        c[name] = c.get(name, 0) + 1
+    return c
 
 
 def piece_done(info: Dict[str, Any], feed: Optional[shard_stream.PieceFeed],
@@ -125,39 +127,72 @@ def plan_shards(pieces, cfg: ConvertConfig):
     return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
 
 
-def new_stream(cfg: ConvertConfig) -> Optional[shard_stream.ShardStream]:
-    """A shard stream for the job when its output names allow one (``{}`` template, no
-    shuffle), else None."""
-    if cfg.shuffle or not shard_stream.can_stream(cfg.output):
+def streams(cfg: ConvertConfig) -> bool:
+    """Whether the job's final shards can be written while it converts (``{}`` template,
+    no shuffle): see ``pipelines.shard_stream``."""
+    return not cfg.shuffle and shard_stream.can_stream(cfg.output)
+
+
+def new_stream(cfg: ConvertConfig, work: Optional[str] = None,
+               resume: Optional[shard_journal.ResumePoint] = None) -> Optional[shard_stream.ShardStream]:
+    """A shard stream for the job when its output names allow one (:func:`streams`), else
+    None; ``work``: the work directory its journal goes to; ``resume``: the journal of an
+    interrupted run to continue (see ``pipelines.shard_journal``)."""
+    if not streams(cfg):
         return None
     return shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
-                                    cfg.store, cfg.dali_index)
+                                    cfg.store, cfg.dali_index, journal=work, resume=resume)
 
 
-def start_stream(job: str, cfg: ConvertConfig, expect: Optional[int] = None) -> Optional[shard_stream.PieceFeed]:
+def start_stream(job: str, cfg: ConvertConfig, expect: Optional[int] = None, work: Optional[str] = None,
+                 resume: Optional[shard_journal.ResumePoint] = None) -> Optional[shard_stream.PieceFeed]:
     """The job's stream behind a :class:`~pipelines.shard_stream.PieceFeed` that the
     DoFns running in this process offer their pieces to (see :func:`finish_streamed`);
     ``expect``: the job's piece count (the feed closes the last shard when all are in)."""
-    stream = new_stream(cfg)
-    return shard_stream.start(job, shard_stream.PieceFeed(stream, expect)) if stream is not None else None
+    stream = new_stream(cfg, work, resume)
+    if stream is None:
+        return None
+    first = resume.next_piece if resume is not None else 0
+    return shard_stream.start(job, shard_stream.PieceFeed(stream, expect, first))
+
+
+def resume_point(cfg: ConvertConfig, work: str) -> Optional[shard_journal.ResumePoint]:
+    """Where a streamed job continues: the journal of an interrupted run when ``resume``
+    asks for it.  A job that starts over clears any journal first."""
+    if cfg.resume and streams(cfg):
+        point = shard_journal.load(work, cfg.store)
+        if point is not None:
+            log.info("resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
+                     point.shards, point.next_piece)
+        return point
+    shard_journal.clear(work, cfg.store)
+    return None
 
 
 def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
-                    work: str) -> Dict[str, Any]:
+                    work: str, resume: Optional[shard_journal.ResumePoint] = None) -> Dict[str, Any]:
     """The manifest of a job whose DoFns offered their pieces to this process's stream:
     the last shard closed, then manifest + rejects written (:func:`finish_job`).
+    ``resume``: the journal the job continued from (its shards and pieces come first).
 
     Pieces that never reached the stream (a DoFn that ran elsewhere after all) are read
-    back from their sidecars in the work directory, and the shards are then written the
-    planned way, one after another."""
+    back from their sidecars in the work directory, and the stream continues from its
+    journal with them, one after another."""
     feed = shard_stream.get(job)
+    before = resume.pieces if resume is not None else []
     try:
         shards = feed.finish(len(inputs))
-        pieces = feed.pieces()
+        pieces = before + feed.pieces()
     except shard_stream.MissingPieces as e:
-        log.info("%s: writing the final shards after the conversion", e)
-        pieces = [_piece_from_work(i, url, work, cfg) for i, url in enumerate(inputs)]
-        shards = [finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)]
+        log.info("%s: writing the remaining final shards after the conversion", e)
+        point = shard_journal.load(work, cfg.store)  # what the stream finished (its journal)
+        stream = new_stream(cfg, work, point)
+        first = point.next_piece if point is not None else 0
+        rest = [_piece_from_work(i, inputs[i], work, cfg) for i in range(first, len(inputs))]
+        for piece in rest:
+            stream.add(dict(piece))
+        shards = stream.finish()
+        pieces = (point.pieces if point is not None else []) + rest
     return next(finish_job(shards, pieces, cfg, list_rejects, inputs, work))
 
 
@@ -199,6 +234,19 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     yield manifest
 
 
+def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) -> None:
+    """Raise :class:`OutputExistsError` if outputs exist and neither ``overwrite`` nor
+    ``resume`` was asked for (the flags' names as the caller spells them)."""
+    existing = finalize.existing_outputs(cfg.output, cfg.store)
+    if not existing or cfg.overwrite or cfg.resume:
+        return
+    msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"
+    if streams(cfg) and get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
+        raise OutputExistsError(f"{msg}: an interrupted run of this job left them; pass {resume} to "
+                                f"continue it, or {overwrite} to start over")
+    raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
+
+
 def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
     """Same inputs + options -> same work dir, which is what makes ``resume`` find pieces."""
     key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__},
@@ -209,8 +257,10 @@ def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
 
 
 def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject],
-          work: str, job: str, streamed: bool = False):
-    tasks = list(enumerate(urls))
+          work: str, job: str, streamed: bool = False, first: int = 0):
+    """The job's graph; ``first``: the first input shard to convert (a streamed job
+    resumed from its journal; the graph then ends at ``ConvertShard``)."""
+    tasks = list(enumerate(urls))[first:]
     pieces = (spread(p | "Shards" >> beam.Create(tasks, reshuffle=False), "SpreadShards", itemgetter(0))
               | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work, job)))
     if streamed:  # this process's stream writes the shards; convert() the manifest
@@ -249,27 +299,30 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
         raise ValueError("records_per_shard must be positive")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
-    existing = finalize.existing_outputs(cfg.output, cfg.store)
-    if existing and not (cfg.overwrite or cfg.resume):
-        raise OutputExistsError(f"{len(existing)} output file(s) already match {cfg.output} "
-                                f"(e.g. {existing[0]}); pass --overwrite to replace them")
     work = work_dir_for(cfg, urls)
+    check_outputs(cfg, work, "--overwrite", "--resume")
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
-    procs = opts.pool_size(cfg.processes, args, len(urls))
+    here = opts.dofns_run_here(args)
+    resumed = resume_point(cfg, work) if here else None  # a journal only where a stream writes
+    first = resumed.next_piece if resumed is not None else 0
+    procs = opts.pool_size(cfg.processes, args, len(urls) - first)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
+    if bar is not None and resumed is not None:
+        for info in resumed.pieces:
+            bar.shard_done(len(info["sizes"]), info["member_bytes"])
     try:
-        feed = start_stream(job, cfg, len(urls)) if opts.dofns_run_here(args) else None
+        feed = start_stream(job, cfg, len(urls), work, resumed) if here else None
         streamed = feed is not None
         if procs:  # a resumed job first checks which pieces it has: nothing to start early
             shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),
                              on_done=functools.partial(piece_done, feed=feed, bar=bar))
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
-        build(p, cfg, urls, list_rejects, work, job, streamed)
+        build(p, cfg, urls, list_rejects, work, job, streamed, first)
         result = p.run()
         result.wait_until_finish()
         if streamed:
-            finish_streamed(job, cfg, list_rejects, urls, work)
+            finish_streamed(job, cfg, list_rejects, urls, work, resumed)
     finally:
         shard_stream.stop(job)
         shard_pool.stop(job)
@@ -279,6 +332,10 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     counters = counters_of(result)
     counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(list_rejects)
+    for info in resumed.pieces if resumed is not None else ():  # converted by the interrupted run
+        counters["shards_resumed"] = counters.get("shards_resumed", 0) + 1
+        for name, n in piece_counts(info).items():
+            counters[name] = counters.get(name, 0) + n
     totals = manifest["totals"]
     rejected = manifest["rejects"]["count"]
     return ConvertResult(paths=[s["path"] for s in manifest["shards"]], manifest=manifest,

@@ -8,8 +8,9 @@ are byte-identical to a Beam run with the same inputs and options (tested).  Wit
 output template the final shards fill while later input shards still convert
 (:mod:`pipelines.shard_stream`); otherwise they are planned once every piece is done.
 Pieces converted on this process's threads go to that stream in memory (up to
-``HOLD_BYTES`` each, then spilled to their file), so each byte is written once, unless
-``resume=True`` asks for pieces on disk that a rerun after a crash can reuse.
+``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; a rerun
+with ``resume=True`` after a crash continues after the shards the stream finished
+(``pipelines.shard_journal``).
 """
 
 from __future__ import annotations
@@ -36,11 +37,8 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         raise ValueError("output may contain '{}' only once")
     parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
-    existing = finalize.existing_outputs(cfg.output, cfg.store)
-    if existing and not (cfg.overwrite or cfg.resume):
-        raise cv.OutputExistsError(f"{len(existing)} output file(s) already match {cfg.output} "
-                                   f"(e.g. {existing[0]}); pass overwrite=True to replace them")
     work = cv.work_dir_for(cfg, urls)
+    cv.check_outputs(cfg, work, "overwrite=True", "resume=True")
     stages = cfg.stages()
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
@@ -51,10 +49,11 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
         shard_pool.start(job, cfg, work, procs, required=not auto)
     workers = shard_pool.get(job)
-    stream = cv.new_stream(cfg)  # None: shard names need the count, plan at the end
-    # pieces converted on these threads reach the stream in memory (written once) unless
-    # the job keeps them on disk for a later --resume
-    hold = HOLD_BYTES if stream is not None and workers is None and not cfg.resume else 0
+    resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
+    stream = cv.new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
+    # pieces converted on these threads reach the stream in memory (written once); the
+    # stream's journal is what a rerun with resume=True continues from
+    hold = HOLD_BYTES if stream is not None and workers is None else 0
 
     def one(task):
         index, url = task
@@ -66,7 +65,8 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         return cv.convert_shard(index, url, work, cfg, stages, hold)
 
     threads = max(1, int(num_workers), procs)
-    tasks = list(enumerate(urls))
+    done = list(resumed.pieces) if resumed is not None else []
+    tasks = list(enumerate(urls))[resumed.next_piece if resumed is not None else 0:]
     futures: List[Future] = []
     try:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
@@ -76,7 +76,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
                 while len(futures) < min(n, len(tasks)):
                     futures.append(pool.submit(one, tasks[len(futures)]))
             try:
-                pieces = []
+                pieces = done
                 submit_until(2 * threads)
                 for i in range(len(tasks)):
                     pieces.append(futures[i].result())
@@ -90,7 +90,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
                 for f in futures:
                     f.cancel()
                 if stream is not None:
-                    stream.abort(e)  # the shards it finished are removed too
+                    stream.abort(e)  # the shards it finished stay, for resume=True
                 raise
     finally:
         shard_pool.stop(job)

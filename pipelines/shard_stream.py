@@ -16,17 +16,19 @@ a DoFn finds no feed for its job, and the job's shards are written the planned w
 Only for outputs whose shard names do not depend on the shard count (``{}`` templates:
 ``train-{}.record`` -> ``train-1.record`` ...): a ``-NNNNN-of-NNNNN`` name is only known
 once every record has been counted.  A finished shard is made durable (fsync, rename) on a
-background thread while the next one fills.  Pieces on disk stay there until the job
-deletes its work directory, so ``resume`` works as on the planned path; a piece the
-in-process driver held in memory (``frames``) is written once, here.
+background thread while the next one fills, then journaled in the job's work directory
+(``pipelines.shard_journal``): ``resume`` continues after the journaled shards, and the
+pieces wholly inside them are deleted.  A piece the in-process driver held in memory
+(``frames``) is written once, here.
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from pipelines import shard_journal, workfiles
 from pipelines.finalize import ShardFile
 from pipelines.job_objects import JobObjects
 from transforms.stores import StoreConfig, get_store
@@ -40,74 +42,108 @@ def can_stream(output: str) -> bool:
 
 class ShardStream:
     """Feed pieces (their sidecar dicts) with :meth:`add` in input order, then
-    :meth:`finish` for the manifest rows; :meth:`abort` on failure removes the shard being
-    written and the ones it finished."""
+    :meth:`finish` for the manifest rows; :meth:`abort` on failure.
+
+    ``journal``: the job's work directory.  Each shard, once durable, gets its journal
+    entry there (``pipelines.shard_journal``), and the pieces whose records all sit in
+    journaled shards are deleted.  :meth:`abort` then keeps the finished shards, which a
+    rerun with ``resume`` continues from (``resume``: the point :func:`~pipelines.
+    shard_journal.load` found; the stream starts after its shards).  Without a journal,
+    :meth:`abort` removes the shards this stream finished, so nothing is left behind."""
 
     def __init__(self, output: str, max_bytes: Optional[int], max_records: Optional[int],
-                 config: Optional[StoreConfig] = None, dali_index: bool = False):
+                 config: Optional[StoreConfig] = None, dali_index: bool = False,
+                 journal: Optional[str] = None, resume: Optional[shard_journal.ResumePoint] = None):
         if not can_stream(output):
             raise ValueError(f"streamed shards need a '{{}}' output template, not {output!r}")
         self.output, self.config, self.dali_index = output, config, dali_index
+        self.journal = journal
         self.packer = Packer(max_bytes, max_records)
         self.current: Optional[ShardFile] = None
-        self.count = 0
+        self._before = list(resume.rows) if resume is not None else []  # journaled by a run before
+        self.count = len(self._before)
+        self._skip = (resume.next_piece, resume.skip) if resume is not None else (0, 0)
+        self._ended: List[Dict[str, Any]] = []  # pieces finished while the current shard is open
+        self._last = self._skip[0] - 1  # index of the last piece added
         self._closing: List[Future] = []
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
         self.done = False  # finished or aborted
 
-    def _next_shard(self) -> None:
+    def _next_shard(self, position: Tuple[int, int]) -> None:
+        """Close the current shard (in the background) and open the next, whose first
+        record is ``position`` = (piece index, record within the piece)."""
         if self.current is not None:
-            self._closing.append(self._closer.submit(self.current.close))
+            entry = {"pieces": self._ended, "next": list(position)}
+            self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
+            self._ended = []
         self.count += 1
         self.current = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
 
+    def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+        row = shard.close()
+        if self.journal is not None:
+            shard_journal.write(self.journal, n, dict(entry, row=row), self.config)
+            for piece in entry["pieces"]:  # wholly inside journaled shards: not needed again
+                if "crc32c" in piece:  # a piece file (a piece held in memory has none)
+                    store = get_store(piece["piece"], self.config)
+                    store.delete(piece["piece"])
+                    store.delete(workfiles.sidecar_of(piece["piece"]))
+        return row
+
     def add(self, piece: Dict[str, Any]) -> None:
+        index = piece["index"]
         sizes = piece["sizes"]
         frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
+        skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
+        self._last = index
         if frames is not None:
-            for s, fr in zip(sizes, frames):
-                if self.packer.starts_shard(s):
-                    self._next_shard()
-                self.current.write(fr, (s,))
-            return
-        if not sizes:
-            return
-        url = piece["piece"]
-        with get_store(url, self.config).open_read(url) as src:
-            run_start = pos = 0  # the piece's bytes not yet copied: [run_start, pos)
-            run: List[int] = []
-            for s in sizes:
-                if self.packer.starts_shard(s):
-                    if run:
-                        self.current.copy(src, run_start, pos - run_start, run)
-                    self._next_shard()
-                    run_start, run = pos, []
-                run.append(s)
-                pos += s
-            self.current.copy(src, run_start, pos - run_start, run)
+            for r in range(skip, len(sizes)):
+                if self.packer.starts_shard(sizes[r]):
+                    self._next_shard((index, r))
+                self.current.write(frames[r], (sizes[r],))
+        elif len(sizes) > skip:
+            url = piece["piece"]
+            with get_store(url, self.config).open_read(url) as src:
+                run_start = pos = sum(sizes[:skip])  # the piece's bytes not yet copied: [run_start, pos)
+                run: List[int] = []
+                for r in range(skip, len(sizes)):
+                    s = sizes[r]
+                    if self.packer.starts_shard(s):
+                        if run:
+                            self.current.copy(src, run_start, pos - run_start, run)
+                        self._next_shard((index, r))
+                        run_start, run = pos, []
+                    run.append(s)
+                    pos += s
+                self.current.copy(src, run_start, pos - run_start, run)
+        self._ended.append(piece)
 
     def finish(self) -> List[Dict[str, Any]]:
         self.done = True
         if self.current is not None:
-            self._closing.append(self._closer.submit(self.current.close))
+            entry = {"pieces": self._ended, "next": [self._last + 1, 0]}
+            self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
             self.current = None
         self._closer.shutdown(wait=True)
         try:
-            return [f.result() for f in self._closing]
+            return self._before + [f.result() for f in self._closing]
         except BaseException:
-            self._remove_finished()
+            if self.journal is None:  # with a journal, what was finished is kept for resume
+                self._remove_finished()
             raise
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
-        """The job failed: the shard being written is dropped, and so are the shards this
-        stream already finished, so a failed job leaves no output of its own (as on the
-        planned path, which writes nothing before every piece is done)."""
+        """The job failed: the shard being written is dropped.  The shards this stream
+        finished stay if they are journaled (a rerun with ``resume`` continues after them);
+        without a journal they are removed too, so the failed job leaves no output of its
+        own (as on the planned path, which writes nothing before every piece is done)."""
         self.done = True
         if self.current is not None:
             self.current.abort(exc)
             self.current = None
         self._closer.shutdown(wait=True)
-        self._remove_finished()
+        if self.journal is None:
+            self._remove_finished()
 
     def _remove_finished(self) -> None:
         for f in self._closing:
@@ -129,12 +165,14 @@ class PieceFeed:
     thread adds them to the :class:`ShardStream` in input order (piece ``index`` 0, 1,
     2, ...) as soon as each one's predecessors are in.
 
+    ``first``: the first piece index (a resumed job's first piece after its journal).
     ``expect``: the job's piece count.  When the last of them is in, the writer closes the
     last shard at once, while the runner is still winding down (Beam takes 0.1-0.2 s after
     the last conversion), and :meth:`finish` returns its result.  Until :meth:`finish` has
-    returned, :func:`stop` (a failed job) still removes every shard the stream wrote."""
+    returned, :func:`stop` (a failed job) still aborts the stream (see
+    :meth:`ShardStream.abort` for what stays)."""
 
-    def __init__(self, stream: ShardStream, expect: Optional[int] = None):
+    def __init__(self, stream: ShardStream, expect: Optional[int] = None, first: int = 0):
         self.stream = stream
         self._expect = expect
         self._rows: Optional[List[Dict[str, Any]]] = None  # the stream finished early
@@ -143,7 +181,7 @@ class PieceFeed:
         self._cv = threading.Condition()
         self._pending: Dict[int, Dict[str, Any]] = {}
         self._offered: Dict[int, Dict[str, Any]] = {}
-        self._next = 0
+        self._next = first  # a resumed job's stream starts after its journaled pieces
         self._closed = False
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
@@ -224,7 +262,8 @@ def get(job: str) -> Optional[PieceFeed]:
 
 def stop(job: str) -> None:
     """Forget the job's feed; one whose :meth:`~PieceFeed.finish` did not return (the job
-    failed) is aborted: the shards it wrote are removed, even if it closed them all."""
+    failed) is aborted, even if it closed every shard: without a journal the shards it wrote
+    are removed; with one they stay for ``resume``."""
     feed = _feeds.pop(job)
     if feed is not None and not feed.settled:
         feed.abort()

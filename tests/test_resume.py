@@ -21,6 +21,14 @@ def _args(src, out, work):
             "--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
+def _flip(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
 def test_resume_after_kill_is_byte_identical(tmp_path):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0009}.tar")
@@ -31,31 +39,37 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
-    while time.time() < deadline and len(glob.glob(f"{work}/*/piece-*.json")) < 3:
+    while time.time() < deadline and len(glob.glob(f"{work}/*/journal-*.json")) < 2:
         assert proc.poll() is None, "the job ended before it could be killed: " + proc.stderr.read().decode()
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
     proc.stderr.close()
-    done = sorted(glob.glob(f"{work}/*/piece-*.json"))
-    assert 3 <= len(done) < N_SHARDS, "the kill should land midway"
+    journal = sorted(glob.glob(f"{work}/*/journal-*.json"))
+    assert 2 <= len(journal) < 5, "the kill should land midway"
     assert not os.path.exists(tmp_path / "o" / "t.record.manifest.json")
-    # a finished piece that got damaged is not trusted: it is redone
-    damaged = done[0][: -len(".json")] + ".tfrecord"
-    with open(damaged, "r+b") as f:
-        f.seek(20)
-        b = f.read(1)
-        f.seek(20)
-        f.write(bytes([b[0] ^ 0xFF]))
+    entries = [json.load(open(j)) for j in journal]
+    # the journal's shards are final; the pieces wholly inside them are gone from the work dir
+    assert [e["row"]["path"] for e in entries] == [out.replace("{}", str(i + 1)) for i in range(len(entries))]
+    journaled = [p["index"] for e in entries for p in e["pieces"]]
+    left = sorted(int(f[-11:-5]) for f in glob.glob(f"{work}/*/piece-*.json"))
+    assert journaled and not set(journaled) & set(left) and min(left, default=N_SHARDS) >= entries[-1]["next"][0]
+    # a damaged final shard is not trusted: it and the ones after it are written again;
+    # so is a damaged piece
+    _flip(entries[1]["row"]["path"], 20)
+    expect_resumed = len(entries[0]["pieces"]) + len([i for i in left if i >= entries[0]["next"][0]])
+    if left:
+        _flip(glob.glob(f"{work}/*/piece-{left[0]:06d}.tfrecord")[0], 20)
+        expect_resumed -= 1
 
     summary = str(tmp_path / "resumed.json")
     p = cli(*_args(src, out, work), "--resume", "--summary-json", summary, env=env)
     assert p.returncode == 0, p.stderr
     rep = json.load(open(summary))
-    assert rep["counters"]["shards_resumed"] == len(done) - 1 > 0
+    assert rep["counters"]["shards_resumed"] == expect_resumed > 0
     assert rep["counters"]["shards_read"] == N_SHARDS and rep["counter_mismatches"] == []
     assert "resumed" in p.stderr
-    assert not glob.glob(f"{work}/*/piece-*")            # work dir cleaned after success
+    assert not glob.glob(f"{work}/*/piece-*") and not glob.glob(f"{work}/*/journal-*")  # cleaned after success
 
     ref_out = str(tmp_path / "ref" / "t-{}.record")
     p = cli(*_args(src, ref_out, str(tmp_path / "work-ref")), env=env)

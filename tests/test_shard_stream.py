@@ -103,24 +103,96 @@ def test_only_count_free_names_stream():
 
 
 def _crash_in_last_shard(record):
-    if record["__key__"] == "000022":
+    if record["__key__"] == "000022" and os.environ.get("TAR2TF_TEST_CRASH"):
         os._exit(5)
     return record
 
 
-def test_a_failed_in_process_job_leaves_no_shards(tmp_path):
-    """Shards finished before the failure are removed: a failed job leaves no output."""
+def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(tmp_path, monkeypatch):
+    """A job that fails keeps the shards its stream finished (journaled), and nothing else
+    under a final name; a rerun without resume refuses to touch them, and with resume=True
+    converts only what comes after them, into the same bytes as an uninterrupted run."""
+    from pipelines import convert as cv, shard_journal
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
-    out = tmp_path / "o"
-    cfg = ConvertConfig(sources=str(tmp_path / "train-{0000..0003}.tar"), output=str(out / "t-{}.record"),
-                        max_shard_size="4KB", sample_stages=(Func(_crash_in_last_shard),), progress=False,
-                        processes=2)
+
+    def cfg(out, processes=2, **kw):
+        return ConvertConfig(sources=str(tmp_path / "train-{0000..0003}.tar"), output=str(tmp_path / out / "t-{}.record"),
+                             max_shard_size="4KB", sample_stages=(Func(_crash_in_last_shard),), progress=False,
+                             processes=processes, **kw)
+    monkeypatch.setenv("TAR2TF_TEST_CRASH", "1")
     with pytest.raises(Exception, match="died with exit code 5"):
-        convert_in_process(cfg, num_workers=2)
-    assert not out.exists() or [f for f in os.listdir(out) if not f.startswith(".tar2tf-work")] == []
-    ok = convert_in_process(ConvertConfig(sources=cfg.sources, output=cfg.output, max_shard_size="4KB",
-                                          progress=False), num_workers=2)
-    assert ok.exit_code == 0 and len(ok.paths) > 2 and ok.totals["records_written"] == 24
+        convert_in_process(cfg("o"), num_workers=2)
+    monkeypatch.delenv("TAR2TF_TEST_CRASH")
+    kept = sorted(os.listdir(tmp_path / "o"))
+    work = cv.work_dir_for(cfg("o"), [str(tmp_path / f"train-{i:04d}.tar") for i in range(4)])
+    point = shard_journal.load(work)
+    assert point is not None and 0 < point.next_piece < 4
+    on_disk = {i for i in range(4) if os.path.exists(os.path.join(work, f"piece-{i:06d}.json"))}
+    assert 3 not in on_disk and not on_disk & {p["index"] for p in point.pieces}
+    assert kept == [".tar2tf-work"] + [f"t-{i + 1}.record" for i in range(point.shards)]  # no temp file, no manifest
+    with pytest.raises(cv.OutputExistsError, match="resume=True to continue it"):
+        convert_in_process(cfg("o"), num_workers=2)
+
+    converted = []
+    real = cv.convert_shard
+    monkeypatch.setattr(cv, "convert_shard", lambda *a: (converted.append(a[0]), real(*a))[1])
+    res = convert_in_process(cfg("o", processes=0, resume=True), num_workers=2)
+    assert sorted(converted) == sorted(set(range(point.next_piece, 4)) - on_disk)  # nothing journaled is redone
+    ref = convert_in_process(cfg("ref"), num_workers=2)
+    assert res.totals == ref.totals and res.totals["records_written"] == 24 and len(res.paths) > point.shards
+    assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
+    assert res.manifest["shards"] == [dict(r, path=r["path"].replace("/ref/", "/o/")) for r in ref.manifest["shards"]]
+
+
+def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consumed_pieces(tmp_path):
+    from pipelines import shard_journal
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    pieces = [_info(p) for p in _pieces(work, [[100] * 5, [100] * 5, [100] * 5])]
+    out = tmp_path / "o"
+    s = ShardStream(str(out / "t-{}.rec"), 250, None, None, False, journal=work)
+    s.add(dict(pieces[0]))
+    s.add(dict(pieces[1]))  # 2 records per shard: shards 1-4 finished, 5 open (records 3-4 of piece 1)
+    s.abort(RuntimeError("conversion failed"))
+    assert sorted(os.listdir(out)) == ["t-1.rec", "t-2.rec", "t-3.rec", "t-4.rec"]
+    point = shard_journal.load(work)
+    assert point.shards == 4 and (point.next_piece, point.skip) == (1, 3)
+    assert [p["index"] for p in point.pieces] == [0]
+    assert not os.path.exists(pieces[0]["piece"])  # wholly in journaled shards: deleted
+    assert os.path.exists(pieces[1]["piece"]) and os.path.exists(pieces[2]["piece"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(layout=st.lists(st.lists(st.integers(1, 400), max_size=6), min_size=1, max_size=6),
+       max_bytes=st.one_of(st.none(), st.integers(50, 900)), max_records=st.one_of(st.none(), st.integers(1, 5)),
+       cut=st.integers(0, 40))
+def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(layout, max_bytes, max_records, cut):
+    from pipelines import shard_journal
+    with tempfile.TemporaryDirectory() as d:
+        pieces = _pieces(d, layout)
+        full = _streamed(pieces, os.path.join(d, "full", "t-{}.rec"), max_bytes, max_records, False)
+        work = os.path.join(d, "work")
+        first = ShardStream(os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False, journal=work)
+        for p in pieces:
+            first.add(dict(p))
+        rows = first.finish()
+        assert _rows(rows, os.path.join(d, "o")) == _rows(full, os.path.join(d, "full"))
+        # as if killed after `cut` shards were journaled: later entries and shards never happened
+        cut = min(cut, len(rows))
+        for n in range(cut + 1, len(rows) + 1):
+            os.remove(shard_journal.entry_url(work, n))
+            os.remove(os.path.join(d, "o", f"t-{n}.rec"))
+        point = shard_journal.load(work)
+        assert (point is None) == (cut == 0)
+        again = ShardStream(os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False,
+                            journal=work, resume=point)
+        for p in pieces[point.next_piece if point else 0:]:
+            again.add(dict(p))
+        assert again.finish() == rows
+        if rows:
+            assert _files(os.path.join(d, "o")) == _files(os.path.join(d, "full"))
+        if point is not None:
+            assert [p["index"] for p in point.pieces] == list(range(len(point.pieces)))
 
 
 def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
@@ -204,7 +276,8 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
     assert local.totals == beam.totals
 
 
-def test_resume_keeps_in_process_pieces_on_disk(tmp_path, monkeypatch):
+def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
+    """resume=True continues after the journaled final shards: pieces need not be on disk."""
     from pipelines import shard_convert
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
     holds = []
@@ -215,7 +288,7 @@ def test_resume_keeps_in_process_pieces_on_disk(tmp_path, monkeypatch):
                                                output=str(tmp_path / f"o{resume}" / "t-{}.record"),
                                                resume=resume, progress=False, processes=0), num_workers=2)
         assert res.exit_code == 0 and res.totals["records_written"] == 12
-    assert holds[:3] == [shard_convert.HOLD_BYTES] * 3 and holds[3:] == [0] * 3
+    assert holds == [shard_convert.HOLD_BYTES] * 6
 
 
 @pytest.mark.parametrize("hold", [None, 2000])
