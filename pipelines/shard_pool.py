@@ -11,8 +11,9 @@ the workers convert.  The output is the same bytes (each worker writes its piece
   that runs elsewhere (Flink, Dataflow, Beam's ``multi_processing`` workers) finds no
   pool for its job and converts in its own thread; remote runners parallelize with
   their own worker processes.
-* Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.shard_convert`
-  only (no Beam, no TensorFlow: ~0.12 s, in parallel, while Beam builds its graph).  They
+* Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.shard_worker`
+  and :mod:`pipelines.shard_convert` only (no Beam, no TensorFlow, not even this module's
+  threading and subprocess machinery: ~0.1 s, in parallel, while Beam builds its graph).  They
   are not started through :mod:`multiprocessing`, whose spawn re-runs the caller's main
   script in every child (a script calling ``convert()`` without an
   ``if __name__ == "__main__"`` guard would start jobs recursively).
@@ -31,6 +32,7 @@ the workers convert.  The output is the same bytes (each worker writes its piece
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import pickle
 import queue
@@ -42,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipelines.job_objects import JobObjects
 
-_BOOT = "from pipelines.shard_pool import serve; serve()"
+_BOOT = "from pipelines.shard_worker import serve; serve()"
 
 # Native thread pools a worker does not need: the pool already runs one worker per core,
 # and numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU per worker, taken
@@ -205,6 +207,9 @@ def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, s
     whose ops cannot be pickled raises, or with ``required=False`` starts nothing and
     returns False (the caller then converts on its threads)."""
     import cloudpickle
+    from transforms.sizes import parse_size
+    # the member limit as a number: a worker then never imports the size parser
+    cfg = dataclasses.replace(cfg, max_member_size=parse_size(cfg.max_member_size))
     try:
         blob = cloudpickle.dumps(cfg)
     except Exception:  # noqa: BLE001 - whatever pickling raises
@@ -223,40 +228,3 @@ def stop(job: str) -> None:
     pool = _pools.pop(job)
     if pool is not None:
         pool.close()
-
-
-# -- the worker side ----------------------------------------------------------------------
-
-def _task_loop(inp, out) -> None:
-    import gc
-    import traceback
-    from pipelines.shard_convert import convert_shard
-    blob, work = pickle.load(inp)
-    cfg = pickle.loads(blob)
-    stages = cfg.stages()
-    # what was imported and built so far lives as long as the worker: keep the cyclic
-    # collector from scanning it again on every full collection
-    gc.freeze()
-    while True:
-        try:
-            task: Tuple[int, str] = pickle.load(inp)
-        except EOFError:
-            return
-        try:
-            reply = ("ok", convert_shard(task[0], task[1], work, cfg, stages))
-        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            reply = ("error", traceback.format_exc())
-        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
-        out.flush()
-
-
-def serve() -> None:
-    """Entry point of a worker process: tasks on stdin, replies on stdout.  The reply
-    stream gets a file descriptor of its own and descriptor 1 becomes stderr, so nothing
-    the conversion prints (Python or native code) can corrupt it."""
-    inp = sys.stdin.buffer
-    out = os.fdopen(os.dup(1), "wb")
-    sys.stdout.flush()
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    _task_loop(inp, out)

@@ -111,6 +111,33 @@ def test_workers_run_native_thread_pools_on_one_thread_unless_told(shards, tmp_p
     assert "OPENBLAS_NUM_THREADS" not in os.environ  # only the workers' environment
 
 
+def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use(shards, tmp_path):
+    """A worker starts from pipelines.shard_worker: none of the pool's threading and
+    subprocess machinery, no size parser (the member limit reaches it as a number), no
+    OpenSSL digest, no Beam, no TensorFlow (each import costs start-up on every job)."""
+    seen = tmp_path / "mods"
+    seen.mkdir()
+
+    def note_modules(record):
+        import sys
+        with open(os.path.join(str(seen), str(os.getpid())), "w") as f:
+            f.write("\n".join(sorted(sys.modules)))
+        return record
+    res = convert_in_process(ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"),
+                                           sample_stages=(Func(note_modules), Resize("jpg", (16, 16))),
+                                           max_member_size="10MB", progress=False, processes=2), num_workers=2)
+    assert res.exit_code == 0 and res.totals["records_written"] == 24
+    pids = [p for p in os.listdir(seen) if int(p) != os.getpid()]
+    assert pids
+    for pid in pids:
+        mods = set(open(os.path.join(str(seen), pid)).read().split())
+        assert "pipelines.shard_worker" in mods and "pipelines.shard_convert" in mods
+        # (subprocess is not in the list: Pillow's GIF plugin imports it when Pillow registers its formats)
+        unwanted = {"pipelines.shard_pool", "concurrent.futures", "queue", "humanfriendly", "hashlib",
+                    "apache_beam", "tensorflow"}
+        assert mods & unwanted == set(), pid
+
+
 def test_in_process_api_keeps_unpicklable_ops_on_threads(shards, tmp_path):
     import threading
     lock = threading.Lock()  # cannot be pickled: the op cannot travel to a worker

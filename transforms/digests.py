@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Mapping
 
 import google_crc32c
@@ -26,6 +25,7 @@ def new(kind: str):
     if kind == "crc32c":
         return google_crc32c.Checksum()
     if kind == "sha256":
+        import hashlib  # only PCR files and older manifests: a worker need not load OpenSSL
         return hashlib.sha256()
     raise ValueError(f"unknown digest {kind!r}")
 

@@ -19,7 +19,6 @@ stages (:mod:`transforms.gostages`), so ``from transforms.ops import ...`` finds
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from transforms import images
@@ -144,6 +143,7 @@ class Resize(Op):
 
 def random_angle(seed: int, key: str) -> float:
     """Angle in [0, 360) from sha256(seed, key): the same in every process and run."""
+    import hashlib  # only random rotations need it: workers of other jobs skip OpenSSL's import
     digest = hashlib.sha256(f"tar2tf-rotate\0{seed}\0{key}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64 * 360.0
 

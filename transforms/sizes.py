@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-import humanfriendly
-
 
 def parse_size(value: Union[None, int, str]) -> Optional[int]:
     """Return a positive number of bytes, or None for None/empty."""
@@ -20,6 +18,7 @@ def parse_size(value: Union[None, int, str]) -> Optional[int]:
     if isinstance(value, int):
         n = value
     else:
+        import humanfriendly  # imported when a size string is parsed: workers get numbers (~8 ms)
         try:
             n = humanfriendly.parse_size(str(value).strip(), binary=False)
         except humanfriendly.InvalidSize as e:
