@@ -186,11 +186,15 @@ def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], in
     except shard_stream.MissingPieces as e:
         log.info("%s: writing the remaining final shards after the conversion", e)
         point = shard_journal.load(work, cfg.store)  # what the stream finished (its journal)
-        stream = new_stream(cfg, work, point)
         first = point.next_piece if point is not None else 0
         rest = [_piece_from_work(i, inputs[i], work, cfg) for i in range(first, len(inputs))]
-        for piece in rest:
-            stream.add(dict(piece))
+        stream = new_stream(cfg, work, point)
+        try:
+            for piece in rest:
+                stream.add(dict(piece))
+        except BaseException as err:
+            stream.abort(err)
+            raise
         shards = stream.finish()
         pieces = (point.pieces if point is not None else []) + rest
     return next(finish_job(shards, pieces, cfg, list_rejects, inputs, work))

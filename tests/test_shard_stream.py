@@ -235,6 +235,32 @@ def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path):
     assert on_disk == manifest
 
 
+def test_pieces_missing_from_a_journaled_stream_continue_it_from_its_journal(tmp_path):
+    """The stream finished (and journaled) shards before it stalled on a missing piece:
+    finish_streamed keeps them and writes the rest from the work dir's pieces."""
+    from pipelines import convert as cv, shard_stream, workfiles
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    pieces = [_info(p) for p in _pieces(work, [[300] * 7, [300] * 4, [300] * 4])]
+    for p in pieces:
+        workfiles.write_sidecar(p["piece"], p, None)
+    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = cv.start_stream("job-5", cfg, work=work)
+    feed.offer(dict(pieces[0]))  # fills shards 1-2 (journaled) and part of 3; piece 1 never arrives
+    feed.offer(dict(pieces[2]))
+    _wait_for(lambda: os.path.exists(os.path.join(work, "journal-000002.json")))
+    try:
+        manifest = cv.finish_streamed("job-5", cfg, [], [p["shard"] for p in pieces], work)
+    finally:
+        shard_stream.stop("job-5")
+    assert _rows(manifest["shards"], str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
+    shards = {n: b for n, b in _files(str(tmp_path / "s")).items() if n.startswith("t-")}
+    assert shards == _files(str(tmp_path / "p"))
+    assert manifest["totals"]["records_written"] == 15 and manifest["totals"]["shards_read"] == 3
+    assert not os.path.exists(work)
+
+
 def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
     from pipelines import convert as cv, shard_stream, workfiles
     work = str(tmp_path / "work")
