@@ -76,6 +76,45 @@ def test_convert_from_and_to_object_store_matches_local_run(backend, local_run):
                               progress=False, **OPTS), BEAM)
 
 
+def _fail_in_last_shard(record):
+    """Passes records through; with TAR2TF_TEST_FAIL set, fails in the last input shard
+    (after a second, so that the stream has journaled the shards before it)."""
+    import time
+    if os.environ.get("TAR2TF_TEST_FAIL") and record["__shard__"].endswith("train-0002.tar"):
+        time.sleep(1.0)
+        raise SystemExit(1)  # ends the worker process, as a crash in native code would
+    return record
+
+
+def test_resume_continues_after_the_journaled_shards_in_the_bucket(backend, local_run, monkeypatch):
+    """A job writing to a bucket fails midway (a worker process dies): the final shards it
+    finished stay there, journaled in the bucket's work dir, and a rerun with resume=True
+    converts only the rest into the same bytes as an uninterrupted run."""
+    from transforms.ops import Func
+    paths, ref_shards, ref_totals = local_run
+    _upload(backend, paths)
+    cfg = backend.config()
+    output = backend.url("resumed/train-{}.record")
+
+    def run(**kw):
+        return convert(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), output=output, store=cfg,
+                                     sample_stages=(Func(_fail_in_last_shard),), progress=False, **OPTS, **kw), BEAM)
+    monkeypatch.setenv("TAR2TF_TEST_FAIL", "1")
+    with pytest.raises(Exception, match="died with exit code 1"):
+        run()
+    monkeypatch.delenv("TAR2TF_TEST_FAIL")
+    store = get_store(output, cfg)
+    journal = [u for u in store.list(backend.url("resumed/.tar2tf-work/")) if "/journal-" in u]
+    kept = finalize.existing_outputs(output, cfg)
+    assert journal and sorted(kept) == [backend.url(f"resumed/train-{i + 1}.record") for i in range(len(journal))]
+    with pytest.raises(OutputExistsError, match="--resume to continue it"):
+        run()
+    res = run(resume=True)
+    assert res.exit_code == 0 and res.counters["shards_resumed"] >= 1
+    assert _outputs(backend, res) == ref_shards and res.manifest["totals"] == ref_totals
+    assert list(store.list(backend.url("resumed/.tar2tf-work/"))) == []
+
+
 def test_convert_under_faults_gives_identical_output(backend, local_run):
     paths, ref_shards, ref_totals = local_run
     _upload(backend, paths)
