@@ -206,59 +206,47 @@ def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
     assert finalize.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
 
 
-def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path):
-    """A DoFn that ran in another process fed no stream: finish_streamed reads that
-    piece's sidecar from the work dir and writes the shards the planned way."""
-    import json
-    from pipelines import convert as cv, shard_stream, workfiles
+def _work_pieces(tmp_path, layout):
+    """Pieces with sidecars in a work dir (as workers leave them), the shards the planned
+    path makes of them, and the config of a streamed job writing to ``s/``."""
+    from pipelines import workfiles
     work = str(tmp_path / "work")
     os.makedirs(work)
-    pieces = [_info(p) for p in _pieces(work, [[300] * 4, [300] * 4, [300] * 4])]
+    pieces = [_info(p) for p in _pieces(work, layout)]
     for p in pieces:
         workfiles.write_sidecar(p["piece"], p, None)
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    inputs = [p["shard"] for p in pieces]
-    feed = cv.start_stream("job-1", cfg)
-    feed.offer(pieces[0])  # piece 1 never arrives
-    feed.offer(pieces[2])
+    return work, pieces, ref, cfg
+
+
+@pytest.mark.parametrize("first, journaled", [(4, False), (7, True)])
+def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path, first, journaled):
+    """A DoFn that ran in another process fed no stream piece 1: finish_streamed reads the
+    pieces from the work dir and the stream goes on with them.  A journaled stream had
+    finished shards 1-2 (with 7 records in piece 0): they are kept, and the stream goes on
+    from the record after them."""
+    import json
+    from pipelines import convert as cv, shard_stream
+    work, pieces, ref, cfg = _work_pieces(tmp_path, [[300] * first, [300] * 4, [300] * 4])
+    job = f"job-missing-{journaled}"
+    feed = cv.start_stream(job, cfg, work=work if journaled else None)
+    feed.offer(dict(pieces[0]))  # piece 1 never arrives
+    feed.offer(dict(pieces[2]))
+    if journaled:
+        _wait_for(lambda: os.path.exists(os.path.join(work, "journal-000002.json")))
     try:
-        manifest = cv.finish_streamed("job-1", cfg, [], inputs, work)
+        manifest = cv.finish_streamed(job, cfg, [], [p["shard"] for p in pieces], work)
     finally:
-        shard_stream.stop("job-1")
+        shard_stream.stop(job)
     assert _rows(manifest["shards"], str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
     shards = {n: b for n, b in _files(str(tmp_path / "s")).items() if n.startswith("t-")}
     assert shards == _files(str(tmp_path / "p"))
-    assert manifest["totals"]["records_written"] == 12 and manifest["rejects"]["count"] == 0
+    t = manifest["totals"]
+    assert t["records_written"] == first + 8 and t["shards_read"] == 3 and manifest["rejects"]["count"] == 0
     assert not os.path.exists(work)
     on_disk = json.loads(open(manifest["rejects"]["path"].replace(".rejects.jsonl", ".manifest.json")).read())
     assert on_disk == manifest
-
-
-def test_pieces_missing_from_a_journaled_stream_continue_it_from_its_journal(tmp_path):
-    """The stream finished (and journaled) shards before it stalled on a missing piece:
-    finish_streamed keeps them and writes the rest from the work dir's pieces."""
-    from pipelines import convert as cv, shard_stream, workfiles
-    work = str(tmp_path / "work")
-    os.makedirs(work)
-    pieces = [_info(p) for p in _pieces(work, [[300] * 7, [300] * 4, [300] * 4])]
-    for p in pieces:
-        workfiles.write_sidecar(p["piece"], p, None)
-    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
-    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = cv.start_stream("job-5", cfg, work=work)
-    feed.offer(dict(pieces[0]))  # fills shards 1-2 (journaled) and part of 3; piece 1 never arrives
-    feed.offer(dict(pieces[2]))
-    _wait_for(lambda: os.path.exists(os.path.join(work, "journal-000002.json")))
-    try:
-        manifest = cv.finish_streamed("job-5", cfg, [], [p["shard"] for p in pieces], work)
-    finally:
-        shard_stream.stop("job-5")
-    assert _rows(manifest["shards"], str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
-    shards = {n: b for n, b in _files(str(tmp_path / "s")).items() if n.startswith("t-")}
-    assert shards == _files(str(tmp_path / "p"))
-    assert manifest["totals"]["records_written"] == 15 and manifest["totals"]["shards_read"] == 3
-    assert not os.path.exists(work)
 
 
 def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
