@@ -69,13 +69,18 @@ class ShardStream:
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
         self.done = False  # finished or aborted
 
-    def _next_shard(self, position: Tuple[int, int]) -> None:
-        """Close the current shard (in the background) and open the next, whose first
-        record is ``position`` = (piece index, record within the piece)."""
+    def _close_current(self, position: Tuple[int, int]) -> None:
+        """Close the open shard, if any, in the background; ``position`` = (piece index,
+        record within the piece) is where the next shard starts."""
         if self.current is not None:
             entry = {"pieces": self._ended, "next": list(position)}
             self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
             self._ended = []
+            self.current = None
+
+    def _next_shard(self, position: Tuple[int, int]) -> None:
+        """Close the current shard and open the next, whose first record is ``position``."""
+        self._close_current(position)
         self.count += 1
         self.current = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
 
@@ -120,10 +125,7 @@ class ShardStream:
 
     def finish(self) -> List[Dict[str, Any]]:
         self.done = True
-        if self.current is not None:
-            entry = {"pieces": self._ended, "next": [self._last + 1, 0]}
-            self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
-            self.current = None
+        self._close_current((self._last + 1, 0))
         self._closer.shutdown(wait=True)
         try:
             return self._before + [f.result() for f in self._closing]
