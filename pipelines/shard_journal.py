@@ -57,10 +57,15 @@ class ResumePoint:
 
 
 def _intact(row: Dict[str, Any], config: Optional[StoreConfig]) -> bool:
+    """Whether the shard has its row's size and CRC32C: the one the store keeps where it
+    keeps one (GCS), else read back."""
     store = get_store(row["path"], config)
     try:
         if store.size(row["path"]) != row["bytes"]:
             return False
+        kept = store.crc32c(row["path"])
+        if kept is not None:
+            return kept == row["crc32c"]
         digest = digests.new("crc32c")
         with store.open_read(row["path"]) as f:
             for chunk in iter(lambda: f.read(VERIFY_CHUNK), b""):

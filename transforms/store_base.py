@@ -94,6 +94,11 @@ class Store:
     def size(self, url: str) -> int:
         raise NotImplementedError
 
+    def crc32c(self, url: str) -> Optional[str]:
+        """The object's CRC32C (8 hex digits) as the store keeps it, or None when the store
+        keeps none (then a caller that needs it reads the bytes)."""
+        return None
+
     def read_bytes(self, url: str) -> bytes:
         with self.open_read(url) as f:
             return f.read()

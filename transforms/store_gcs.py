@@ -21,9 +21,10 @@ alone decides what is retried and for how long.
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
-from typing import Iterator
+from typing import Iterator, Optional
 
 from transforms.retry import RetryPolicy, iter_pages
 from transforms.store_base import StoreConfig
@@ -120,3 +121,8 @@ class GCSStore(RemoteStore):
 
     def size(self, url: str) -> int:
         return int(self._stat(url).size or 0)
+
+    def crc32c(self, url: str) -> Optional[str]:
+        """GCS keeps every object's CRC32C (base64, big-endian): no download needed."""
+        kept = self._stat(url).crc32c
+        return base64.b64decode(kept).hex() if kept else None
