@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Tuple
 
 import numpy as np
 from PIL import Image
