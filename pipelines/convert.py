@@ -92,22 +92,9 @@ class ConvertShardFn(beam.DoFn):
         yield info
 
     def _count(self, info):
-        for name, n in piece_counts(info).items():
+        for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-
-
-def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
-    """The ``tar2tf`` counters one converted input shard adds (its piece description)."""
-    c = {"shards_read": 1, "records_read": info["records_read"], "records_written": len(info["sizes"]),
-         "records_filtered": info["filtered"], "bytes_written": info["bytes"],
-         "member_bytes_read": info["member_bytes"], "members_skipped": info["skipped_members"],
-         "records_rejected": 0, "shards_rejected": 0}
-    for r in info["rejects"]:
-        c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
-        name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
-        c[name] = c.get(name, 0) + 1
-    return c
 
 
 def piece_done(info: Dict[str, Any], feed: Optional[shard_stream.PieceFeed],
@@ -152,21 +139,22 @@ def start_stream(job: str, cfg: ConvertConfig, expect: Optional[int] = None, wor
     stream = new_stream(cfg, work, resume)
     if stream is None:
         return None
-    first = resume.next_piece if resume is not None else 0
+    first = resume.next_piece if resume else 0
     return shard_stream.start(job, shard_stream.PieceFeed(stream, expect, first))
 
 
-def resume_point(cfg: ConvertConfig, work: str) -> Optional[shard_journal.ResumePoint]:
+def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
     """Where a streamed job continues: the journal of an interrupted run when ``resume``
-    asks for it.  A job that starts over clears any journal first."""
+    asks for it, else the start.  A job that starts over clears any journal first."""
     if cfg.resume and streams(cfg):
         point = shard_journal.load(work, cfg.store)
         if point is not None:
             log.info("resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
                      point.shards, point.next_piece)
-        return point
-    shard_journal.clear(work, cfg.store)
-    return None
+            return point
+    else:
+        shard_journal.clear(work, cfg.store)
+    return shard_journal.ResumePoint()
 
 
 def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str],
@@ -179,15 +167,14 @@ def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], in
     back from their sidecars in the work directory, and the stream continues from its
     journal with them, one after another."""
     feed = shard_stream.get(job)
-    before = resume.pieces if resume is not None else []
     try:
         shards = feed.finish(len(inputs))
-        pieces = before + feed.pieces()
+        pieces = (resume.pieces if resume else []) + feed.pieces()
     except shard_stream.MissingPieces as e:
         log.info("%s: writing the remaining final shards after the conversion", e)
-        point = shard_journal.load(work, cfg.store)  # what the stream finished (its journal)
-        first = point.next_piece if point is not None else 0
-        rest = [_piece_from_work(i, inputs[i], work, cfg) for i in range(first, len(inputs))]
+        # what the stream finished (its journal)
+        point = shard_journal.load(work, cfg.store) or shard_journal.ResumePoint()
+        rest = [_piece_from_work(i, inputs[i], work, cfg) for i in range(point.next_piece, len(inputs))]
         stream = new_stream(cfg, work, point)
         try:
             for piece in rest:
@@ -196,7 +183,7 @@ def finish_streamed(job: str, cfg: ConvertConfig, list_rejects: List[Reject], in
             stream.abort(err)
             raise
         shards = stream.finish()
-        pieces = (point.pieces if point is not None else []) + rest
+        pieces = point.pieces + rest
     return next(finish_job(shards, pieces, cfg, list_rejects, inputs, work))
 
 
@@ -308,11 +295,11 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
     here = opts.dofns_run_here(args)
-    resumed = resume_point(cfg, work) if here else None  # a journal only where a stream writes
-    first = resumed.next_piece if resumed is not None else 0
-    procs = opts.pool_size(cfg.processes, args, len(urls) - first)
+    # a journal only where a stream writes
+    resumed = resume_point(cfg, work) if here else shard_journal.ResumePoint()
+    procs = opts.pool_size(cfg.processes, args, len(urls) - resumed.next_piece)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
-    if bar is not None and resumed is not None:
+    if bar is not None:
         for info in resumed.pieces:
             bar.shard_done(len(info["sizes"]), info["member_bytes"])
     try:
@@ -322,7 +309,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
             shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),
                              on_done=functools.partial(piece_done, feed=feed, bar=bar))
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
-        build(p, cfg, urls, list_rejects, work, job, streamed, first)
+        build(p, cfg, urls, list_rejects, work, job, streamed, resumed.next_piece)
         result = p.run()
         result.wait_until_finish()
         if streamed:
@@ -336,9 +323,9 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     counters = counters_of(result)
     counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(list_rejects)
-    for info in resumed.pieces if resumed is not None else ():  # converted by the interrupted run
+    for info in resumed.pieces:  # converted by the interrupted run
         counters["shards_resumed"] = counters.get("shards_resumed", 0) + 1
-        for name, n in piece_counts(info).items():
+        for name, n in finalize.piece_counts(info).items():
             counters[name] = counters.get(name, 0) + n
     totals = manifest["totals"]
     rejected = manifest["rejects"]["count"]

@@ -223,22 +223,34 @@ def delete_tree(store: Store, prefix: str) -> None:
 
 # -- manifest ---------------------------------------------------------------------------
 
+def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
+    """What one converted input shard (its piece description) adds to the job's counts:
+    the Beam counters of the ``tar2tf`` namespace, ``reject:<stage>:<kind>`` included."""
+    c = {"shards_read": 1, "records_read": info["records_read"], "records_written": len(info["sizes"]),
+         "records_filtered": info["filtered"], "bytes_written": info.get("bytes", 0),
+         "member_bytes_read": info.get("member_bytes", 0), "members_skipped": info.get("skipped_members", 0),
+         "records_rejected": 0, "shards_rejected": 0}
+    for r in info["rejects"]:
+        c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+        name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+        c[name] = c.get(name, 0) + 1
+    return c
+
+
+_PIECE_TOTALS = ("shards_read", "records_read", "records_written", "records_rejected", "records_filtered",
+                 "shards_rejected", "members_skipped")
+
+
 def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
               shards: Sequence[Dict[str, Any]]) -> Dict[str, int]:
-    t = {"shards_read": len(pieces), "records_read": 0, "records_written": 0,
-         "records_rejected": 0, "records_filtered": 0, "shards_rejected": len(list_rejects),
-         "bytes_written": sum(s["bytes"] for s in shards), "shards": len(shards),
-         "members_skipped": 0}
+    """The manifest totals: the pieces' counts (:func:`piece_counts`), the listing's
+    rejected shards, and the bytes and number of the final shards."""
+    t = dict.fromkeys(_PIECE_TOTALS, 0)
+    t.update(shards_rejected=len(list_rejects), bytes_written=sum(s["bytes"] for s in shards), shards=len(shards))
     for p in pieces:
-        t["records_read"] += p["records_read"]
-        t["members_skipped"] += p.get("skipped_members", 0)
-        t["records_written"] += len(p["sizes"])
-        t["records_filtered"] += p["filtered"]
-        for r in p["rejects"]:
-            if r.get("record", True):
-                t["records_rejected"] += 1
-            else:
-                t["shards_rejected"] += 1
+        c = piece_counts(p)
+        for k in _PIECE_TOTALS:
+            t[k] += c[k]
     return t
 
 

@@ -65,8 +65,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         return cv.convert_shard(index, url, work, cfg, stages, hold)
 
     threads = max(1, int(num_workers), procs)
-    done = list(resumed.pieces) if resumed is not None else []
-    tasks = list(enumerate(urls))[resumed.next_piece if resumed is not None else 0:]
+    tasks = list(enumerate(urls))[resumed.next_piece:]
     futures: List[Future] = []
     try:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
@@ -76,7 +75,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
                 while len(futures) < min(n, len(tasks)):
                     futures.append(pool.submit(one, tasks[len(futures)]))
             try:
-                pieces = done
+                pieces = list(resumed.pieces)
                 submit_until(2 * threads)
                 for i in range(len(tasks)):
                     pieces.append(futures[i].result())

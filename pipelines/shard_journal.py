@@ -45,11 +45,12 @@ def write(work: str, n: int, entry: Dict[str, Any], config: Optional[StoreConfig
 @dataclasses.dataclass
 class ResumePoint:
     """What the journal of an interrupted run holds: its shards (manifest rows, in order),
-    the pieces they contain, and where the next shard starts."""
-    rows: List[Dict[str, Any]]
-    pieces: List[Dict[str, Any]]
-    next_piece: int
-    skip: int  # records of ``next_piece`` already in the journaled shards
+    the pieces they contain, and where the next shard starts.  ``ResumePoint()``: nothing
+    done yet (a job that starts from its first input shard)."""
+    rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    pieces: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    next_piece: int = 0
+    skip: int = 0  # records of ``next_piece`` already in the journaled shards
 
     @property
     def shards(self) -> int:

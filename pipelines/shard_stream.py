@@ -60,9 +60,10 @@ class ShardStream:
         self.journal = journal
         self.packer = Packer(max_bytes, max_records)
         self.current: Optional[ShardFile] = None
-        self._before = list(resume.rows) if resume is not None else []  # journaled by a run before
+        resume = resume or shard_journal.ResumePoint()
+        self._before = list(resume.rows)  # journaled by a run before
         self.count = len(self._before)
-        self._skip = (resume.next_piece, resume.skip) if resume is not None else (0, 0)
+        self._skip = (resume.next_piece, resume.skip)
         self._ended: List[Dict[str, Any]] = []  # pieces finished while the current shard is open
         self._last = self._skip[0] - 1  # index of the last piece added
         self._closing: List[Future] = []
