@@ -163,12 +163,17 @@ class ShardFile:
         self._cm = self.store.open_write(path)
         self.f = self._cm.__enter__()
 
-    def write(self, data, sizes: Sequence[int]) -> None:
-        """Append whole frames (``sizes``: their framed lengths)."""
-        self.f.write(data)
-        self.digest.update(data)
+    def write(self, frames: Sequence[bytes], sizes: Sequence[int]) -> None:
+        """Append whole frames (``sizes``: their framed lengths), each in its own
+        ``write`` call: the file's 1 MB buffer turns them into few system calls.  (One
+        ``writev`` per run of frames, or a larger buffer, made a fresh process's job slower
+        here: the kernel's copy into the page cache cost ~3x the system time for writes of
+        several MB; docs/benchmarks.md, session 16.)"""
+        for fr in frames:
+            self.f.write(fr)
+            self.digest.update(fr)
         self.sizes.extend(sizes)
-        self.bytes += len(data)
+        self.bytes += sum(sizes)
 
     def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
         """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""

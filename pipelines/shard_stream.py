@@ -24,6 +24,7 @@ pieces wholly inside them are deleted.  A piece the in-process driver held in me
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -96,6 +97,20 @@ class ShardStream:
                     store.delete(workfiles.sidecar_of(piece["piece"]))
         return row
 
+    def _runs(self, index: int, sizes: List[int], skip: int):
+        """Records ``skip..`` of piece ``index`` as runs ``(lo, hi)`` that each go whole into
+        the open shard; the next shard opens between two runs (after the caller wrote the
+        first)."""
+        lo = skip
+        for r in range(skip, len(sizes)):
+            if self.packer.starts_shard(sizes[r]):
+                if r > lo:
+                    yield lo, r
+                self._next_shard((index, r))
+                lo = r
+        if len(sizes) > lo:
+            yield lo, len(sizes)
+
     def add(self, piece: Dict[str, Any]) -> None:
         index = piece["index"]
         sizes = piece["sizes"]
@@ -103,25 +118,14 @@ class ShardStream:
         skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
         self._last = index
         if frames is not None:
-            for r in range(skip, len(sizes)):
-                if self.packer.starts_shard(sizes[r]):
-                    self._next_shard((index, r))
-                self.current.write(frames[r], (sizes[r],))
+            for lo, hi in self._runs(index, sizes, skip):
+                self.current.write(frames[lo:hi], sizes[lo:hi])
         elif len(sizes) > skip:
             url = piece["piece"]
+            ends = list(itertools.accumulate(sizes, initial=0))  # record r is bytes [ends[r], ends[r + 1])
             with get_store(url, self.config).open_read(url) as src:
-                run_start = pos = sum(sizes[:skip])  # the piece's bytes not yet copied: [run_start, pos)
-                run: List[int] = []
-                for r in range(skip, len(sizes)):
-                    s = sizes[r]
-                    if self.packer.starts_shard(s):
-                        if run:
-                            self.current.copy(src, run_start, pos - run_start, run)
-                        self._next_shard((index, r))
-                        run_start, run = pos, []
-                    run.append(s)
-                    pos += s
-                self.current.copy(src, run_start, pos - run_start, run)
+                for lo, hi in self._runs(index, sizes, skip):
+                    self.current.copy(src, ends[lo], ends[hi] - ends[lo], sizes[lo:hi])
         self._ended.append(piece)
 
     def finish(self) -> List[Dict[str, Any]]:

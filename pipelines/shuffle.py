@@ -64,7 +64,7 @@ def _write(item, plan: Dict[str, Any], cfg):
     try:
         for _, p in ranked:
             fr = frame(p)
-            shard.write(fr, (len(fr),))
+            shard.write((fr,), (len(fr),))
     except BaseException as e:
         shard.abort(e)
         raise
