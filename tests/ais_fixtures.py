@@ -149,6 +149,12 @@ class AISCluster:
         self.client().bucket(name).create(exist_ok=True)
         return name
 
+    def set_checksum(self, bucket: str, kind: str) -> None:
+        """The checksum type the bucket keeps for objects PUT from now on (AIS: xxhash)."""
+        r = requests.patch(f"{self.endpoint}/v1/buckets/{bucket}", timeout=10,
+                           json={"action": "set-bprops", "value": {"checksum": {"type": kind}}})
+        r.raise_for_status()
+
     def put(self, bucket: str, name: str, data: bytes) -> None:
         self.client().bucket(bucket).object(name).get_writer().put_content(data)
 

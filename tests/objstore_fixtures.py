@@ -44,6 +44,9 @@ class Backend:
         self.front.clear()
         self.data.clear()
 
+    def keep_crc32c(self) -> None:
+        """Make the bucket keep a CRC32C of each object written from now on."""
+
 
 class AISBackend(Backend):
     scheme = "ais"
@@ -62,6 +65,9 @@ class AISBackend(Backend):
 
     def put_re(self, name: str) -> str:
         return self.obj_re(name)
+
+    def keep_crc32c(self) -> None:
+        self.server.set_checksum(self.bucket, "crc32c")
 
 
 class GCSBackend(Backend):

@@ -78,6 +78,22 @@ def test_streamed_read_seek_and_size(backend):
     assert any(h.get("Range") == "bytes=250000-" for h in backend.data.headers) or backend.scheme == "gs"
 
 
+def test_the_crc32c_a_bucket_keeps(backend):
+    """GCS keeps every object's CRC32C; AIS keeps one once the bucket's checksum type is
+    crc32c (its default, xxhash, is no CRC32C: None, so a caller reads the bytes)."""
+    import google_crc32c
+    data = _blob(70_000, 2)
+    store = get_store(backend.url(), backend.config())
+    backend.put("c/before", data)
+    backend.keep_crc32c()
+    backend.put("c/after", data)
+    want = f"{google_crc32c.value(data):08x}"
+    assert store.crc32c(backend.url("c/before")) == (None if backend.scheme == "ais" else want)
+    assert store.crc32c(backend.url("c/after")) == want
+    with pytest.raises(FileNotFoundError):
+        store.crc32c(backend.url("c/missing"))
+
+
 def test_reads_resume_after_faults_without_losing_or_repeating_bytes(backend):
     data = _blob(400_000, 2)
     backend.put("f/blob.bin", data)
