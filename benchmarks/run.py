@@ -228,7 +228,7 @@ def memory_check(data, base, scratch, logs, rows, timeout, say) -> Optional[Dict
     return out
 
 
-SCALING_VARIANTS = ("limit-io", "tar2tf-load")  # + the best Beam mode
+SCALING_VARIANTS = ("limit-io",)  # + the best Beam mode and the best in-process mode
 
 
 def scaling_check(data, base, scratch, logs, rows, timeout, runs, say) -> Optional[Dict]:
@@ -241,6 +241,9 @@ def scaling_check(data, base, scratch, logs, rows, timeout, runs, say) -> Option
     if len(data.shards) < 4 or "limit-io" not in full or not beam:
         return None
     names = [max(beam, key=lambda r: r["images_per_s"])["variant"]] + [v for v in SCALING_VARIANTS if v in full]
+    load = report.best_load(full)
+    if load is not None:
+        names.append(load)
     quarter = len(data.shards) // 4
     small: Dict[str, List[Dict]] = {}
     for _ in range(runs):
