@@ -56,7 +56,8 @@ PROCESSES = {"tar2tf-beam-threads": 0, "tar2tf-beam-inmemory": 0}
 WITH_WORKERS = ("tar2tf-beam-default", "tar2tf-beam-processes", "tar2tf-load",
                 "limit-codec-processes")  # their peak RSS counts their worker processes
 LOAD = ("tar2tf-load", "tar2tf-load-1t")  # the in-process driver: a thread per core, one thread
-TAR2TF = tuple(BEAM_MODES) + LOAD + ("tar2tf-stream",)
+IN_PROCESS = LOAD + ("tar2tf-stream",)  # Dataset.load, no Beam
+TAR2TF = tuple(BEAM_MODES) + IN_PROCESS
 BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "limit-codec-processes", "naive", "webdataset")
 LIMIT_CODEC = ("limit-codec", "limit-codec-processes")
 ALL = BASELINES + TAR2TF
@@ -79,7 +80,7 @@ def missing_reason(variant: str, workload: str) -> Optional[str]:
     if variant.startswith("tar2tf") and workload != "passthrough" and \
             not os.path.exists(os.path.join(ROOT, "transforms", "ops.py")):
         return "transforms/ops.py missing"
-    if variant in LOAD + ("tar2tf-stream",) and \
+    if variant in IN_PROCESS and \
             not os.path.exists(os.path.join(ROOT, "pipelines", "dataset.py")):
         return "pipelines/dataset.py missing"
     return None
@@ -110,7 +111,7 @@ def _prepare(variant: str):
         # Beam imports its local runner when the first pipeline runs (~0.04 s)
         import apache_beam.runners.portability.fn_api_runner  # noqa: F401
         import pipelines.convert  # noqa: F401
-    if variant in LOAD + ("tar2tf-stream",):
+    if variant in IN_PROCESS:
         import pipelines.dataset  # noqa: F401
         import pipelines.local_convert  # noqa: F401
 
@@ -120,7 +121,7 @@ def _cores() -> int:
 
 
 def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
-    if variant in LOAD + ("tar2tf-stream",):
+    if variant in IN_PROCESS:
         from pipelines.dataset import Dataset
         ds = Dataset(data.directory, conversions=tar2tf_stages(workload), selections=["jpg", "cls"])
         rel = os.path.basename(data.template())
