@@ -66,7 +66,7 @@ def ratios(rows: List[Dict]) -> Dict[str, Dict]:
         load = best_load(by)
         if load is not None:
             r["load_variant"] = load
-        for name, v in (("tar2tf-load", load), ("tar2tf-stream", "tar2tf-stream")):
+        for name, v in (("tar2tf-load", load),) + tuple((s, s) for s in variants.STREAM):
             if v in by and "naive" in by:
                 r[f"{name}/naive"] = by[v]["images_per_s"] / by["naive"]["images_per_s"]
         if load is not None and limit in by:

@@ -29,12 +29,13 @@ pytestmark = pytest.mark.slow  # ~2 min: runs the whole quick benchmark (CI runs
 # every variant but Beam's in_memory/multi_processing modes (same code path as threads;
 # multi_processing alone costs ~15 s and 2 GB on the quick size)
 VARIANTS = ["limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset", "tar2tf-beam-threads",
-            "tar2tf-load", "tar2tf-load-1t", "tar2tf-stream"]
+            "tar2tf-load", "tar2tf-load-1t", "tar2tf-stream", "tar2tf-stream-b64"]
 EXPECTED = {
     "passthrough": {"limit-io", "limit-io-nosync", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-load",
-                    "tar2tf-load-1t", "tar2tf-stream"},
+                    "tar2tf-load-1t", "tar2tf-stream", "tar2tf-stream-b64"},
     "resize224": {"limit-codec", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-load"},
-    "resize32": {"limit-codec", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-load", "tar2tf-stream"},
+    "resize32": {"limit-codec", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-load", "tar2tf-stream",
+                 "tar2tf-stream-b64"},
 }
 
 
