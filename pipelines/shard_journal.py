@@ -62,9 +62,9 @@ def _intact(row: Dict[str, Any], config: Optional[StoreConfig]) -> bool:
     keeps one (GCS), else read back."""
     store = get_store(row["path"], config)
     try:
-        if store.size(row["path"]) != row["bytes"]:
+        size, kept = store.size_and_crc32c(row["path"])
+        if size != row["bytes"]:
             return False
-        kept = store.crc32c(row["path"])
         if kept is not None:
             return kept == row["crc32c"]
         digest = digests.new("crc32c")

@@ -88,10 +88,10 @@ def test_the_crc32c_a_bucket_keeps(backend):
     backend.keep_crc32c()
     backend.put("c/after", data)
     want = f"{google_crc32c.value(data):08x}"
-    assert store.crc32c(backend.url("c/before")) == (None if backend.scheme == "ais" else want)
-    assert store.crc32c(backend.url("c/after")) == want
+    assert store.size_and_crc32c(backend.url("c/before")) == (len(data), None if backend.scheme == "ais" else want)
+    assert store.size_and_crc32c(backend.url("c/after")) == (len(data), want)
     with pytest.raises(FileNotFoundError):
-        store.crc32c(backend.url("c/missing"))
+        store.size_and_crc32c(backend.url("c/missing"))
 
 
 def test_reads_resume_after_faults_without_losing_or_repeating_bytes(backend):

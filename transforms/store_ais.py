@@ -20,7 +20,7 @@
   receives a PUT into a work file and renames it into place only when the body is
   complete, so readers never see a partial object.
 * Checksums: a bucket whose ``checksum.type`` is ``crc32c`` reports each object's CRC32C
-  on a HEAD (:meth:`AISStore.crc32c`), which lets ``--resume`` check finished shards
+  on a HEAD (:meth:`AISStore.size_and_crc32c`), which lets ``--resume`` check finished shards
   without reading them back.
 
 The SDK's own retries are switched off (one attempt, no status retries) so that
@@ -161,13 +161,13 @@ class AISStore(RemoteStore):
     def size(self, url: str) -> int:
         return int(self._call(url, "head", lambda: self._object(url).head().size))
 
-    def crc32c(self, url: str) -> Optional[str]:
+    def size_and_crc32c(self, url: str) -> Tuple[int, Optional[str]]:
         """AIS keeps each object's checksum of the type its bucket is configured for
         (``checksum.type``; xxhash unless set): a bucket set to ``crc32c`` answers with the
         same 8 hex digits tar2tf computes, so no download is needed; any other type, None."""
         attrs = self._call(url, "head", lambda: self._object(url).head(props="size,checksum"))
         kind, value = (attrs.checksum_type or "").lower(), (attrs.checksum_value or "").lower()
-        return value if kind == "crc32c" and len(value) == 8 else None
+        return int(attrs.size), (value if kind == "crc32c" and len(value) == 8 else None)
 
 
 def _int(v) -> Optional[int]:

@@ -94,10 +94,11 @@ class Store:
     def size(self, url: str) -> int:
         raise NotImplementedError
 
-    def crc32c(self, url: str) -> Optional[str]:
-        """The object's CRC32C (8 hex digits) as the store keeps it, or None when the store
-        keeps none (then a caller that needs it reads the bytes)."""
-        return None
+    def size_and_crc32c(self, url: str) -> Tuple[int, Optional[str]]:
+        """The object's size and its CRC32C (8 hex digits) as the store keeps it, None when
+        the store keeps none (then a caller that needs it reads the bytes); one metadata
+        request where the store answers both at once."""
+        return self.size(url), None
 
     def read_bytes(self, url: str) -> bytes:
         with self.open_read(url) as f:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 from transforms.retry import RetryPolicy, iter_pages
 from transforms.store_base import StoreConfig
@@ -122,7 +122,7 @@ class GCSStore(RemoteStore):
     def size(self, url: str) -> int:
         return int(self._stat(url).size or 0)
 
-    def crc32c(self, url: str) -> Optional[str]:
+    def size_and_crc32c(self, url: str) -> Tuple[int, Optional[str]]:
         """GCS keeps every object's CRC32C (base64, big-endian): no download needed."""
-        kept = self._stat(url).crc32c
-        return base64.b64decode(kept).hex() if kept else None
+        meta = self._stat(url)
+        return int(meta.size or 0), (base64.b64decode(meta.crc32c).hex() if meta.crc32c else None)
