@@ -1,4 +1,5 @@
-"""The TFRecord conversion without Beam: the same functions, driven by threads in-process.
+"""The TFRecord conversion without Beam: the same functions, driven by threads in-process
+(or, with ``num_workers=1`` and a local output, on the caller's own thread).
 
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
@@ -19,14 +20,14 @@ import json
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import List
+from typing import Callable, Iterator, List, Sequence
 
 from pipelines import convert as cv
 from pipelines import finalize, options as opts, shard_pool
 from pipelines.shard_convert import HOLD_BYTES
 from transforms.sizes import parse_size
 from transforms.sources import resolve
-from transforms.stores import get_store
+from transforms.stores import get_store, split_url
 
 
 def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.ConvertResult":
@@ -66,31 +67,34 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
 
     threads = max(1, int(num_workers), procs)
     tasks = list(enumerate(urls))[resumed.next_piece:]
-    futures: List[Future] = []
+    # one thread writing to a local disk: convert on this thread between writes.  A second
+    # thread would only overlap copies into the page cache, and the two threads' hand-offs
+    # of the GIL cost more than that (docs/benchmarks.md, session 17); output elsewhere is
+    # a network upload, which a converter thread keeps overlapping with the next fetch
+    inline = threads == 1 and workers is None and split_url(cfg.output)[0] == ""
+    converted = _inline(one, tasks) if inline else _threaded(one, tasks, threads)
     try:
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
-            def submit_until(n: int) -> None:
-                # at most 2 x threads pieces converted ahead of the one being written: the
-                # memory of held pieces stays bounded whatever one slow shard does
-                while len(futures) < min(n, len(tasks)):
-                    futures.append(pool.submit(one, tasks[len(futures)]))
-            try:
-                pieces = list(resumed.pieces)
-                submit_until(2 * threads)
-                for i in range(len(tasks)):
-                    pieces.append(futures[i].result())
-                    submit_until(i + 1 + 2 * threads)
-                    if stream is not None:
-                        stream.add(pieces[-1])  # in input order, while later pieces convert
-                shards = (stream.finish() if stream is not None else
-                          list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
-                                        cv.plan_shards(pieces, cfg))))  # the Beam graph's planning step
-            except BaseException as e:
-                for f in futures:
-                    f.cancel()
+        pieces = list(resumed.pieces)
+        try:
+            for piece in converted:
+                pieces.append(piece)
                 if stream is not None:
-                    stream.abort(e)  # the shards it finished stay, for resume=True
-                raise
+                    stream.add(piece)  # in input order, while later pieces convert
+            if stream is not None:
+                shards = stream.finish()
+            else:  # the Beam graph's planning step
+                plan = cv.plan_shards(pieces, cfg)
+                write = lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index)  # noqa: E731
+                if inline:
+                    shards = [write(t) for t in plan]
+                else:
+                    with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
+                        shards = list(pool.map(write, plan))
+        except BaseException as e:
+            converted.close()  # cancels the conversions not started
+            if stream is not None:
+                stream.abort(e)  # the shards it finished stay, for resume=True
+            raise
     finally:
         shard_pool.stop(job)
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
@@ -103,3 +107,30 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
                             rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
                             totals=manifest["totals"], counters={}, seconds=time.time() - t0,
                             exit_code=0 if rejected <= cfg.max_rejects else 3)
+
+
+def _inline(one: Callable, tasks: Sequence) -> Iterator:
+    """The pieces of ``tasks``, converted on the caller's thread as it asks for each."""
+    for task in tasks:
+        yield one(task)
+
+
+def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
+    """The pieces of ``tasks`` in input order, converted on ``threads`` threads.  At most
+    2 x threads pieces are converted ahead of the one the caller is writing, so the memory
+    of held pieces stays bounded whatever one slow shard does.  Closing the generator
+    cancels the conversions not started (and waits for the running ones)."""
+    futures: List[Future] = []
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
+        def submit_until(n: int) -> None:
+            while len(futures) < min(n, len(tasks)):
+                futures.append(pool.submit(one, tasks[len(futures)]))
+        try:
+            submit_until(2 * threads)
+            for i in range(len(tasks)):
+                piece = futures[i].result()
+                submit_until(i + 1 + 2 * threads)
+                yield piece
+        finally:
+            for f in futures:
+                f.cancel()

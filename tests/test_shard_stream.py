@@ -371,3 +371,61 @@ def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
               and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"])
     shard_stream.stop("job-4")  # the runner failed afterwards: finish() was never reached
     assert os.listdir(tmp_path / "s") == []
+
+
+def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path, monkeypatch):
+    """num_workers=1 with a local output: the shards are converted on the caller's thread
+    between writes (no converter thread), into the same shards as two threads write."""
+    import threading
+    from pipelines import convert as cv
+    shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
+    threads = []
+    real = cv.convert_shard
+    monkeypatch.setattr(cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1])
+
+    def run(out, n):
+        threads.clear()
+        return convert_in_process(ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
+                                                output=str(tmp_path / out / "t-{}.record"), max_shard_size="6KB",
+                                                progress=False, processes=0), num_workers=n)
+    one = run("one", 1)
+    assert threads == [threading.current_thread()] * 4
+    two = run("two", 2)
+    assert len(threads) == 4 and threading.current_thread() not in threads
+    assert len(one.paths) == len(two.paths) > 2 and one.totals == two.totals
+    assert [open(p, "rb").read() for p in one.paths] == [open(p, "rb").read() for p in two.paths]
+
+
+def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path, monkeypatch):
+    """An error converting the third shard on the caller's thread: the job raises it, the
+    shards finished before stay (journaled, final names only, no temporary file), and
+    resume=True converts only what comes after them, into an uninterrupted run's bytes."""
+    from pipelines import convert as cv
+    shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
+    real = cv.convert_shard
+    seen = []
+
+    def failing(*a):
+        seen.append(a[0])
+        if a[0] == 2:
+            raise OSError("disk went away")
+        return real(*a)
+
+    def cfg(out, **kw):
+        return ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
+                             output=str(tmp_path / out / "t-{}.record"), max_shard_size="4KB", progress=False,
+                             processes=0, **kw)
+    monkeypatch.setattr(cv, "convert_shard", failing)
+    with pytest.raises(OSError, match="disk went away"):
+        convert_in_process(cfg("o"), num_workers=1)
+    assert seen == [0, 1, 2]  # nothing converted past the failure
+    kept = sorted(os.listdir(tmp_path / "o"))
+    assert kept[0] == ".tar2tf-work" and len(kept) > 1
+    assert all(k.startswith("t-") and k.endswith(".record") for k in kept[1:])
+    monkeypatch.setattr(cv, "convert_shard", lambda *a: (seen.append(a[0]), real(*a))[1])
+    seen.clear()
+    res = convert_in_process(cfg("o", resume=True), num_workers=1)
+    assert seen and min(seen) >= 1 and seen == sorted(seen)
+    ref = convert_in_process(cfg("ref"), num_workers=1)
+    assert res.totals == ref.totals and res.totals["records_written"] == 24
+    assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
