@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from benchmarks import dataset
+from benchmarks import dataset, pagecache
 
 GROUPS = (1, 2, 5, 10)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +77,9 @@ def run(spec: Dict) -> Dict:
     out = os.path.join(spec["out"], "pcr")
     shutil.rmtree(out, ignore_errors=True)
     args = [a.replace("{n}", str(os.cpu_count() or 1)) for a in spec["beam_args"]]
+    if spec.get("recycle", True):
+        os.makedirs(spec["out"], exist_ok=True)
+        pagecache.recycle_for(data, spec["out"])
     t0 = time.perf_counter()
     res = convert_pcr(PcrConfig(sources=data.template(), output=out, images_per_record=spec.get("per_record", 512),
                                 overwrite=True), args)

@@ -154,6 +154,14 @@ def _scaling_lines(sc: Optional[Dict]) -> List[str]:
     return lines + [""]
 
 
+def _recycled(result: Dict) -> str:
+    mb = [r.get("recycled_mb", 0) for r in result["rows"] if r.get("ok")]
+    if not mb or not min(mb):
+        return "  Runs started on whatever memory was free (no page recycling)."
+    return (f"  Before its clock started, each run wrote and deleted a {min(mb):.0f} MB scratch file, so "
+            f"that every variant writes into recycled page-cache memory (benchmarks/pagecache.py).")
+
+
 def markdown(result: Dict) -> str:
     m, d = result["machine"], result["dataset"]
     load = m.get("loadavg_before")
@@ -164,7 +172,8 @@ def markdown(result: Dict) -> str:
              f"{d['tar_mb']:.1f} MB.  Median of {_runs(result)}; MB/s = tar input bytes per second; "
              f"RSS = peak resident memory of the variant's process tree; CPU s = CPU time of the timed "
              f"region (all threads and worker processes); other load = cores other processes kept busy "
-             f"meanwhile (the machine is shared).  Every run's output was verified.", ""]
+             f"meanwhile (the machine is shared).  Every run's output was verified."
+             + _recycled(result), ""]
     lines += summary(result)
     order = {v: i for i, v in enumerate(variants.ALL)}
     for wl in LIMIT:

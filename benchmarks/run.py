@@ -161,7 +161,8 @@ def median_row(runs: List[Dict]) -> Dict:
                out_mb=g["bytes_out"] / 1e6, peak_rss_mb=statistics.median(r["peak_rss"] for r in good) / 1e6,
                all_seconds=[round(r["seconds"], 3) for r in good],
                cpu_seconds=statistics.median(r["cpu_seconds"] for r in good),
-               other_load=statistics.median(r["other_load"] for r in good))
+               other_load=statistics.median(r["other_load"] for r in good),
+               recycled_mb=min(r.get("recycled_bytes", 0) for r in good) / 1e6)
     if not row["ok"]:
         row["error"] = next(r.get("error") for r in runs if not r.get("ok"))
     return row
@@ -285,6 +286,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-memory-check", action="store_true")
     ap.add_argument("--no-scaling-check", action="store_true",
                     help="skip the passthrough runs on 1/4 of the shards (fixed vs per-image time)")
+    ap.add_argument("--no-recycle-pages", action="store_true",
+                    help="do not write and delete a scratch file before each run (benchmarks/pagecache.py)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per measurement")
     a = ap.parse_args(argv)
     repeat = a.repeat or (1 if a.size == "quick" else 3)
@@ -301,7 +304,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"unknown variants {unknown}; choose from {list(variants.ALL)}")
     asked = [w for w in a.workloads.split(",") if w]
     workloads = [w for w in asked if w in WORKLOADS]
-    base = {"size": a.size, "root": a.data_dir}
+    base = {"size": a.size, "root": a.data_dir, "recycle": not a.no_recycle_pages}
     runs: Dict[tuple, List[Dict]] = {}
     missing: Dict[str, str] = {}
     pcr_runs: List[Dict] = []

@@ -22,9 +22,10 @@ tar2tf variants:
 * ``tar2tf-load``: ``Dataset(...).load(template, path=..., remote_exec=False)``, the
   in-process API writing TFRecords with one thread per core (no Beam), each with a worker
   process when the job has heavy ops, as by default (passthrough: pieces held in memory).
-* ``tar2tf-load-1t`` (passthrough only): the same with ``num_workers=1``, one converter
-  thread beside the thread writing the final shards.  A passthrough is Python work under
-  the GIL (tar headers, Example, framing): a second converter thread mostly waits for it.
+* ``tar2tf-load-1t`` (passthrough only): the same with ``num_workers=1``: the shards are
+  converted on the caller's thread between writes to the final shards (since session 17;
+  before, on one converter thread beside it).  A passthrough is Python work under the GIL
+  (tar headers, Example, framing): a second thread mostly waits for it.
 * ``tar2tf-stream``: ``Dataset(...).load(template, num_workers=cores)``, the streaming
   ``tf.data.Dataset``, iterated to the end element by element in eager Python (nothing
   written); ``tar2tf-stream-b64`` takes it in batches of 64, as ``model.fit(ds.batch(64))``
@@ -41,7 +42,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from benchmarks import baselines, dataset, verify
+from benchmarks import baselines, dataset, pagecache, verify
 
 BEAM_MODES = {
     "tar2tf-beam-default": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
@@ -215,6 +216,7 @@ def run(spec: Dict) -> Dict:
     os.makedirs(out)
     _prepare(variant)
     jpegs = baselines.load_jpegs(data) if variant in LIMIT_CODEC else None
+    recycled = pagecache.recycle_for(data, out) if spec.get("recycle", True) else 0
     t0, cpu0 = time.perf_counter(), _cpu()
     if variant == "limit-codec":
         r = baselines.limit_codec(jpegs, workload)
@@ -234,7 +236,7 @@ def run(spec: Dict) -> Dict:
     result = {"variant": variant, "workload": workload, "seconds": seconds, "images_in": data.images,
               "records_out": records, "bytes_in": data.tar_bytes,
               "bytes_out": sum(os.path.getsize(f) for f in files), "files": len(files),
-              "hwm_timed": hwm, "cpu_seconds": cpu, "verified": spec.get("verify", True) and problem is None, "problem": problem}
+              "hwm_timed": hwm, "cpu_seconds": cpu, "recycled_bytes": recycled, "verified": spec.get("verify", True) and problem is None, "problem": problem}
     if not spec.get("keep"):
         shutil.rmtree(out, ignore_errors=True)
     return result

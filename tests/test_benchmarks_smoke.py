@@ -104,7 +104,25 @@ def test_harness_runs_every_variant_and_verifies_output(bench, quick_data):
         assert row["ok"], row
         assert row["records_out"] == row["images"] == quick_data.images
         assert row["seconds"] > 0 and row["peak_rss_mb"] > 0
+        # every run started on recycled page-cache memory (benchmarks/pagecache.py)
+        assert row["recycled_mb"] * 1e6 >= quick_data.tar_bytes, row
     assert got == EXPECTED
+
+
+def test_recycle_writes_and_deletes_a_scratch_file_within_a_memory_cap(tmp_path, monkeypatch):
+    from benchmarks import pagecache
+    (tmp_path / "keep").write_bytes(b"x")
+    written = []
+    real = pagecache.os.write
+    monkeypatch.setattr(pagecache.os, "write", lambda fd, b: (written.append(len(b)), real(fd, b))[1])
+    assert pagecache.recycle(str(tmp_path), (3 << 20) + 5) == (3 << 20) + 5
+    assert written == [1 << 20] * 3 + [5]  # 1 MB writes, as the converters' buffered writes
+    assert os.listdir(tmp_path) == ["keep"]
+    monkeypatch.setattr(pagecache, "_available", lambda: 8 << 20)  # never more than a quarter of it
+    assert pagecache.recycle(str(tmp_path), 100 << 20) == 2 << 20
+    monkeypatch.setattr(pagecache, "_available", lambda: 0)  # /proc/meminfo unreadable: nothing
+    assert pagecache.recycle(str(tmp_path), 100 << 20) == 0
+    assert os.listdir(tmp_path) == ["keep"]
 
 
 def test_report_has_ratios_targets_and_tables(bench):
