@@ -38,6 +38,8 @@ def normalize_selections(selections: Sequence[Any]) -> List[Op]:
 
 def leaf(v: Any) -> Any:
     """A selected value as a numpy-friendly leaf (see the module docstring)."""
+    if type(v) is bytes and len(v) >= 32:  # an image or other payload: itself (the usual case)
+        return v
     if isinstance(v, np.ndarray):
         return v
     if isinstance(v, (bytes, bytearray)) and len(v) < 32 and _INT.match(bytes(v)):

@@ -168,3 +168,21 @@ def test_a_worker_without_array_ops_imports_no_numpy_and_writes_the_same_bytes(t
     with_np = _worker_run(tmp_path / "b", stages, "'numpy' in sys.modules", pre="import numpy; ")
     assert bare[0] == "False" and with_np[0] == "True"
     assert bare[1] == with_np[1] and len(bare[1]) > 24 * 500
+
+
+@given(st.one_of(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), st.integers(), st.floats()))
+def test_python_numbers_convert_as_their_numpy_scalars_do(v):
+    """A label that is a plain int or float skips numpy; the values (and the refusals of
+    ints outside int64) are the ones the numpy path gives."""
+    def outcome(conv, value):
+        try:
+            return conv("x", value)
+        except ValueError as e:
+            return type(e)
+    if isinstance(v, int):
+        via_numpy = outcome(ex._as_ints, np.array(v, dtype=object if not -(1 << 63) <= v < 1 << 63 else np.int64))
+        assert outcome(ex._as_ints, v) == via_numpy
+    else:
+        same = outcome(ex._as_floats, np.float64(v))
+        got = outcome(ex._as_floats, v)
+        assert got == same or (v != v and got[0] != got[0] and same[0] != same[0])  # NaN

@@ -65,6 +65,8 @@ def parse_type_map(spec: Union[None, str, Mapping[str, str]]) -> Dict[str, str]:
 
 
 def _as_ints(name: str, value: Any) -> List[int]:
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:  # a label: no trip through numpy
+        return [value]
     if isinstance(value, (bytes, bytearray, str)):
         text = value.decode("ascii", "strict") if isinstance(value, (bytes, bytearray)) else value
         try:
@@ -81,6 +83,8 @@ def _as_ints(name: str, value: Any) -> List[int]:
 
 
 def _as_floats(name: str, value: Any) -> List[float]:
+    if type(value) is float:
+        return [value]
     if isinstance(value, (bytes, bytearray, str)):
         text = value.decode("ascii", "strict") if isinstance(value, (bytes, bytearray)) else value
         try:
