@@ -186,3 +186,23 @@ def test_cli_with_ais_endpoint_and_retry_flags(ais_cluster, local_run, tmp_path)
     assert secret not in p.stdout + p.stderr
     bad = subprocess.run(args + ["--retry-attempts", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert bad.returncode == 2 and "retry" in bad.stderr
+
+
+def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, local_run, monkeypatch):
+    """The in-process driver with num_workers=1 writing to ais:// or gs://: the shards
+    convert on a thread of their own (the next fetch overlaps the upload; only a local
+    output converts on the caller's thread), into the bytes of the local Beam run."""
+    import threading
+    from pipelines import convert as cv
+    from pipelines.local_convert import convert_in_process
+    paths, ref_shards, ref_totals = local_run
+    _upload(backend, paths)
+    threads = []
+    real = cv.convert_shard
+    monkeypatch.setattr(cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1])
+    res = convert_in_process(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"),
+                                           output=backend.url("inproc/train-{}.record"), store=backend.config(),
+                                           progress=False, processes=0, **OPTS), num_workers=1)
+    assert res.exit_code == 0 and res.totals == ref_totals
+    assert len(threads) == N_SHARDS and threading.current_thread() not in threads
+    assert _outputs(backend, res) == ref_shards
