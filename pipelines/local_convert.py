@@ -83,13 +83,9 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
-                plan = cv.plan_shards(pieces, cfg)
-                write = lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index)  # noqa: E731
-                if inline:
-                    shards = [write(t) for t in plan]
-                else:
-                    with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
-                        shards = list(pool.map(write, plan))
+                with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
+                    shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
+                                           cv.plan_shards(pieces, cfg)))
         except BaseException as e:
             converted.close()  # cancels the conversions not started
             if stream is not None:
