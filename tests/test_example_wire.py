@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from protogen import assert_gencode_fresh
 from transforms import example as ex
@@ -171,6 +171,10 @@ def test_a_worker_without_array_ops_imports_no_numpy_and_writes_the_same_bytes(t
 
 
 @given(st.one_of(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), st.integers(), st.floats()))
+@example(1 << 63)  # past int64: numpy takes it as uint64
+@example(1 << 64)  # past uint64 too: refused
+@example(-(1 << 63) - 1)
+@example((1 << 63) - 1)
 def test_python_numbers_convert_as_their_numpy_scalars_do(v):
     """A label that is a plain int or float skips numpy; the values (and the refusals of
     ints outside int64) are the ones the numpy path gives."""
@@ -180,7 +184,7 @@ def test_python_numbers_convert_as_their_numpy_scalars_do(v):
         except ValueError as e:
             return type(e)
     if isinstance(v, int):
-        via_numpy = outcome(ex._as_ints, np.array(v, dtype=object if not -(1 << 63) <= v < 1 << 63 else np.int64))
+        via_numpy = outcome(ex._as_ints, np.asarray(v))  # int64, uint64 (2**63..), or object (refused)
         assert outcome(ex._as_ints, v) == via_numpy
     else:
         same = outcome(ex._as_floats, np.float64(v))
