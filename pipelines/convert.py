@@ -12,7 +12,9 @@ convert, and the graph ends at ``ConvertShard``: when the pipeline has run, ``co
 closes the last shard and writes the manifest from the pieces the stream got
 (:func:`finish_streamed`).  The same bytes, without a copy stage after the last
 conversion, and without the gather stage, which on the local runner cost 0.07-0.16 s
-between the last conversion and the manifest (docs/benchmarks.md).
+between the last conversion and the manifest (docs/benchmarks.md).  With local worker
+processes (``pipelines.shard_pool``) and a local output, the workers write their frames
+into the final shards at the offsets the stream assigns: no piece files.
 
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
@@ -44,7 +46,7 @@ from transforms import example as ex
 from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.sources import resolve
-from transforms.stores import dirname, get_store, join
+from transforms.stores import dirname, get_store, join, split_url
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
@@ -78,8 +80,11 @@ class ConvertShardFn(beam.DoFn):
 
     def process(self, task: Tuple[int, str]):
         index, url = task
-        info = load_verified_piece(index, self.work, self.cfg.store) if self.cfg.resume else None
         pool = shard_pool.get(self.job)  # only where convert() started one (local runs)
+        # a pool whose workers write into the final shards converts every task itself, in
+        # order (see convert()); other jobs reuse an interrupted run's pieces on resume
+        reuse = self.cfg.resume and (pool is None or not pool.places)
+        info = load_verified_piece(index, self.work, self.cfg.store) if reuse else None
         if info is not None:
             self.c["shards_resumed"].inc()
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
@@ -305,9 +310,17 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
     try:
         feed = start_stream(job, cfg, len(urls), work, resumed) if here else None
         streamed = feed is not None
-        if procs:  # a resumed job first checks which pieces it has: nothing to start early
-            shard_pool.start(job, cfg, work, procs, tasks=[] if cfg.resume else list(enumerate(urls)),
-                             on_done=functools.partial(piece_done, feed=feed, bar=bar))
+        if procs:
+            # local final shards: the workers write their frames into them where the
+            # stream places them (each byte written once; see pipelines.shard_worker).  A
+            # worker then waits for its piece's predecessors, so the pool must convert
+            # in input order whatever order Beam's threads ask in: it gets every task.
+            # Otherwise a resumed job first checks which pieces it has: nothing to start early
+            direct = streamed and split_url(cfg.output)[0] == ""
+            tasks = list(enumerate(urls))[resumed.next_piece:] if direct or not cfg.resume else []
+            shard_pool.start(job, cfg, work, procs, tasks=tasks,
+                             on_done=functools.partial(piece_done, feed=None if direct else feed, bar=bar),
+                             place=feed.place if direct else None)
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job, streamed, resumed.next_piece)
         result = p.run()

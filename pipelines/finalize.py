@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from transforms import digests
@@ -152,7 +153,12 @@ class ShardFile:
     record sizes kept, the file under a temporary name until :meth:`close` (fsync, rename),
     removed by :meth:`abort`.  The one writer of final TFRecord shards: the planned copy
     (:func:`write_shard`), the streaming writer (``pipelines.shard_stream``) and the
-    shuffle (``pipelines.shuffle``) all go through it."""
+    shuffle (``pipelines.shuffle``) all go through it.
+
+    A local shard can also leave ranges to other processes (:meth:`reserve`): a worker
+    writes a range into :attr:`local_path` at its offset and reports the range's CRC-32C
+    (:meth:`filled`, from any thread); :meth:`close` waits for every range and combines
+    the CRCs (:func:`transforms.digests.crc32c_combine`)."""
 
     def __init__(self, path: str, config: Optional[StoreConfig] = None, dali_index: bool = False):
         self.path, self.dali_index = path, dali_index
@@ -162,13 +168,25 @@ class ShardFile:
         self.bytes = 0
         self._cm = self.store.open_write(path)
         self.f = self._cm.__enter__()
+        self._start = 0  # where the bytes that self.digest hashes begin
+        # offset -> (length, CRC-32C or None until the range is filled); empty while this
+        # process writes every byte itself
+        self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
+        self._cv = threading.Condition()
+        self._failed: Optional[BaseException] = None
+
+    @property
+    def local_path(self) -> Optional[str]:
+        """The temporary file other processes write reserved ranges into (local shards
+        only; None elsewhere)."""
+        name = getattr(self.f, "name", None)
+        return name if isinstance(name, str) and split_url(self.path)[0] == "" else None
 
     def write(self, frames: Sequence[bytes], sizes: Sequence[int]) -> None:
         """Append whole frames (``sizes``: their framed lengths), each in its own
         ``write`` call: the file's 1 MB buffer turns them into few system calls.  (One
-        ``writev`` per run of frames, or a larger buffer, made a fresh process's job slower
-        here: the kernel's copy into the page cache cost ~3x the system time for writes of
-        several MB; docs/benchmarks.md, session 16.)"""
+        ``writev`` per run of frames, or a larger buffer, measured no faster:
+        docs/benchmarks.md, sessions 16-17.)"""
         for fr in frames:
             self.f.write(fr)
             self.digest.update(fr)
@@ -181,8 +199,63 @@ class ShardFile:
         self.sizes.extend(sizes)
         self.bytes += length
 
+    def reserve(self, length: int, sizes: Sequence[int]) -> int:
+        """Leave the next ``length`` bytes (whole frames: ``sizes``) to another writer;
+        returns their offset in :attr:`local_path`.  Appends continue after them."""
+        self._cut()
+        offset = self.bytes
+        with self._cv:
+            self._ranges[offset] = (length, None)
+        self.sizes.extend(sizes)
+        self.bytes += length
+        self._start = self.bytes
+        self.f.seek(self.bytes)
+        return offset
+
+    def filled(self, offset: int, crc: int) -> None:
+        """The range reserved at ``offset`` is written; ``crc``: its CRC-32C."""
+        with self._cv:
+            self._ranges[offset] = (self._ranges[offset][0], crc)
+            self._cv.notify_all()
+
+    def cancel(self, exc: BaseException) -> None:
+        """A reserved range will never be filled: :meth:`close` (even one already
+        waiting) raises ``exc`` and removes the file."""
+        with self._cv:
+            self._failed = exc
+            self._cv.notify_all()
+
+    def _cut(self) -> None:
+        """The bytes appended since the last reserved range become a range of their own."""
+        if self.bytes > self._start:
+            with self._cv:
+                self._ranges[self._start] = (self.bytes - self._start, int.from_bytes(self.digest.digest(), "big"))
+            self.digest = digests.new("crc32c")
+            self._start = self.bytes
+
+    def _crc32c(self) -> str:
+        if not self._ranges:  # every byte appended here
+            return digests.hexdigest(self.digest)
+        self._cut()
+        with self._cv:
+            while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
+                self._cv.wait()
+            if self._failed is not None:
+                raise self._failed
+            crc = 0
+            for offset in sorted(self._ranges):
+                length, part = self._ranges[offset]
+                crc = digests.crc32c_combine(crc, part, length)
+        return f"{crc:08x}"
+
     def close(self) -> Dict[str, Any]:
-        """Make the shard durable under its final name; its manifest row."""
+        """Make the shard durable under its final name (once its reserved ranges are
+        filled); its manifest row."""
+        try:
+            crc = self._crc32c()
+        except BaseException as e:
+            self.abort(e)
+            raise
         self._cm.__exit__(None, None, None)
         if self.dali_index:
             lines, off = [], 0
@@ -190,8 +263,7 @@ class ShardFile:
                 lines.append(f"{off} {s}\n")
                 off += s
             self.store.write_bytes(self.path + ".idx", "".join(lines).encode())
-        return {"path": self.path, "records": len(self.sizes), "bytes": self.bytes,
-                "crc32c": digests.hexdigest(self.digest)}
+        return {"path": self.path, "records": len(self.sizes), "bytes": self.bytes, "crc32c": crc}
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         """Remove the temporary file; nothing appears under the final name."""

@@ -5,7 +5,11 @@ the GIL, but everything between those calls (tar headers, Pillow's Python plugin
 building) holds it, and on 2 cores the threads of a decode-heavy job lose about a fifth of
 their throughput to one another (docs/benchmarks.md).  With a pool, each ``ConvertShard``
 call hands its whole shard to a worker process and waits: Beam's threads only schedule,
-the workers convert.  The output is the same bytes (each worker writes its piece).
+the workers convert.  The output is the same bytes.  Where this process's shard stream
+places the pieces (a local ``{}`` output), each worker writes its piece's frames straight
+into the final shards, at the offsets the stream assigns (``place``; the worker protocol
+is in :mod:`pipelines.shard_worker`), so every byte is written once; otherwise each
+worker writes a piece file that the shards are copied from.
 
 * The pool belongs to the job that :func:`started <start>` it, in that process: a DoFn
   that runs elsewhere (Flink, Dataflow, Beam's ``multi_processing`` workers) finds no
@@ -78,17 +82,33 @@ class _Worker:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.flush()
 
-    def call(self, index: int, url: str) -> Dict[str, Any]:
+    def _ask(self, message: Any, url: str) -> Tuple[str, Any]:
         try:
-            self._send((index, url))
+            self._send(message)
             status, value = pickle.load(self.proc.stdout)
         except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError) as e:
             code = self.proc.wait()
             raise WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
                              f"while converting {url} ({e.__class__.__name__})") from None
-        if status == "ok":
-            return value
-        raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
+        if status == "error":
+            raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
+        return status, value
+
+    def call(self, index: int, url: str, place: Optional[Callable] = None) -> Dict[str, Any]:
+        """Convert one shard; with ``place`` (``PieceFeed.place``), the worker then writes
+        the piece's frames where ``place(info)`` puts them (see :mod:`pipelines.shard_worker`)."""
+        _, info = self._ask((index, url, place is not None), url)
+        if place is None:
+            return info
+        try:
+            runs = place(info) or []
+        except BaseException:
+            self._ask([], url)  # the worker drops the piece and is ready for the next task
+            raise
+        _, crcs = self._ask([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], url)
+        for (shard, offset, _, _), crc in zip(runs, crcs):
+            shard.filled(offset, crc)
+        return info
 
     def end_input(self) -> None:
         """Ask the worker to exit (it does when its stdin closes)."""
@@ -117,10 +137,15 @@ class Pool:
     bundle per thread); converting in task order instead keeps every worker busy until the
     last shard, and the pieces come in the order the shard stream writes them.
     ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
-    ready (the job's shard stream and progress bar: ``pipelines.convert.piece_done``)."""
+    ready (the job's shard stream and progress bar: ``pipelines.convert.piece_done``).
+    ``place`` (``PieceFeed.place``): the workers write their pieces into the final shards
+    where it puts them; a worker then waits for its piece's predecessors to be placed, so
+    such a pool must be given every task (converting in input order, no worker can wait
+    for a piece that no worker converts)."""
 
     def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
-                 on_done: Optional[Callable[[Dict[str, Any]], None]] = None):
+                 on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 place: Optional[Callable] = None):
         self._all: List[_Worker] = []
         self._idle: "queue.Queue[Optional[_Worker]]" = queue.Queue()  # None: broken
         self._broken: Optional[WorkerDied] = None
@@ -132,9 +157,15 @@ class Pool:
         self._futures: Dict[int, Future] = {index: Future() for index, _ in tasks}
         self._todo = collections.deque((index, url, self._futures[index]) for index, url in tasks)
         self._on_done = on_done
+        self._place = place
         self._closed = False
         for i in range(min(int(n), len(self._todo))):
             threading.Thread(target=self._dispatch, daemon=True, name=f"tar2tf-dispatch-{i}").start()
+
+    @property
+    def places(self) -> bool:
+        """Whether the workers write their pieces where the shard stream places them."""
+        return self._place is not None
 
     def _dispatch(self) -> None:
         while True:
@@ -166,7 +197,7 @@ class Pool:
             self._idle.put(None)
             raise self._broken
         try:
-            info = w.call(index, url)
+            info = w.call(index, url, self._place)
             if self._on_done is not None:
                 self._on_done(info)
             return info
@@ -201,7 +232,8 @@ _pools: "JobObjects[Pool]" = JobObjects()
 
 
 def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, str]] = (),
-          required: bool = True, on_done: Optional[Callable[[Dict[str, Any]], None]] = None) -> bool:
+          required: bool = True, on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
+          place: Optional[Callable] = None) -> bool:
     """Start ``processes`` workers for ``job`` (they import while the caller goes on),
     and with them the conversion of ``tasks``, in order (see :class:`Pool`).  A ``cfg``
     whose ops cannot be pickled raises, or with ``required=False`` starts nothing and
@@ -216,7 +248,7 @@ def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, s
         if required:
             raise
         return False
-    _pools.put(job, Pool(blob, work, processes, tasks, on_done))
+    _pools.put(job, Pool(blob, work, processes, tasks, on_done, place))
     return True
 
 

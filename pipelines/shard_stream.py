@@ -9,7 +9,11 @@ into the open final shard, under the same greedy rule (:class:`transforms.tfreco
 which depends only on the sizes seen so far) -- so the shards, their names and bytes are
 the same as the planned path's (tested), and the copy overlaps the conversion of later
 pieces.  The in-process driver adds its pieces in order itself; the local Beam runner's
-DoFns (which run in this process) offer theirs to a :class:`PieceFeed`.  On other runners
+DoFns (which run in this process) offer theirs to a :class:`PieceFeed`.  The local worker
+processes of a Beam job do not hand their frames over at all: :meth:`PieceFeed.place`
+reserves each run's byte range in its final shard (:meth:`ShardFile.reserve
+<pipelines.finalize.ShardFile.reserve>`), the worker writes it there, and the shard's
+CRC-32C is combined from the runs' CRCs when it closes.  On other runners
 a DoFn finds no feed for its job, and the job's shards are written the planned way
 (:class:`MissingPieces`).
 
@@ -68,6 +72,7 @@ class ShardStream:
         self._ended: List[Dict[str, Any]] = []  # pieces finished while the current shard is open
         self._last = self._skip[0] - 1  # index of the last piece added
         self._closing: List[Future] = []
+        self._open: List[ShardFile] = []  # handed to the closer (it may wait for reserved ranges)
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
         self.done = False  # finished or aborted
 
@@ -76,6 +81,7 @@ class ShardStream:
         record within the piece) is where the next shard starts."""
         if self.current is not None:
             entry = {"pieces": self._ended, "next": list(position)}
+            self._open.append(self.current)
             self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
             self._ended = []
             self.current = None
@@ -88,6 +94,7 @@ class ShardStream:
 
     def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
         row = shard.close()
+        self._open.remove(shard)
         if self.journal is not None:
             shard_journal.write(self.journal, n, dict(entry, row=row), self.config)
             for piece in entry["pieces"]:  # wholly inside journaled shards: not needed again
@@ -115,9 +122,20 @@ class ShardStream:
         index = piece["index"]
         sizes = piece["sizes"]
         frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
+        place = piece.pop("place", None)  # a worker process holds the frames (PieceFeed.place)
         skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
         self._last = index
-        if frames is not None:
+        if place is not None:
+            runs = []
+            try:
+                for lo, hi in self._runs(index, sizes, skip):
+                    shard = self.current
+                    runs.append((shard, shard.reserve(sum(sizes[lo:hi]), sizes[lo:hi]), lo, hi))
+            except BaseException as e:
+                place.set_exception(e)
+                raise
+            place.set_result(runs)
+        elif frames is not None:
             for lo, hi in self._runs(index, sizes, skip):
                 self.current.write(frames[lo:hi], sizes[lo:hi])
         elif len(sizes) > skip:
@@ -145,12 +163,20 @@ class ShardStream:
         without a journal they are removed too, so the failed job leaves no output of its
         own (as on the planned path, which writes nothing before every piece is done)."""
         self.done = True
+        self.cancel(exc)
         if self.current is not None:
             self.current.abort(exc)
             self.current = None
         self._closer.shutdown(wait=True)
         if self.journal is None:
             self._remove_finished()
+
+    def cancel(self, exc: Optional[BaseException] = None) -> None:
+        """Ranges left to worker processes will not be filled: the shards waiting for
+        them fail (see :meth:`ShardFile.cancel`) instead of waiting for ever."""
+        exc = exc or RuntimeError("the shard stream was stopped")
+        for shard in list(self._open) + ([self.current] if self.current is not None else []):
+            shard.cancel(exc)
 
     def _remove_finished(self) -> None:
         for f in self._closing:
@@ -201,6 +227,32 @@ class PieceFeed:
                 self._offered[piece["index"]] = piece
                 self._cv.notify()
 
+    def place(self, piece: Dict[str, Any]) -> Optional[List[Tuple[ShardFile, int, int, int]]]:
+        """Offer a piece whose frames a worker process holds, and wait for the stream to
+        reach it: returns its runs ``(shard, offset, lo, hi)`` -- records ``lo..hi-1``
+        go at ``offset`` of ``shard.local_path``, and the writer reports each run with
+        ``shard.filled(offset, crc)`` -- or None if the piece was written before (a retried
+        bundle's second conversion).  Raises if the stream stopped first."""
+        fut: Future = Future()
+        with self._cv:
+            if piece["index"] < self._next or piece["index"] in self._offered:
+                return None
+            if self._closed:
+                raise RuntimeError("the shard stream was stopped")
+            piece["place"] = fut
+            self._pending[piece["index"]] = piece
+            self._offered[piece["index"]] = piece
+            self._cv.notify()
+        return fut.result()
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        """Pieces offered but never added: their :meth:`place` calls raise ``exc``."""
+        with self._cv:
+            self._closed = True
+            for index in [i for i, p in self._pending.items() if "place" in p]:
+                self._pending.pop(index)["place"].set_exception(exc)
+            self._cv.notify()
+
     def pieces(self) -> List[Dict[str, Any]]:
         """The infos of the pieces offered so far, in input order (without held frames,
         which the stream takes)."""
@@ -226,11 +278,10 @@ class PieceFeed:
                     return
         except BaseException as e:  # noqa: BLE001 - raised by finish()
             self._error = e
+            self._fail_pending(e)
 
     def _close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
+        self._fail_pending(RuntimeError("the shard stream was stopped"))
         self._thread.join()
 
     def finish(self, count: int) -> List[Dict[str, Any]]:
@@ -251,6 +302,7 @@ class PieceFeed:
             self.settled = True
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
+        self.stream.cancel(exc)  # the writer thread may wait in finish() for ranges of dead workers
         self._close()
         self.stream.abort(exc)
 

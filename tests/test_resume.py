@@ -9,16 +9,25 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
 
 N_SHARDS = 10
 
 
-def _args(src, out, work):
+# one Beam worker converting on its thread (pieces in the work dir), or the default mode's
+# two threads with a worker process each (the workers write into the final shards), or
+# two threads sharing one worker process (whose pieces must still be converted in order)
+MODES = {"thread": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+         "workers": ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+         "one-worker": ["--direct_running_mode=multi_threading", "--direct_num_workers=2", "--processes", "1"]}
+
+
+def _args(src, out, work, mode="thread"):
     return ["convert", src, "--output", out, "--work-dir", work, "--records-per-shard", "7",
-            "--type-map", "cls:int64", "--ops", "slow_ops:slow_ops", "--no-progress",
-            "--direct_running_mode=in_memory", "--direct_num_workers=1"]
+            "--type-map", "cls:int64", "--ops", "slow_ops:slow_ops", "--no-progress", *MODES[mode]]
 
 
 def _flip(path, at):
@@ -29,13 +38,14 @@ def _flip(path, at):
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-def test_resume_after_kill_is_byte_identical(tmp_path):
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0009}.tar")
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
 
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *_args(src, out, work)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *_args(src, out, work, mode)], cwd=ROOT,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
@@ -63,7 +73,7 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
         expect_resumed -= 1
 
     summary = str(tmp_path / "resumed.json")
-    p = cli(*_args(src, out, work), "--resume", "--summary-json", summary, env=env)
+    p = cli(*_args(src, out, work, mode), "--resume", "--summary-json", summary, env=env)
     assert p.returncode == 0, p.stderr
     rep = json.load(open(summary))
     assert rep["counters"]["shards_resumed"] == expect_resumed > 0
@@ -72,7 +82,7 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert not glob.glob(f"{work}/*/piece-*") and not glob.glob(f"{work}/*/journal-*")  # cleaned after success
 
     ref_out = str(tmp_path / "ref" / "t-{}.record")
-    p = cli(*_args(src, ref_out, str(tmp_path / "work-ref")), env=env)
+    p = cli(*_args(src, ref_out, str(tmp_path / "work-ref"), mode), env=env)
     assert p.returncode == 0, p.stderr
     got, want = output_digest(str(tmp_path / "o")), output_digest(str(tmp_path / "ref"))
     assert got == want and len([k for k in got if k.endswith(".record")]) == 5   # 30 records / 7

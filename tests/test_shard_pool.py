@@ -191,7 +191,9 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the work dir should go")
-    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), work_dir=str(blocker),
+    # a planned output: the worker writes its piece into the work dir (a streamed local
+    # output's workers hold their pieces and write into the final shards)
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t.record"), work_dir=str(blocker),
                         progress=False, processes=1)
     with pytest.raises(Exception, match="(?s)failed in a shard worker process.*(NotADirectoryError|FileExistsError)"):
         convert(cfg)
