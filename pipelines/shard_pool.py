@@ -105,7 +105,12 @@ class _Worker:
         except BaseException:
             self._ask([], url)  # the worker drops the piece and is ready for the next task
             raise
-        _, crcs = self._ask([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], url)
+        try:
+            _, crcs = self._ask([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], url)
+        except BaseException as e:
+            for shard, _, _, _ in runs:  # its ranges will never be written: those shards fail
+                shard.cancel(e)          # (a retried bundle would find the piece placed already)
+            raise
         for (shard, offset, _, _), crc in zip(runs, crcs):
             shard.filled(offset, crc)
         return info

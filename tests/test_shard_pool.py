@@ -237,6 +237,37 @@ def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
         convert(cfg)
 
 
+def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tmp_path):
+    """The worker cannot write where its piece was placed: the call raises the worker's
+    error, the shards holding the piece's ranges fail when closed (no wait for a range
+    nobody will write), and the worker is ready for its next task."""
+    import cloudpickle
+    from pipelines import finalize, shard_pool
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"})
+    w = shard_pool._Worker(cloudpickle.dumps(cfg), str(tmp_path / "work"))
+    try:
+        shard = finalize.ShardFile(str(tmp_path / "o" / "t-1.record"))
+        placed = []
+
+        def place(info):
+            n = len(info["sizes"])
+            runs = [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, n)]
+            os.unlink(shard.local_path)  # the worker's open() will fail
+            placed.append(n)
+            return runs
+        url = shards.replace("{0000..0003}", "0000")
+        with pytest.raises(RuntimeError, match="(?s)shard worker process.*FileNotFoundError"):
+            w.call(0, url, place)
+        assert placed == [6]
+        with pytest.raises(RuntimeError, match="FileNotFoundError"):
+            shard.close()  # cancelled: raises at once
+        assert not (tmp_path / "o" / "t-1.record").exists()
+        assert len(w.call(1, url.replace("0000", "0001"))["sizes"]) == 6  # the worker goes on
+    finally:
+        w.end_input()
+        w.reap()
+
+
 def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
     assert opts.auto_processes(2, 8, ops=True) == 2 and opts.auto_processes(2, 8, ops=False) == 0
     assert opts.auto_processes(4, 3) == 3 and opts.auto_processes(1, 8) == 0 and opts.auto_processes(2, 1) == 0
