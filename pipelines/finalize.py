@@ -120,7 +120,7 @@ def make_plan(pieces: Sequence[Dict[str, Any]], output: str, max_bytes: Optional
 
 # -- writing ----------------------------------------------------------------------------
 
-def _copy_range(src, dst, offset: int, length: int, digest) -> None:
+def copy_range(src, dst, offset: int, length: int, digest) -> None:
     """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, feeding ``digest``.
 
     Plain 1 MB reads: google-crc32c only takes ``bytes`` (no memoryview into a reused
@@ -195,7 +195,7 @@ class ShardFile:
 
     def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
         """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
-        _copy_range(src, self.f, offset, length, self.digest)
+        copy_range(src, self.f, offset, length, self.digest)
         self.sizes.extend(sizes)
         self.bytes += length
 

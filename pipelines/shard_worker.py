@@ -63,40 +63,29 @@ def _task_loop(inp, out) -> None:
             send(("error", traceback.format_exc()))
 
 
-CHUNK = 1 << 20
-
-
 def write_runs(runs, frames, info, config=None) -> list:
     """Write records ``lo..hi-1`` of the piece at ``offset`` of ``path`` for each run;
-    the CRC-32C of each run.  ``frames``: the piece's frames, or None to read them from its
-    piece file (in the store of ``config``)."""
+    the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
+    piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
     import itertools
-    from google_crc32c import extend
+    from transforms import digests
     from transforms.stores import get_store
-    sizes = info["sizes"]
-    ends = list(itertools.accumulate(sizes, initial=0))
+    ends = list(itertools.accumulate(info["sizes"], initial=0))
     crcs = []
     src = get_store(info["piece"], config).open_read(info["piece"]) if frames is None and runs else None
     try:
         for path, offset, lo, hi in runs:
-            crc = 0
-            with open(path, "r+b", buffering=CHUNK) as f:
+            digest = digests.new("crc32c")
+            with open(path, "r+b", buffering=1 << 20) as f:
                 f.seek(offset)
                 if src is None:
                     for fr in frames[lo:hi]:
                         f.write(fr)
-                        crc = extend(crc, fr)
+                        digest.update(fr)
                 else:
-                    src.seek(ends[lo])
-                    left = ends[hi] - ends[lo]
-                    while left:
-                        chunk = src.read(min(CHUNK, left))
-                        if not chunk:
-                            raise IOError(f"{info['piece']} ended {left} bytes early")
-                        f.write(chunk)
-                        crc = extend(crc, chunk)
-                        left -= len(chunk)
-            crcs.append(crc)
+                    from pipelines.finalize import copy_range  # only for spilled pieces
+                    copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
+            crcs.append(int(digests.hexdigest(digest), 16))
     finally:
         if src is not None:
             src.close()
