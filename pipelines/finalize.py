@@ -229,7 +229,7 @@ class ShardFile:
         """The bytes appended since the last reserved range become a range of their own."""
         if self.bytes > self._start:
             with self._cv:
-                self._ranges[self._start] = (self.bytes - self._start, int.from_bytes(self.digest.digest(), "big"))
+                self._ranges[self._start] = (self.bytes - self._start, digests.crc32c_of(self.digest))
             self.digest = digests.new("crc32c")
             self._start = self.bytes
 

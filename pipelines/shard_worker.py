@@ -85,7 +85,7 @@ def write_runs(runs, frames, info, config=None) -> list:
                 else:
                     from pipelines.finalize import copy_range  # only for spilled pieces
                     copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
-            crcs.append(int(digests.hexdigest(digest), 16))
+            crcs.append(digests.crc32c_of(digest))
     finally:
         if src is not None:
             src.close()

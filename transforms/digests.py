@@ -35,6 +35,11 @@ def hexdigest(digest) -> str:
     return h.decode() if isinstance(h, bytes) else h
 
 
+def crc32c_of(digest) -> int:
+    """A running crc32c digest's value as an int (what :func:`crc32c_combine` takes)."""
+    return int.from_bytes(digest.digest(), "big")
+
+
 def kind_of(row: Mapping[str, Any]) -> str:
     """The digest a manifest row or sidecar carries (crc32c when it has both); '' if none."""
     return next((k for k in KINDS if k in row), "")
