@@ -81,6 +81,28 @@ def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path
     assert set(_children()) <= before
 
 
+def test_tasks_the_pool_converts_itself_are_not_spread_over_beams_workers(shards, tmp_path, monkeypatch):
+    """With a pool converting every task in order, Beam's DoFns only collect its results:
+    the graph has no spread step before ConvertShard (one shuffle less for the runner).
+    On Beam's threads the tasks are spread, so that its workers share them."""
+    from pipelines import convert as cv
+    labels = []
+    real = cv.spread
+
+    def spy(pcoll, label, key):
+        labels.append(label)
+        return real(pcoll, label, key)
+    monkeypatch.setattr(cv, "spread", spy)
+    res = {}
+    for procs in (2, 0):
+        labels.clear()
+        res[procs] = convert(ConvertConfig(sources=shards, output=str(tmp_path / str(procs) / "t-{}.record"),
+                                           type_map={"cls": "int64"}, max_shard_size="20KB", progress=False,
+                                           processes=procs), ["--direct_num_workers=2"])
+        assert ("SpreadShards" in labels) == (procs == 0)
+    assert _files(res[2]) == _files(res[0]) and res[2].totals == res[0].totals
+
+
 def test_in_process_api_uses_the_pool_too(shards, tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
