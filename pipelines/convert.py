@@ -14,7 +14,8 @@ closes the last shard and writes the manifest from the pieces the stream got
 conversion, and without the gather stage, which on the local runner cost 0.07-0.16 s
 between the last conversion and the manifest (docs/benchmarks.md).  With local worker
 processes (``pipelines.shard_pool``) and a local output, the workers write their frames
-into the final shards at the offsets the stream assigns: no piece files.
+into the final shards at the offsets the stream assigns: no piece files.  Such a pool
+converts every task itself, in input order, so the graph then has no spread step.
 
 With ``shuffle=True`` the plan is made over a seeded permutation of all records, and the
 records travel through a GroupByKey keyed by final shard (Beam's shuffle moves the
