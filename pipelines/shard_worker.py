@@ -11,9 +11,11 @@ answers ``("sized", piece info)`` first; it then reads the piece's runs ``[(path
 lo, hi), ...]`` (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary file
 ``path``; an empty list: drop the piece), writes them, and answers ``("ok", [CRC-32C of
 each run])``.  Each byte of the output is then written once, by a worker, instead of to a
-piece file and again by the parent into the final shard.  This module imports only what a worker needs, so that a worker
-is converting ~20 ms sooner than if it imported the pool's threading and subprocess
-machinery (measured on the 2-core benchmark machine, where both workers start at once).
+piece file and again by the parent into the final shard.
+
+This module imports only what a worker needs, so that a worker is converting ~20 ms
+sooner than if it imported the pool's threading and subprocess machinery (measured on
+the 2-core benchmark machine, where both workers start at once).
 """
 
 from __future__ import annotations
