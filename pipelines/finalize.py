@@ -20,13 +20,16 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from transforms import digests
+from transforms import digests, writeback
 from transforms.records import Reject
 from transforms.stores import LOCAL_TEMP, Store, StoreConfig, basename, get_store, split_url
 from transforms.tfrecord import pack
 
 log = logging.getLogger("tar2tf")
 COPY_CHUNK = 1 << 20
+# a local shard's appended bytes go to the device in ranges of this size while it fills
+# (transforms.writeback), so that closing it does not wait for all of them
+WRITEBACK_CHUNK = 8 << 20
 
 
 # -- names ------------------------------------------------------------------------------
@@ -174,6 +177,8 @@ class ShardFile:
         self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
         self._cv = threading.Condition()
         self._failed: Optional[BaseException] = None
+        self._fd = self.f.fileno() if self.local_path is not None else None
+        self._flushed = 0  # writeback started for the bytes before this offset
 
     @property
     def local_path(self) -> Optional[str]:
@@ -192,12 +197,23 @@ class ShardFile:
             self.digest.update(fr)
         self.sizes.extend(sizes)
         self.bytes += sum(sizes)
+        self._start_writeback()
 
     def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
         """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
         copy_range(src, self.f, offset, length, self.digest)
         self.sizes.extend(sizes)
         self.bytes += length
+        self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        """Every :data:`WRITEBACK_CHUNK` bytes, have the kernel start writing the new ones
+        to the device (a head start for :meth:`close`'s fsync; local shards only).
+        Reserved ranges inside them are started by their writers."""
+        if self._fd is not None and self.bytes - self._flushed >= WRITEBACK_CHUNK:
+            self.f.flush()
+            writeback.start(self._fd, self._flushed, self.bytes - self._flushed)
+            self._flushed = self.bytes
 
     def reserve(self, length: int, sizes: Sequence[int]) -> int:
         """Leave the next ``length`` bytes (whole frames: ``sizes``) to another writer;

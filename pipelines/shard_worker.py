@@ -70,7 +70,7 @@ def write_runs(runs, frames, info, config=None) -> list:
     the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
     piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
     import itertools
-    from transforms import digests
+    from transforms import digests, writeback
     from transforms.stores import get_store
     ends = list(itertools.accumulate(info["sizes"], initial=0))
     crcs = []
@@ -87,6 +87,8 @@ def write_runs(runs, frames, info, config=None) -> list:
                 else:
                     from pipelines.finalize import copy_range  # only for spilled pieces
                     copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
+                f.flush()  # the shard's fsync, when it closes, then finds these bytes written
+                writeback.start(f.fileno(), offset, ends[hi] - ends[lo])
             crcs.append(digests.crc32c_of(digest))
     finally:
         if src is not None:
