@@ -48,6 +48,16 @@ def test_what_cannot_be_written_back_is_refused_quietly(tmp_path):
         assert writeback.start(f.fileno(), 0, 0) is False  # nothing to write
 
 
+def test_elsewhere_than_linux_nothing_is_called(tmp_path, monkeypatch):
+    monkeypatch.setattr(writeback, "_call", None)  # loaded again, as on a fresh import
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with open(tmp_path / "h.bin", "wb") as f:
+        f.write(b"x" * 10)
+        f.flush()
+        assert writeback.start(f.fileno(), 0, 10) is False
+    assert writeback._call is False
+
+
 def _frames(n, size):
     return [bytes([i % 251]) * size for i in range(n)]
 
