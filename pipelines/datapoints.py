@@ -16,8 +16,9 @@ float32, lists of numbers arrays; other bytes stay bytes (``tf.string``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any, Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -204,19 +205,53 @@ def _is_shape(x) -> bool:
     return all(d is None or isinstance(d, (int, np.integer)) for d in x)
 
 
+@dataclasses.dataclass(frozen=True)
+class LeafSpec:
+    """One ``tf.TensorSpec`` as plain Python (what :func:`fit` needs): an element stage
+    holding these pickles into a worker process that never imports TensorFlow."""
+    dtype: str                                  # TensorFlow's dtype name: "string", "uint8", ...
+    numpy: Optional[np.dtype]                   # None for strings
+    shape: Optional[Tuple[Optional[int], ...]]  # None: any rank
+
+    def fits(self, shape: Tuple[int, ...]) -> bool:
+        return self.shape is None or (len(shape) == len(self.shape)
+                                      and all(d is None or d == n for d, n in zip(self.shape, shape)))
+
+    def shape_text(self) -> str:
+        if self.shape is None:
+            return "<unknown>"
+        dims = ", ".join("None" if d is None else str(d) for d in self.shape)
+        return f"({dims},)" if len(self.shape) == 1 else f"({dims})"
+
+
+def plain_spec(spec: Any) -> Any:
+    """An element spec (``tf.TensorSpec`` leaves in dicts and tuples) with
+    :class:`LeafSpec` leaves."""
+    if isinstance(spec, dict):
+        return {k: plain_spec(v) for k, v in spec.items()}
+    if isinstance(spec, tuple):
+        return tuple(plain_spec(v) for v in spec)
+    if isinstance(spec, LeafSpec):
+        return spec
+    name = spec.dtype.name
+    shape = None if spec.shape.rank is None else tuple(spec.shape.as_list())
+    return LeafSpec(name, None if name == "string" else np.dtype(spec.dtype.as_numpy_dtype), shape)
+
+
 def fit(element: Any, spec: Any) -> Any:
-    """Cast an element's leaves to the spec; raise OpError if a shape does not fit."""
+    """Cast an element's leaves to the spec (:class:`LeafSpec` leaves, see
+    :func:`plain_spec`); raise OpError if a shape does not fit."""
     if isinstance(spec, dict):
         return {k: fit(element[k], spec[k]) for k in spec}
     if isinstance(spec, tuple):
         return tuple(fit(e, s) for e, s in zip(element, spec))
-    if spec.dtype.name == "string":
+    if spec.numpy is None:
         arr = np.asarray(element, dtype=object)
     else:
         arr = np.asarray(element)
         if arr.dtype.kind in "SO":
-            raise OpError(f"value {str(element)[:40]} is not {spec.dtype.name}")
-        arr = arr.astype(spec.dtype.as_numpy_dtype, copy=False)
-    if not spec.shape.is_compatible_with(arr.shape):
-        raise OpError(f"shape {tuple(arr.shape)} does not fit the output shape {spec.shape}")
+            raise OpError(f"value {str(element)[:40]} is not {spec.dtype}")
+        arr = arr.astype(spec.numpy, copy=False)
+    if not spec.fits(arr.shape):
+        raise OpError(f"shape {tuple(arr.shape)} does not fit the output shape {spec.shape_text()}")
     return arr

@@ -25,6 +25,7 @@ import logging
 import os
 import tempfile
 import threading
+import uuid
 import warnings
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
@@ -33,14 +34,14 @@ from pipelines import options as opts
 from pipelines.inmemory import ordered_stream
 from pipelines.parsers import make_record_parser
 from pipelines.pathgen import run_with_path_generator
-from transforms.fetch import read_shard
+from pipelines.shard_elements import ElementStage, describe as describe_reject, shard_elements
 from transforms.gostages import as_stage
 from transforms.ops import Convert, Decode, Resize, fuse, walk, with_seed
-from transforms.records import KEY, Reject, is_reject
+from transforms.records import KEY, Reject
 from transforms.sources import resolve
-from transforms.stages import FILTERED, Stages, stage_name
+from transforms.stages import Stages, stage_name
 from transforms.stores import StoreConfig
-from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt
+from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE
 
 log = logging.getLogger("tar2tf")
 selection_stage = dp.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
@@ -73,20 +74,6 @@ class LoadStats:
     @property
     def records_rejected(self) -> int:
         return sum(1 for r in self.rejects if r.counts_record)
-
-
-class _ElementStage:
-    """Last sample stage of in-memory mode: the record becomes one tf.data element."""
-
-    def __init__(self, sels, spec=None):
-        self.sels, self.spec = sels, spec
-
-    def __call__(self, record):
-        el = dp.datapoint(self.sels, record)
-        return {KEY: record.get(KEY), "__element__": el if self.spec is None else dp.fit(el, self.spec)}
-
-    def describe(self):
-        return "Select[" + ", ".join(s.describe() for s in self.sels) + "]"
 
 
 def location(source: str, proxy_url: Optional[str]) -> str:
@@ -242,42 +229,53 @@ class Dataset:
 
     # -- in memory: threads in this process --------------------------------------------------
     def _stages(self, spec=None) -> Stages:
-        return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (_ElementStage(self.selections, spec),))
+        return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (ElementStage(self.selections, spec),))
 
     def elements(self, template, num_workers: int = 1, spec=None, prefetch: int = 64,
                  stats: Optional[LoadStats] = None) -> Iterator[Any]:
-        """The datapoints, as numpy, in source order (what the tf.data dataset yields)."""
+        """The datapoints, as numpy, in source order (what the tf.data dataset yields).
+
+        With ops that do real work per record (decode, resize...) and more than one
+        worker and shard, the shards convert in local worker processes (as for
+        ``load(path=...)``: ``pipelines.shard_pool``) and their elements cross back in
+        chunks; otherwise, or if an op cannot be pickled, on this process's threads."""
         urls, list_rejects = resolve(template, self.base, self.store)
         stats = stats if stats is not None else LoadStats()
+
+        def note(what, reject=None):
+            if reject is not None:
+                log.warning("%s", describe_reject(reject))
+            stats.add(what, reject)
+
         for r in list_rejects:
-            log.warning("reject: %s", r.reason)
-            stats.add("", r)
+            note("", r)
         stages = self._stages(spec)
         max_member = int(self.max_member_size)
+        heavy = any(not getattr(s, "light", False) for s in stages.sample_stages)
+        procs = opts.auto_processes(num_workers, len(urls), heavy)
+        if procs:
+            return self._elements_in_workers(urls, stages, max_member, procs, prefetch, note)
 
         def produce(url):
-            for item in read_shard(url, self.store, max_member):
-                if isinstance(item, ShardCorrupt):
-                    log.warning("shard %s failed its integrity check after its records were streamed: %s",
-                                url, item.reason)
-                    stats.add("", item)
-                    continue
-                if is_reject(item):
-                    stats.add("", item)
-                    log.warning("reject %s %s: %s", item.shard, item.key, item.reason)
-                    continue
-                stats.add("records_read")
-                out = stages.run_samples(item)
-                if out is FILTERED:
-                    stats.add("records_filtered")
-                elif is_reject(out):
-                    stats.add("", out)
-                    log.warning("reject %s %s: %s", out.shard, out.key, out.reason)
-                else:
-                    stats.add("records_yielded")
-                    yield out["__element__"]
+            return shard_elements(url, self.store, max_member, stages, note)
 
         return ordered_stream(urls, produce, num_workers, prefetch)
+
+    def _elements_in_workers(self, urls, stages, max_member, procs, prefetch, note) -> Iterator[Any]:
+        from pipelines import shard_pool
+        from pipelines.shard_convert import ConvertConfig
+        job = uuid.uuid4().hex
+        cfg = ConvertConfig(sources=urls, output="", sample_stages=stages.sample_stages, store=self.store,
+                            max_member_size=max_member)
+        if not shard_pool.start(job, cfg, "", procs, required=False):  # an op that cannot be pickled
+            yield from ordered_stream(urls, lambda url: shard_elements(url, self.store, max_member, stages, note),
+                                      procs, prefetch)
+            return
+        pool = shard_pool.get(job)
+        try:
+            yield from ordered_stream(urls, lambda url: pool.elements(url, note, _CROSSING_BATCH), procs, prefetch)
+        finally:
+            shard_pool.stop(job)
 
     def _stream_dataset(self, template, num_workers, output_types, output_shapes, output_signature, prefetch):
         import tensorflow as tf

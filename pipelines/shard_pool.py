@@ -27,6 +27,9 @@ worker writes a piece file that the shards are copied from.
 * Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
   Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
   ``(index, url)`` tasks on stdin; it answers each with the piece's info on stdout.
+* The streamed ``tf.data.Dataset`` of ``Dataset.load(template)`` borrows a worker per
+  shard too (:meth:`Pool.elements`): the worker sends the shard's elements back in chunks
+  and converts the next chunk while the caller takes these.
 * An exception inside the conversion is raised in the DoFn (with the worker's traceback
   in its message); a worker that dies (a crash in native code) fails the job with
   :class:`WorkerDied`, and every later call on the pool with it.  Workers exit when
@@ -44,7 +47,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pipelines.job_objects import JobObjects
 
@@ -114,6 +117,63 @@ class _Worker:
         for (shard, offset, _, _), crc in zip(runs, crcs):
             shard.filled(offset, crc)
         return info
+
+    def _died(self, url: str, e: BaseException) -> WorkerDied:
+        code = self.proc.wait()
+        return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
+                          f"while streaming {url} ({e.__class__.__name__})")
+
+    def _post(self, message: Any, url: str) -> None:
+        try:
+            self._send(message)
+        except OSError as e:
+            raise self._died(url, e) from None
+
+    def _recv(self, url: str) -> Any:
+        try:
+            return pickle.load(self.proc.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as e:
+            raise self._died(url, e) from None
+
+    def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
+        """The elements of one shard for the streamed dataset (``pipelines.shard_elements``;
+        the protocol is in ``pipelines.shard_worker``), ``chunk`` per message; the worker
+        converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
+        worker's counts.  Closing the generator early stops the worker's shard."""
+        self._post(("elements", url, chunk), url)
+        settled = False  # the worker has finished the task (end, error, or dead)
+        try:
+            while True:
+                kind, value, notes = self._recv(url)
+                for n in notes:
+                    note(*n)
+                if kind == "error":
+                    settled = True
+                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n{value}")
+                if kind == "end":
+                    settled = True
+                    yield from value
+                    return
+                self._post("next", url)
+                yield from value
+        except WorkerDied:
+            settled = True
+            raise
+        finally:
+            if not settled:  # the consumer stopped early: end the worker's task, keep the worker
+                self._stop_streaming(url, note)
+
+    def _stop_streaming(self, url: str, note: Callable) -> None:
+        try:
+            while True:
+                kind, _, notes = self._recv(url)
+                for n in notes:
+                    note(*n)
+                if kind != "items":
+                    return
+                self._post("stop", url)
+        except WorkerDied:
+            pass  # the pool finds out at the worker's next task
 
     def end_input(self) -> None:
         """Ask the worker to exit (it does when its stdin closes)."""
@@ -195,6 +255,23 @@ class Pool:
         if fut is not None:
             return fut.result()
         return self._run(index, url)
+
+    def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
+        """The elements of the shard at ``url``, converted by an idle worker (see
+        :meth:`_Worker.elements`), which stays borrowed until the generator ends."""
+        w = self._idle.get()
+        if w is None:
+            self._idle.put(None)
+            raise self._broken
+        try:
+            yield from w.elements(url, note, chunk)
+        except WorkerDied as e:
+            self._broken = WorkerDied(f"the shard worker pool is broken: {e}")
+            self._idle.put(None)
+            raise
+        finally:
+            if w.proc.poll() is None:
+                self._idle.put(w)
 
     def _run(self, index: int, url: str) -> Dict[str, Any]:
         w = self._idle.get()

@@ -3,7 +3,8 @@
 Started as ``python -c "from pipelines.shard_worker import serve; serve()"``.  It reads
 the pickled job (config blob, work directory) and then ``(index, url, direct)`` tasks from
 stdin, and answers each with ``("ok", piece info)`` or ``("error", traceback)`` on stdout.
-It exits when stdin closes.
+It exits when stdin closes.  An ``("elements", url, chunk)`` task streams the shard's
+elements for ``Dataset.load(template)`` instead (:func:`_stream_elements`).
 
 ``direct`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the worker
 keeps the piece's frames in memory (spilling to its piece file beyond ``HOLD_BYTES``) and
@@ -42,9 +43,14 @@ def _task_loop(inp, out) -> None:
 
     while True:
         try:
-            index, url, direct = pickle.load(inp)
+            task = pickle.load(inp)
         except EOFError:
             return
+        if task[0] == "elements":
+            if not _stream_elements(task[1], task[2], cfg, stages, inp, send):
+                return
+            continue
+        index, url, direct = task
         try:
             info = convert_shard(index, url, work, cfg, stages, HOLD_BYTES if direct else 0)
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
@@ -63,6 +69,38 @@ def _task_loop(inp, out) -> None:
             send(("ok", write_runs(runs, frames, info, cfg.store)))
         except Exception:  # noqa: BLE001
             send(("error", traceback.format_exc()))
+
+
+def _stream_elements(url, chunk, cfg, stages, inp, send) -> bool:
+    """An ``("elements", url, chunk)`` task (``pipelines.shard_elements``): the shard's
+    elements go out ``chunk`` at a time as ``("items", elements, notes)``, each answered
+    with ``"next"`` or ``"stop"``; then ``("end", elements, notes)``, or ``("error",
+    traceback, notes)``.  ``notes``: the counts since the last message.  False: the input
+    closed (the worker exits)."""
+    import traceback
+    from pipelines.shard_elements import shard_elements
+    notes, batch = [], []
+
+    def note(what, reject=None):
+        notes.append((what, reject))
+    try:
+        for el in shard_elements(url, cfg.store, cfg.max_member_size, stages, note):
+            batch.append(el)
+            if len(batch) < chunk:
+                continue
+            send(("items", batch, notes[:]))
+            batch, notes[:] = [], []
+            try:
+                if pickle.load(inp) != "next":  # "stop": the consumer is gone
+                    send(("end", [], notes))
+                    return True
+            except EOFError:
+                return False
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        send(("error", traceback.format_exc(), notes))
+        return True
+    send(("end", batch, notes))
+    return True
 
 
 def write_runs(runs, frames, info, config=None) -> list:
