@@ -251,25 +251,24 @@ class Dataset:
             note("", r)
         stages = self._stages(spec)
         max_member = int(self.max_member_size)
+
+        def produce(url):  # on this process's threads
+            return shard_elements(url, self.store, max_member, stages, note)
+
         heavy = any(not getattr(s, "light", False) for s in stages.sample_stages)
         procs = opts.auto_processes(num_workers, len(urls), heavy)
         if procs:
-            return self._elements_in_workers(urls, stages, max_member, procs, prefetch, note)
-
-        def produce(url):
-            return shard_elements(url, self.store, max_member, stages, note)
-
+            return self._elements_in_workers(urls, stages, max_member, procs, prefetch, note, produce)
         return ordered_stream(urls, produce, num_workers, prefetch)
 
-    def _elements_in_workers(self, urls, stages, max_member, procs, prefetch, note) -> Iterator[Any]:
+    def _elements_in_workers(self, urls, stages, max_member, procs, prefetch, note, produce) -> Iterator[Any]:
         from pipelines import shard_pool
         from pipelines.shard_convert import ConvertConfig
         job = uuid.uuid4().hex
         cfg = ConvertConfig(sources=urls, output="", sample_stages=stages.sample_stages, store=self.store,
                             max_member_size=max_member)
         if not shard_pool.start(job, cfg, "", procs, required=False):  # an op that cannot be pickled
-            yield from ordered_stream(urls, lambda url: shard_elements(url, self.store, max_member, stages, note),
-                                      procs, prefetch)
+            yield from ordered_stream(urls, produce, procs, prefetch)
             return
         pool = shard_pool.get(job)
         try:

@@ -114,3 +114,15 @@ def test_a_worker_that_dies_fails_the_stream_instead_of_hanging(shards):
         for el in ds.elements(TEMPLATE, 2):
             got.append(el)
     assert len(got) < 20
+
+
+def test_an_op_that_cannot_be_pickled_streams_on_threads(shards):
+    import threading
+    lock = threading.Lock()  # cloudpickle cannot ship this closure to a worker
+
+    def pid_under_lock(record):
+        with lock:
+            return os.getpid()
+    ds = Dataset(shards, conversions=[Decode("jpg"), Func(pid_under_lock, "pid")], selections=["jpg", "pid"])
+    got = list(ds.elements(TEMPLATE, 2))
+    assert len(got) == 18 and {int(p) for _, p in got} == {os.getpid()}
