@@ -39,6 +39,7 @@ worker writes a piece file that the shards are copied from.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -90,9 +91,7 @@ class _Worker:
             self._send(message)
             status, value = pickle.load(self.proc.stdout)
         except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError) as e:
-            code = self.proc.wait()
-            raise WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
-                             f"while converting {url} ({e.__class__.__name__})") from None
+            raise self._died(f"converting {url}", e) from None
         if status == "error":
             raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
         return status, value
@@ -118,22 +117,22 @@ class _Worker:
             shard.filled(offset, crc)
         return info
 
-    def _died(self, url: str, e: BaseException) -> WorkerDied:
+    def _died(self, doing: str, e: BaseException) -> WorkerDied:
         code = self.proc.wait()
         return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
-                          f"while streaming {url} ({e.__class__.__name__})")
+                          f"while {doing} ({e.__class__.__name__})")
 
     def _post(self, message: Any, url: str) -> None:
         try:
             self._send(message)
         except OSError as e:
-            raise self._died(url, e) from None
+            raise self._died(f"streaming {url}", e) from None
 
     def _recv(self, url: str) -> Any:
         try:
             return pickle.load(self.proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError) as e:
-            raise self._died(url, e) from None
+            raise self._died(f"streaming {url}", e) from None
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
         """The elements of one shard for the streamed dataset (``pipelines.shard_elements``;
@@ -259,30 +258,25 @@ class Pool:
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
         """The elements of the shard at ``url``, converted by an idle worker (see
         :meth:`_Worker.elements`), which stays borrowed until the generator ends."""
-        w = self._idle.get()
-        if w is None:
-            self._idle.put(None)
-            raise self._broken
-        try:
+        with self._borrow() as w:
             yield from w.elements(url, note, chunk)
-        except WorkerDied as e:
-            self._broken = WorkerDied(f"the shard worker pool is broken: {e}")
-            self._idle.put(None)
-            raise
-        finally:
-            if w.proc.poll() is None:
-                self._idle.put(w)
 
     def _run(self, index: int, url: str) -> Dict[str, Any]:
+        with self._borrow() as w:
+            info = w.call(index, url, self._place)
+            if self._on_done is not None:
+                self._on_done(info)
+            return info
+
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[_Worker]:
+        """An idle worker for the block, returned to the pool after it if still alive."""
         w = self._idle.get()
         if w is None:  # the pool is broken: wake the next waiter too
             self._idle.put(None)
             raise self._broken
         try:
-            info = w.call(index, url, self._place)
-            if self._on_done is not None:
-                self._on_done(info)
-            return info
+            yield w
         except WorkerDied as e:
             # like concurrent.futures' BrokenProcessPool: one crash fails every later call
             # (a crash in native code tends to recur), and nobody waits for a worker forever
