@@ -227,7 +227,7 @@ class Dataset:
         parser = make_record_parser(spec, with_label=len(self.selections) == 2)
         return tf.data.TFRecordDataset(res.paths).map(parser)
 
-    # -- in memory: threads in this process --------------------------------------------------
+    # -- in memory: streamed from this process's threads or its worker processes ------------
     def _stages(self, spec=None) -> Stages:
         return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (ElementStage(self.selections, spec),))
 
@@ -255,18 +255,17 @@ class Dataset:
         def produce(url):  # on this process's threads
             return shard_elements(url, self.store, max_member, stages, note)
 
-        heavy = any(not getattr(s, "light", False) for s in stages.sample_stages)
-        procs = opts.auto_processes(num_workers, len(urls), heavy)
+        from pipelines.shard_convert import ConvertConfig
+        cfg = ConvertConfig(sources=urls, output="", sample_stages=stages.sample_stages, store=self.store,
+                            max_member_size=max_member)  # what a worker process gets
+        procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops())
         if procs:
-            return self._elements_in_workers(urls, stages, max_member, procs, prefetch, note, produce)
+            return self._elements_in_workers(cfg, urls, procs, prefetch, note, produce)
         return ordered_stream(urls, produce, num_workers, prefetch)
 
-    def _elements_in_workers(self, urls, stages, max_member, procs, prefetch, note, produce) -> Iterator[Any]:
+    def _elements_in_workers(self, cfg, urls, procs, prefetch, note, produce) -> Iterator[Any]:
         from pipelines import shard_pool
-        from pipelines.shard_convert import ConvertConfig
         job = uuid.uuid4().hex
-        cfg = ConvertConfig(sources=urls, output="", sample_stages=stages.sample_stages, store=self.store,
-                            max_member_size=max_member)
         if not shard_pool.start(job, cfg, "", procs, required=False):  # an op that cannot be pickled
             yield from ordered_stream(urls, produce, procs, prefetch)
             return

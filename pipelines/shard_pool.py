@@ -87,11 +87,8 @@ class _Worker:
         self.proc.stdin.flush()
 
     def _ask(self, message: Any, url: str) -> Tuple[str, Any]:
-        try:
-            self._send(message)
-            status, value = pickle.load(self.proc.stdout)
-        except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError) as e:
-            raise self._died(f"converting {url}", e) from None
+        self._post(message, f"converting {url}")
+        status, value = self._recv(f"converting {url}")
         if status == "error":
             raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
         return status, value
@@ -122,28 +119,31 @@ class _Worker:
         return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
                           f"while {doing} ({e.__class__.__name__})")
 
-    def _post(self, message: Any, url: str) -> None:
+    def _post(self, message: Any, doing: str) -> None:
+        """Send a message; a worker that is gone raises :class:`WorkerDied` (``doing``:
+        what it was doing, for the message)."""
         try:
             self._send(message)
-        except OSError as e:
-            raise self._died(f"streaming {url}", e) from None
+        except OSError as e:  # BrokenPipeError included
+            raise self._died(doing, e) from None
 
-    def _recv(self, url: str) -> Any:
+    def _recv(self, doing: str) -> Any:
         try:
             return pickle.load(self.proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError) as e:
-            raise self._died(f"streaming {url}", e) from None
+            raise self._died(doing, e) from None
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
         """The elements of one shard for the streamed dataset (``pipelines.shard_elements``;
         the protocol is in ``pipelines.shard_worker``), ``chunk`` per message; the worker
         converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
         worker's counts.  Closing the generator early stops the worker's shard."""
-        self._post(("elements", url, chunk), url)
+        doing = f"streaming {url}"
+        self._post(("elements", url, chunk), doing)
         settled = False  # the worker has finished the task (end, error, or dead)
         try:
             while True:
-                kind, value, notes = self._recv(url)
+                kind, value, notes = self._recv(doing)
                 for n in notes:
                     note(*n)
                 if kind == "error":
@@ -153,24 +153,24 @@ class _Worker:
                     settled = True
                     yield from value
                     return
-                self._post("next", url)
+                self._post("next", doing)
                 yield from value
         except WorkerDied:
             settled = True
             raise
         finally:
             if not settled:  # the consumer stopped early: end the worker's task, keep the worker
-                self._stop_streaming(url, note)
+                self._stop_streaming(doing, note)
 
-    def _stop_streaming(self, url: str, note: Callable) -> None:
+    def _stop_streaming(self, doing: str, note: Callable) -> None:
         try:
             while True:
-                kind, _, notes = self._recv(url)
+                kind, _, notes = self._recv(doing)
                 for n in notes:
                     note(*n)
                 if kind != "items":
                     return
-                self._post("stop", url)
+                self._post("stop", doing)
         except WorkerDied:
             pass  # the pool finds out at the worker's next task
 
