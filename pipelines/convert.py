@@ -40,7 +40,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
+from pipelines import beam_sampler, finalize, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example as ex
@@ -327,6 +327,8 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
             shard_pool.start(job, cfg, work, procs, tasks=tasks,
                              on_done=functools.partial(piece_done, feed=None if direct else feed, bar=bar),
                              place=feed.place if direct else None)
+        if here:
+            beam_sampler.shorten()  # the job's bundles end without a 0-200 ms wait
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, urls, list_rejects, work, job, streamed, resumed.next_piece, pooled=bool(tasks))
         result = p.run()

@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import transforms
-from pipelines import finalize, options as opts, progress as prog, workfiles
+from pipelines import beam_sampler, finalize, options as opts, progress as prog, workfiles
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
@@ -246,6 +246,8 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
     bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None
+    if opts.dofns_run_here(args):
+        beam_sampler.shorten()  # the job's bundles end without a 0-200 ms wait
     try:
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, units, list_rejects, inputs, classes, work, job)
