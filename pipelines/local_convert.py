@@ -9,8 +9,10 @@ are byte-identical to a Beam run with the same inputs and options (tested).  Wit
 output template the final shards fill while later input shards still convert
 (:mod:`pipelines.shard_stream`); otherwise they are planned once every piece is done.
 Pieces converted on this process's threads go to that stream in memory (up to
-``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; a rerun
-with ``resume=True`` after a crash continues after the shards the stream finished
+``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; with
+worker processes (``pipelines.shard_pool``) and a local output, the workers write their
+frames into the final shards where the stream places them, as in a local Beam job.  A
+rerun with ``resume=True`` after a crash continues after the shards the stream finished
 (``pipelines.shard_journal``).
 """
 
@@ -23,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Sequence
 
 from pipelines import convert as cv
-from pipelines import finalize, options as opts, shard_pool
+from pipelines import finalize, options as opts, shard_pool, shard_stream
 from pipelines.shard_convert import HOLD_BYTES
 from transforms.sizes import parse_size
 from transforms.sources import resolve
@@ -46,12 +48,19 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     job = uuid.uuid4().hex
     auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
     procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops()) if auto else int(cfg.processes)
-    if procs:
-        # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
-        shard_pool.start(job, cfg, work, procs, required=not auto)
-    workers = shard_pool.get(job)
+    # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
+    blob = shard_pool.pack(cfg, required=not auto) if procs else None
     resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
     stream = cv.new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
+    tasks = list(enumerate(urls))[resumed.next_piece:]
+    if blob is not None and stream is not None and split_url(cfg.output)[0] == "":
+        # local final shards: the workers write their frames into them where the stream
+        # places them, converting in input order, as in a local Beam job (pipelines.convert)
+        feed = shard_stream.PieceFeed(stream, len(urls), resumed.next_piece)
+        return _placed(cfg, job, blob, procs, feed, tasks, list_rejects, urls, work, resumed, t0)
+    if blob is not None:
+        shard_pool.start(job, cfg, work, procs, blob=blob)
+    workers = shard_pool.get(job)
     # pieces converted on these threads reach the stream in memory (written once); the
     # stream's journal is what a rerun with resume=True continues from
     hold = HOLD_BYTES if stream is not None and workers is None else 0
@@ -66,7 +75,6 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         return cv.convert_shard(index, url, work, cfg, stages, hold)
 
     threads = max(1, int(num_workers), procs)
-    tasks = list(enumerate(urls))[resumed.next_piece:]
     # one thread writing to a local disk: convert on this thread between writes.  A second
     # thread would only overlap copies into the page cache, and the two threads' hand-offs
     # of the GIL cost more than that (docs/benchmarks.md, session 17); output elsewhere is
@@ -93,6 +101,30 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
             raise
     finally:
         shard_pool.stop(job)
+    return _result(cfg, shards, pieces, list_rejects, urls, work, t0)
+
+
+def _placed(cfg, job: str, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", tasks: Sequence,
+            list_rejects, urls: List[str], work: str, resumed, t0: float) -> "cv.ConvertResult":
+    """The job whose ``procs`` worker processes write into the final shards where ``feed``
+    places their pieces; the pool converts ``tasks`` in order, this thread takes the results."""
+    try:
+        shard_pool.start(job, cfg, work, procs, tasks=tasks, place=feed.place, blob=blob)
+        pool = shard_pool.get(job)
+        for index, url in tasks:
+            pool.convert(index, url)  # raises a worker's error
+        shards = feed.finish(len(urls))
+    except BaseException as e:
+        if not feed.settled:
+            feed.abort(e)  # the shards it finished stay if journaled, for resume=True
+        raise
+    finally:
+        shard_pool.stop(job)
+    return _result(cfg, shards, list(resumed.pieces) + feed.pieces(), list_rejects, urls, work, t0)
+
+
+def _result(cfg, shards, pieces, list_rejects, urls: List[str], work: str, t0: float) -> "cv.ConvertResult":
+    """Manifest and rejects written (``pipelines.convert.finish_job``); the job's result."""
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     written = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))

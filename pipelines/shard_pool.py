@@ -307,23 +307,34 @@ class Pool:
 _pools: "JobObjects[Pool]" = JobObjects()
 
 
-def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, str]] = (),
-          required: bool = True, on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
-          place: Optional[Callable] = None) -> bool:
-    """Start ``processes`` workers for ``job`` (they import while the caller goes on),
-    and with them the conversion of ``tasks``, in order (see :class:`Pool`).  A ``cfg``
-    whose ops cannot be pickled raises, or with ``required=False`` starts nothing and
-    returns False (the caller then converts on its threads)."""
+def pack(cfg, required: bool = True) -> Optional[bytes]:
+    """The job's config as its workers get it (pickled with cloudpickle).  A ``cfg`` whose
+    ops cannot be pickled raises, or with ``required=False`` gives None (the caller then
+    converts on its threads)."""
     import cloudpickle
     from transforms.sizes import parse_size
     # the member limit as a number: a worker then never imports the size parser
     cfg = dataclasses.replace(cfg, max_member_size=parse_size(cfg.max_member_size))
     try:
-        blob = cloudpickle.dumps(cfg)
+        return cloudpickle.dumps(cfg)
     except Exception:  # noqa: BLE001 - whatever pickling raises
         if required:
             raise
-        return False
+        return None
+
+
+def start(job: str, cfg, work: str, processes: int, tasks: Sequence[Tuple[int, str]] = (),
+          required: bool = True, on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
+          place: Optional[Callable] = None, blob: Optional[bytes] = None) -> bool:
+    """Start ``processes`` workers for ``job`` (they import while the caller goes on),
+    and with them the conversion of ``tasks``, in order (see :class:`Pool`).  ``blob``:
+    the job's :func:`packed <pack>` config, if the caller has it; otherwise ``cfg`` is
+    packed here, and one whose ops cannot be pickled raises, or with ``required=False``
+    starts nothing and returns False."""
+    if blob is None:
+        blob = pack(cfg, required)
+        if blob is None:
+            return False
     _pools.put(job, Pool(blob, work, processes, tasks, on_done, place))
     return True
 

@@ -367,3 +367,59 @@ def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
     assert len(left) <= 2  # the one in flight at close (and at most one taken meanwhile), not 200
     with pytest.raises(Exception):
         pool.convert(150, urls[2])  # cancelled: nobody converts it any more
+
+
+def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkeypatch):
+    """The in-process API with worker processes and a local ``{}`` output: as in a local
+    Beam job, the workers write their frames where the stream places them; this process
+    neither copies a piece file nor writes a frame, and the bytes are the threads' bytes."""
+    from pipelines import finalize
+    calls = {"copy": 0, "write": 0, "reserve": 0}
+    for name in calls:
+        real = getattr(finalize.ShardFile, name)
+        monkeypatch.setattr(finalize.ShardFile, name,
+                            lambda self, *a, _n=name, _r=real: (calls.__setitem__(_n, calls[_n] + 1), _r(self, *a))[1])
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    # 5 records per shard: pieces of 6 records cross the shard boundaries
+    placed = convert_in_process(_cfg(shards, str(tmp_path / "w/t-{}.record"), str(pid_dir), processes=2,
+                                     records_per_shard=5), num_workers=2)
+    assert calls["copy"] == calls["write"] == 0 and calls["reserve"] >= 4
+    assert os.getpid() not in {int(p) for p in os.listdir(pid_dir)}
+    threads = convert_in_process(_cfg(shards, str(tmp_path / "t/t-{}.record"), str(pid_dir), processes=0,
+                                      records_per_shard=5), num_workers=2)
+    assert calls["copy"] + calls["write"] > 0  # the threads' path writes from this process
+    assert len(placed.paths) == 5 and _files(placed) == _files(threads) and placed.totals == threads.totals
+    assert placed.manifest["shards"] == [dict(s, path=s["path"].replace("/t/", "/w/")) for s in threads.manifest["shards"]]
+
+
+def _die_while(marker, key):
+    def op(record):  # in a worker process: dies on one record while the marker file exists
+        if record["__key__"] == key and os.path.exists(marker):
+            os._exit(3)
+        return record
+    return op
+
+
+def test_in_process_workers_failing_keep_journaled_shards_and_resume(tmp_path):
+    """A worker dying on the last input shard fails the in-process job; the final shards
+    finished before it stay (journaled), and resume=True writes an uninterrupted run's bytes."""
+    shardgen.make_shards(str(tmp_path / "in"), 5, 6, size=(32, 32))
+    marker = tmp_path / "fail"
+    marker.touch()
+
+    def cfg(out, **kw):
+        return ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0004}.tar"),
+                             output=str(tmp_path / out / "t-{}.record"), max_shard_size="4KB",
+                             sample_stages=(Func(_die_while(str(marker), "000025")),), progress=False,
+                             processes=2, **kw)
+    with pytest.raises(Exception, match="died with exit code 3"):
+        convert_in_process(cfg("o"), num_workers=2)
+    kept = sorted(os.listdir(tmp_path / "o"))
+    assert kept[0] == ".tar2tf-work" and len(kept) > 1
+    assert all(k.startswith("t-") and k.endswith(".record") for k in kept[1:])  # no temporary file
+    marker.unlink()
+    res = convert_in_process(cfg("o", resume=True), num_workers=2)
+    ref = convert_in_process(cfg("ref"), num_workers=2)
+    assert res.totals == ref.totals and res.totals["records_written"] == 30
+    assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
