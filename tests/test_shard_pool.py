@@ -423,3 +423,22 @@ def test_in_process_workers_failing_keep_journaled_shards_and_resume(tmp_path):
     ref = convert_in_process(cfg("ref"), num_workers=2)
     assert res.totals == ref.totals and res.totals["records_written"] == 30
     assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
+
+
+def test_in_process_workers_and_threads_agree_on_bad_input(tmp_path):
+    """Missing shard, broken tar, truncated and oversized members, duplicates, bad labels:
+    the in-process API's placing workers reject and write exactly what its threads do."""
+    from test_convert import _bad_inputs
+    t1, t2 = _bad_inputs(str(tmp_path / "in"))
+    res = {}
+    for procs in (2, 0):
+        res[procs] = convert_in_process(ConvertConfig(sources=[t1, t2], output=str(tmp_path / str(procs) / "x-{}.record"),
+                                                      max_member_size=4000, type_map={"cls": "int64"}, max_rejects=100,
+                                                      sample_stages=(Resize("jpg", (8, 8)),), progress=False,
+                                                      processes=procs), num_workers=2)
+    a, b = res[2], res[0]
+    assert a.exit_code == b.exit_code == 0 and a.totals == b.totals and a.totals["records_rejected"] > 0
+    t = a.totals
+    assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
+    assert [open(p, "rb").read() for p in a.paths] == [open(p, "rb").read() for p in b.paths]
+    assert open(a.rejects_path).read() == open(b.rejects_path).read()
