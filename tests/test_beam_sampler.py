@@ -13,30 +13,23 @@ from pipelines import beam_sampler
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class _Sampler:
-    def __init__(self, prefix, counter_factory, sampling_period_ms=200):
-        self.sampling_period_ms = sampling_period_ms
-
-
-class _Other:
-    def __init__(self, prefix, period=200):
-        self.period = period
-
-
 def test_shortens_the_default_only():
-    cls = type("S", (_Sampler,), {"__init__": lambda self, p, c, sampling_period_ms=200:
-                                  _Sampler.__init__(self, p, c, sampling_period_ms)})
-    assert beam_sampler.shorten(cls, 10)
-    assert cls("x", None).sampling_period_ms == 10
-    assert cls("x", None, 500).sampling_period_ms == 500  # an explicit period is the caller's
-    assert beam_sampler.shorten(cls, 50)  # a shorter default is kept
-    assert cls("x", None).sampling_period_ms == 10
+    class Sampler:  # a fresh class: the patch changes its __init__'s defaults
+        def __init__(self, prefix, counter_factory, sampling_period_ms=200):
+            self.sampling_period_ms = sampling_period_ms
+    assert beam_sampler.shorten(Sampler, 10)
+    assert Sampler("x", None).sampling_period_ms == 10
+    assert Sampler("x", None, 500).sampling_period_ms == 500  # an explicit period is the caller's
+    assert beam_sampler.shorten(Sampler, 50)  # a shorter default is kept
+    assert Sampler("x", None).sampling_period_ms == 10
 
 
 def test_leaves_an_unexpected_signature_alone():
-    cls = type("O", (_Other,), {"__init__": lambda self, p, period=200: _Other.__init__(self, p, period)})
-    assert not beam_sampler.shorten(cls, 10)
-    assert cls("x").period == 200
+    class Other:
+        def __init__(self, prefix, period=200):
+            self.period = period
+    assert not beam_sampler.shorten(Other, 10)
+    assert Other("x").period == 200
 
 
 def test_beams_own_class_has_the_expected_shape():
