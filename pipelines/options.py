@@ -6,7 +6,8 @@ binary (no network here, and a stall risk on networks that drop packets); FnApiR
 the engine DirectRunner falls back to anyway.  In that default mode the TFRecord job
 also hands whole shards to one local worker process per thread (``pipelines.shard_pool``;
 ``processes=0`` / ``--processes 0`` keeps the conversion on the threads), because Python
-threads contend for the GIL between Pillow's calls: ~15-20 % more throughput on 2 cores.
+threads contend for the GIL between Pillow's calls and with Beam's own threads: 7-10 %
+more throughput with image ops and 37-52 % for a passthrough on 2 cores (benchmark R14, R15).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) ->
     more than one worker and more than one input shard gets one process per worker,
     whatever the ops.  Unlike the in-process driver (:func:`auto_processes`), a Beam job
     converting on its threads shares the GIL with Beam's own (about forty in this mode),
-    and even a passthrough converts faster in workers: 0.79-0.81 s instead of 0.87-0.98 s
-    for the 5,120-image benchmark (docs/benchmarks.md)."""
+    and even a passthrough converts faster in workers: 0.40-0.41 s instead of 0.56-0.61 s
+    for the 5,120-image benchmark (R14, R15 in docs/benchmarks.md)."""
     mode = _value(args, "--direct_running_mode") or "multi_threading"
     if processes is None:
         workers = int(_value(args, "--direct_num_workers") or 1)
