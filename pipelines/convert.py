@@ -319,7 +319,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
         if procs:
             # local final shards: the workers write their frames into them where the
             # stream places them (each byte written once; see pipelines.shard_worker).  A
-            # worker then waits for its piece's predecessors, so the pool must convert
+            # piece then waits for its predecessors' places, so the pool must convert
             # in input order whatever order Beam's threads ask in: it gets every task.
             # Otherwise a resumed job first checks which pieces it has: nothing to start early
             direct = streamed and split_url(cfg.output)[0] == ""

@@ -73,6 +73,13 @@ class WorkerDied(RuntimeError):
     """A shard worker process ended without answering."""
 
 
+def _cancel(runs: list, exc: BaseException) -> None:
+    """Ranges that will never be written: their shards fail (a retried bundle would find
+    the piece placed already)."""
+    for shard, _, _, _ in runs:
+        shard.cancel(exc)
+
+
 class _Worker:
     def __init__(self, blob: bytes, work: str):
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
@@ -86,33 +93,51 @@ class _Worker:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.flush()
 
-    def _ask(self, message: Any, url: str) -> Tuple[str, Any]:
+    def _ask(self, message: Any, url: str) -> Any:
         self._post(message, f"converting {url}")
+        return self._answer(url)
+
+    def _answer(self, url: str) -> Any:
+        """The worker's next answer about ``url``'s task; its error raises here."""
         status, value = self._recv(f"converting {url}")
         if status == "error":
             raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
-        return status, value
+        return value
 
     def call(self, index: int, url: str, place: Optional[Callable] = None) -> Dict[str, Any]:
         """Convert one shard; with ``place`` (``PieceFeed.place``), the worker then writes
         the piece's frames where ``place(info)`` puts them (see :mod:`pipelines.shard_worker`)."""
-        _, info = self._ask((index, url, place is not None), url)
-        if place is None:
-            return info
+        info = self._ask((index, url, place is not None), url)
+        if place is not None:
+            self._written(url, *self._send_runs(info, place, url))
+        return info
+
+    def _send_runs(self, info: Dict[str, Any], place: Callable, url: str) -> Tuple[list, Optional[BaseException]]:
+        """Wait for ``place`` to settle where the piece the worker holds goes, and send the
+        worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
+        and what ``place`` raised.  The worker's answer is :meth:`_written`'s."""
         try:
-            runs = place(info) or []
-        except BaseException:
-            self._ask([], url)  # the worker drops the piece and is ready for the next task
-            raise
+            runs, error = place(info) or [], None
+        except BaseException as e:  # noqa: BLE001 - raised by _written
+            runs, error = [], e
         try:
-            _, crcs = self._ask([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], url)
+            self._post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], f"converting {url}")
         except BaseException as e:
-            for shard, _, _, _ in runs:  # its ranges will never be written: those shards fail
-                shard.cancel(e)          # (a retried bundle would find the piece placed already)
+            _cancel(runs, e)
             raise
+        return runs, error
+
+    def _written(self, url: str, runs: list, error: Optional[BaseException]) -> None:
+        """The worker's answer to :meth:`_send_runs`: each run reported to its shard."""
+        try:
+            crcs = self._answer(url)
+        except BaseException as e:
+            _cancel(runs, e)
+            raise
+        if error is not None:
+            raise error
         for (shard, offset, _, _), crc in zip(runs, crcs):
             shard.filled(offset, crc)
-        return info
 
     def _died(self, doing: str, e: BaseException) -> WorkerDied:
         code = self.proc.wait()
@@ -203,9 +228,9 @@ class Pool:
     ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
     ready (the job's shard stream and progress bar: ``pipelines.convert.piece_done``).
     ``place`` (``PieceFeed.place``): the workers write their pieces into the final shards
-    where it puts them; a worker then waits for its piece's predecessors to be placed, so
-    such a pool must be given every task (converting in input order, no worker can wait
-    for a piece that no worker converts)."""
+    where it puts them; a piece then waits for its predecessors to be placed (its worker
+    converts its next shard meanwhile: :meth:`_pipeline`), so such a pool must be given
+    every task (converting in input order, no piece can wait for one nobody converts)."""
 
     def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
                  on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
@@ -231,20 +256,88 @@ class Pool:
         """Whether the workers write their pieces where the shard stream places them."""
         return self._place is not None
 
-    def _dispatch(self) -> None:
+    def _next_task(self) -> Optional[Tuple[int, str, Future]]:
+        """The next task in input order, marked running; None when there is none left."""
         while True:
             with self._lock:
                 if self._closed or not self._todo:
-                    return
-                index, url, fut = self._todo.popleft()
-            if not fut.set_running_or_notify_cancel():
-                continue  # the pool closed meanwhile
+                    return None
+                task = self._todo.popleft()
+            if task[2].set_running_or_notify_cancel():
+                return task  # else: the pool closed meanwhile
+
+    def _dispatch(self) -> None:
+        task = self._next_task()
+        if task is not None and self._place is not None:
+            self._pipeline(task)
+            task = self._next_task()  # left only if a worker died: they fail (broken pool)
+        while task is not None:
+            index, url, fut = task
             try:
                 info = self._run(index, url)
             except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
                 fut.set_exception(e)
             else:
                 fut.set_result(info)
+            task = self._next_task()
+
+    def _pipeline(self, task: Tuple[int, str, Future]) -> None:
+        """A placing pool's dispatcher, from ``task`` on, with one worker: the worker gets
+        its next task before the runs of the piece it holds, so it converts while the
+        stream settles where that piece goes (the stream places a piece once every piece
+        before it is sized; a worker that waited for that idled up to 0.3 s of a 6 s
+        resize224 job).  It answers in the order it was asked (the next piece sized, then the held
+        one written) and holds at most two pieces."""
+        held: Optional[Tuple[str, Future, Dict[str, Any]]] = None  # sized, runs not sent yet
+        sent: Optional[Tuple[list, Optional[BaseException]]] = None  # held's runs, not answered
+        flying: List[Future] = []  # the tasks the worker has, not settled yet
+        try:
+            with self._borrow() as w:
+                try:
+                    while task is not None or held is not None:
+                        if task is not None:
+                            index, url, fut = task
+                            flying.append(fut)
+                            w._post((index, url, True), f"converting {url}")
+                        if held is not None:
+                            sent = w._send_runs(held[2], self._place, held[0])
+                        sized = None
+                        if task is not None:
+                            try:
+                                sized = (url, fut, w._answer(url))
+                            except WorkerDied:
+                                raise
+                            except RuntimeError as e:  # the conversion failed; the worker goes on
+                                fut.set_exception(e)
+                        if held is not None:
+                            answered, sent = sent, None
+                            self._finish(w, held, answered)
+                        held, task = sized, self._next_task()
+                except WorkerDied:
+                    raise
+                except BaseException as e:  # a bug here: the worker's answers would be out of step
+                    w.proc.kill()
+                    raise w._died("placing pieces", e) from e
+        except BaseException as e:  # noqa: BLE001 - the worker died: the pool is broken
+            if sent is not None:
+                _cancel(sent[0], e)  # runs it will never write: their shards fail
+            for fut in flying:
+                if not fut.done():
+                    fut.set_exception(e)
+
+    def _finish(self, w: "_Worker", held: Tuple[str, Future, Dict[str, Any]], sent) -> None:
+        """The held piece's runs written (or its error): its task's result."""
+        url, fut, info = held
+        try:
+            w._written(url, *sent)
+            if self._on_done is not None:
+                self._on_done(info)
+        except WorkerDied:
+            raise
+        except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
+            fut.set_exception(e)
+        else:
+            fut.set_result(info)
 
     def convert(self, index: int, url: str) -> Dict[str, Any]:
         """Convert one shard in a worker (or take the dispatchers' result for it); waits

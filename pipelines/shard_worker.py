@@ -8,11 +8,14 @@ elements for ``Dataset.load(template)`` instead (:func:`_stream_elements`).
 
 ``direct`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the worker
 keeps the piece's frames in memory (spilling to its piece file beyond ``HOLD_BYTES``) and
-answers ``("sized", piece info)`` first; it then reads the piece's runs ``[(path, offset,
-lo, hi), ...]`` (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary file
-``path``; an empty list: drop the piece), writes them, and answers ``("ok", [CRC-32C of
-each run])``.  Each byte of the output is then written once, by a worker, instead of to a
-piece file and again by the parent into the final shard.
+answers ``("sized", piece info)`` first.  The piece's runs ``[(path, offset, lo, hi),
+...]`` come later (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary
+file ``path``; an empty list: drop the piece), usually after the worker's next task: the
+pool sends that first, so that the worker converts while the stream settles where the
+piece goes.  Runs messages come in the order of the ``sized`` answers; the worker writes
+them and answers ``("ok", [CRC-32C of each run])``.  Each byte of the output is then
+written once, by a worker, instead of to a piece file and again by the parent into the
+final shard.
 
 This module imports only what a worker needs, so that a worker is converting ~20 ms
 sooner than if it imported the pool's threading and subprocess machinery (measured on
@@ -27,6 +30,7 @@ import sys
 
 
 def _task_loop(inp, out) -> None:
+    import collections
     import gc
     import traceback
     from pipelines.shard_convert import HOLD_BYTES, convert_shard
@@ -41,11 +45,19 @@ def _task_loop(inp, out) -> None:
         pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
+    held = collections.deque()  # (frames, info) of sized pieces, oldest first, awaiting runs
     while True:
         try:
             task = pickle.load(inp)
         except EOFError:
             return
+        if isinstance(task, list):  # the runs of the oldest piece held
+            frames, info = held.popleft()
+            try:
+                send(("ok", write_runs(task, frames, info, cfg.store)))
+            except Exception:  # noqa: BLE001
+                send(("error", traceback.format_exc()))
+            continue
         if task[0] == "elements":
             if not _stream_elements(task[1], task[2], cfg, stages, inp, send):
                 return
@@ -59,16 +71,8 @@ def _task_loop(inp, out) -> None:
         if not direct:
             send(("ok", info))
             continue
-        frames = info.pop("frames", None)  # None: spilled to its piece file
+        held.append((info.pop("frames", None), info))  # frames None: spilled to its piece file
         send(("sized", info))
-        try:
-            runs = pickle.load(inp)
-        except EOFError:
-            return
-        try:
-            send(("ok", write_runs(runs, frames, info, cfg.store)))
-        except Exception:  # noqa: BLE001
-            send(("error", traceback.format_exc()))
 
 
 def _stream_elements(url, chunk, cfg, stages, inp, send) -> bool:

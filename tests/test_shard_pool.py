@@ -442,3 +442,97 @@ def test_in_process_workers_and_threads_agree_on_bad_input(tmp_path):
     assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
     assert [open(p, "rb").read() for p in a.paths] == [open(p, "rb").read() for p in b.paths]
     assert open(a.rejects_path).read() == open(b.rejects_path).read()
+
+
+def _log_key(log):
+    def note(record):  # a closure: it reaches the worker through cloudpickle
+        with open(log, "a") as f:
+            f.write(os.path.basename(record["__shard__"]) + "\n")
+        return record
+    return note
+
+
+def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(shards, tmp_path):
+    """A placing pool sends its worker the next shard before the runs of the piece it
+    holds: here the place of piece 0 is settled only once shard 1 is converted (which a
+    worker waiting for its runs would never do: the wait times out), and every piece is
+    still written where it was placed, with the worker's CRCs."""
+    import cloudpickle
+    from pipelines import finalize, shard_pool
+    from transforms.sources import resolve
+    from transforms.tfrecord import iter_frames
+    urls, _ = resolve(shards)
+    log = str(tmp_path / "converted.log")
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},
+                        sample_stages=(Func(_log_key(log)),), progress=False)
+    waited = {}
+    files = {}
+
+    def place(info):
+        if info["index"] == 0:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                got = open(log).read().split() if os.path.exists(log) else []
+                if got.count(os.path.basename(urls[1])) == 6:
+                    break
+                time.sleep(0.01)
+            waited[0] = got.count(os.path.basename(urls[1]))
+        shard = files[info["index"]] = finalize.ShardFile(str(tmp_path / "o" / f"t-{info['index']}.record"))
+        return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
+    # one worker, one dispatcher: nothing else could convert shard 1 meanwhile
+    pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls)), place=place)
+    try:
+        infos = [pool.convert(i, url) for i, url in enumerate(urls)]
+    finally:
+        pool.close()
+    assert waited == {0: 6}
+    for info in infos:
+        files[info["index"]].close()  # waits for the worker's CRC of its range: raises if never written
+        with open(tmp_path / "o" / f"t-{info['index']}.record", "rb") as f:
+            assert [len(p) + 16 for _, p in iter_frames(f)] == info["sizes"]
+
+
+def _exit_in(name):
+    def die(record):
+        if os.path.basename(record["__shard__"]) == name:
+            os._exit(3)  # a crash in native code, say
+        return record
+    return die
+
+
+def test_a_worker_dying_while_holding_a_placed_piece_fails_that_piece_and_nothing_waits(shards, tmp_path):
+    """The worker dies converting its last shard after it was sent the runs of the piece
+    it held: that piece's shard fails when closed instead of waiting for a range nobody
+    will write, both tasks raise WorkerDied, and the pool is broken for later calls."""
+    import cloudpickle
+    import threading
+    from pipelines import finalize, shard_pool
+    from transforms.sources import resolve
+    urls, _ = resolve(shards)
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},
+                        sample_stages=(Func(_exit_in(os.path.basename(urls[3]))),), progress=False)
+    files = {}
+
+    def place(info):
+        shard = files[info["index"]] = finalize.ShardFile(str(tmp_path / "o" / f"t-{info['index']}.record"))
+        return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
+    pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls)), place=place)
+    outcome = {}
+
+    def ask():
+        for i, url in list(enumerate(urls)) + [(9, urls[0])]:  # 9: not a task, needs a worker
+            try:
+                outcome[i] = len(pool.convert(i, url)["sizes"])
+            except Exception as e:  # noqa: BLE001
+                outcome[i] = type(e).__name__
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(60)
+    pool.close()
+    assert not t.is_alive(), f"a call still waits: {outcome}"
+    assert outcome == {0: 6, 1: 6, 2: "WorkerDied", 3: "WorkerDied", 9: "WorkerDied"}
+    files[0].close()
+    files[1].close()
+    with pytest.raises(RuntimeError):
+        files[2].close()  # cancelled: at once, not after a wait for the dead worker
+    assert sorted(os.listdir(tmp_path / "o")) == ["t-0.record", "t-1.record"]
