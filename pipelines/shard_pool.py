@@ -127,16 +127,20 @@ class _Worker:
             raise
         return runs, error
 
-    def _written(self, url: str, runs: list, error: Optional[BaseException]) -> None:
-        """The worker's answer to :meth:`_send_runs`: each run reported to its shard."""
+    def _written(self, url: str, runs: list, error: Optional[BaseException],
+                 reply: Optional[Tuple[str, Any]] = None) -> None:
+        """The worker's answer (``reply``, if already read) to :meth:`_send_runs`: each
+        run reported to its shard."""
         try:
-            crcs = self._answer(url)
+            status, value = reply or self._recv(f"converting {url}")
+            if status == "write-error":
+                raise RuntimeError(f"writing the piece of {url} failed in a shard worker process:\n{value}")
         except BaseException as e:
             _cancel(runs, e)
             raise
         if error is not None:
             raise error
-        for (shard, offset, _, _), crc in zip(runs, crcs):
+        for (shard, offset, _, _), crc in zip(runs, value):
             shard.filled(offset, crc)
 
     def _died(self, doing: str, e: BaseException) -> WorkerDied:
@@ -286,8 +290,9 @@ class Pool:
         its next task before the runs of the piece it holds, so it converts while the
         stream settles where that piece goes (the stream places a piece once every piece
         before it is sized; a worker that waited for that idled up to 0.3 s of a 6 s
-        resize224 job).  It answers in the order it was asked (the next piece sized, then the held
-        one written) and holds at most two pieces."""
+        resize224 job).  The worker writes the runs as soon as they come, so the two
+        answers (the next piece sized, the held one written) come in either order; it
+        holds at most two pieces."""
         held: Optional[Tuple[str, Future, Dict[str, Any]]] = None  # sized, runs not sent yet
         sent: Optional[Tuple[list, Optional[BaseException]]] = None  # held's runs, not answered
         flying: List[Future] = []  # the tasks the worker has, not settled yet
@@ -301,17 +306,18 @@ class Pool:
                             w._post((index, url, True), f"converting {url}")
                         if held is not None:
                             sent = w._send_runs(held[2], self._place, held[0])
-                        sized = None
-                        if task is not None:
-                            try:
-                                sized = (url, fut, w._answer(url))
-                            except WorkerDied:
-                                raise
-                            except RuntimeError as e:  # the conversion failed; the worker goes on
-                                fut.set_exception(e)
-                        if held is not None:
-                            answered, sent = sent, None
-                            self._finish(w, held, answered)
+                        sized, converting = None, task is not None
+                        while converting or sent is not None:  # the two answers, in either order
+                            reply = w._recv(f"converting {url if converting else held[0]}")
+                            if reply[0] in ("written", "write-error"):
+                                answered, sent = sent, None
+                                self._finish(w, held, answered, reply)
+                            elif reply[0] == "sized":
+                                sized, converting = (url, fut, reply[1]), False
+                            else:  # its conversion failed; the worker goes on
+                                converting = False
+                                fut.set_exception(RuntimeError(
+                                    f"converting {url} failed in a shard worker process:\n{reply[1]}"))
                         held, task = sized, self._next_task()
                 except WorkerDied:
                     raise
@@ -325,15 +331,13 @@ class Pool:
                 if not fut.done():
                     fut.set_exception(e)
 
-    def _finish(self, w: "_Worker", held: Tuple[str, Future, Dict[str, Any]], sent) -> None:
+    def _finish(self, w: "_Worker", held: Tuple[str, Future, Dict[str, Any]], sent, reply) -> None:
         """The held piece's runs written (or its error): its task's result."""
         url, fut, info = held
         try:
-            w._written(url, *sent)
+            w._written(url, *sent, reply)
             if self._on_done is not None:
                 self._on_done(info)
-        except WorkerDied:
-            raise
         except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
             fut.set_exception(e)
         else:

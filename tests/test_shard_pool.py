@@ -492,47 +492,62 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
             assert [len(p) + 16 for _, p in iter_frames(f)] == info["sizes"]
 
 
-def _exit_in(name):
+def _exit_in(name, marker):
     def die(record):
         if os.path.basename(record["__shard__"]) == name:
+            open(marker, "w").close()
+            time.sleep(0.5)
             os._exit(3)  # a crash in native code, say
         return record
     return die
 
 
-def test_a_worker_dying_while_holding_a_placed_piece_fails_that_piece_and_nothing_waits(shards, tmp_path):
-    """The worker dies converting its last shard after it was sent the runs of the piece
-    it held: that piece's shard fails when closed instead of waiting for a range nobody
-    will write, both tasks raise WorkerDied, and the pool is broken for later calls."""
+@pytest.mark.parametrize("placed", ["before the crash", "after the crash"])
+def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(shards, tmp_path, placed):
+    """The worker holds piece 2 and dies converting shard 3.  Placed while the worker
+    still ran, piece 2 is written at once (not after the shard being converted), so the
+    crash keeps it; placed after, its shard fails when closed instead of waiting for a
+    range nobody will write.  Either way no call waits forever and the pool is broken."""
     import cloudpickle
     import threading
     from pipelines import finalize, shard_pool
     from transforms.sources import resolve
+    from transforms.tfrecord import iter_frames
     urls, _ = resolve(shards)
+    marker = str(tmp_path / "converting-shard-3")
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},
-                        sample_stages=(Func(_exit_in(os.path.basename(urls[3]))),), progress=False)
-    files = {}
+                        sample_stages=(Func(_exit_in(os.path.basename(urls[3]), marker)),), progress=False)
+    files, pools = {}, []
 
     def place(info):
+        if info["index"] == 2:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not (
+                    os.path.exists(marker) if placed == "before the crash" else pools[0]._all[0].proc.poll() is not None):
+                time.sleep(0.01)
         shard = files[info["index"]] = finalize.ShardFile(str(tmp_path / "o" / f"t-{info['index']}.record"))
         return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
-    pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls)), place=place)
+    pools.append(shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls)), place=place))
     outcome = {}
 
     def ask():
         for i, url in list(enumerate(urls)) + [(9, urls[0])]:  # 9: not a task, needs a worker
             try:
-                outcome[i] = len(pool.convert(i, url)["sizes"])
+                outcome[i] = len(pools[0].convert(i, url)["sizes"])
             except Exception as e:  # noqa: BLE001
                 outcome[i] = type(e).__name__
     t = threading.Thread(target=ask, daemon=True)
     t.start()
     t.join(60)
-    pool.close()
+    pools[0].close()
     assert not t.is_alive(), f"a call still waits: {outcome}"
-    assert outcome == {0: 6, 1: 6, 2: "WorkerDied", 3: "WorkerDied", 9: "WorkerDied"}
-    files[0].close()
-    files[1].close()
-    with pytest.raises(RuntimeError):
-        files[2].close()  # cancelled: at once, not after a wait for the dead worker
-    assert sorted(os.listdir(tmp_path / "o")) == ["t-0.record", "t-1.record"]
+    kept = [0, 1, 2] if placed == "before the crash" else [0, 1]
+    assert outcome == {**{i: 6 for i in kept}, **{i: "WorkerDied" for i in (0, 1, 2, 3, 9) if i not in kept}}
+    for i in kept:
+        files[i].close()
+        with open(tmp_path / "o" / f"t-{i}.record", "rb") as f:
+            assert len(list(iter_frames(f))) == 6
+    if placed == "after the crash":
+        with pytest.raises(RuntimeError):
+            files[2].close()  # cancelled: at once, not after a wait for the dead worker
+    assert sorted(os.listdir(tmp_path / "o")) == [f"t-{i}.record" for i in kept]
