@@ -168,8 +168,11 @@ def write_runs(runs, frames, info, config=None) -> list:
 def serve() -> None:
     """Entry point of a worker process: tasks on stdin, replies on stdout.  The reply
     stream gets a file descriptor of its own and descriptor 1 becomes stderr, so nothing
-    the conversion prints (Python or native code) can corrupt it."""
-    inp = sys.stdin.buffer
+    the conversion prints (Python or native code) can corrupt it.  The tasks are read
+    through a reader of their own: its thread is still blocked in it when the process
+    ends (an op raising SystemExit, say), and shutting down would close ``sys.stdin``,
+    wait for that lock and abort the process."""
+    inp = os.fdopen(os.dup(0), "rb")
     out = os.fdopen(os.dup(1), "wb")
     sys.stdout.flush()
     os.dup2(2, 1)

@@ -185,6 +185,19 @@ def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
     assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
 
 
+def _exit(record):
+    raise SystemExit(4)  # not an Exception: ends the worker's main thread
+
+
+def test_a_worker_whose_op_ends_the_process_exits_with_its_code(shards, tmp_path):
+    """SystemExit in an op ends the worker with that exit code, though its reader thread
+    is still blocked reading its input (shutdown must not wait for that reader and abort)."""
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "o" / "t-{}.record"), sample_stages=(Func(_exit),),
+                        progress=False, processes=2)
+    with pytest.raises(Exception, match="shard worker process .* died with exit code 4"):
+        convert(cfg)
+
+
 def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path):
     """Two Beam threads, one worker that crashes on a late shard: the thread waiting for
     the worker gets the error too instead of waiting forever (run in a subprocess with a
