@@ -73,6 +73,11 @@ class WorkerDied(RuntimeError):
     """A shard worker process ended without answering."""
 
 
+def _failed(url: str, trace: str) -> RuntimeError:
+    """A conversion that raised in a worker (``trace``: its traceback there)."""
+    return RuntimeError(f"converting {url} failed in a shard worker process:\n{trace}")
+
+
 def _cancel(runs: list, exc: BaseException) -> None:
     """Ranges that will never be written: their shards fail (a retried bundle would find
     the piece placed already)."""
@@ -101,7 +106,7 @@ class _Worker:
         """The worker's next answer about ``url``'s task; its error raises here."""
         status, value = self._recv(f"converting {url}")
         if status == "error":
-            raise RuntimeError(f"converting {url} failed in a shard worker process:\n{value}")
+            raise _failed(url, value)
         return value
 
     def call(self, index: int, url: str, place: Optional[Callable] = None) -> Dict[str, Any]:
@@ -316,8 +321,7 @@ class Pool:
                                 sized, converting = (url, fut, reply[1]), False
                             else:  # its conversion failed; the worker goes on
                                 converting = False
-                                fut.set_exception(RuntimeError(
-                                    f"converting {url} failed in a shard worker process:\n{reply[1]}"))
+                                fut.set_exception(_failed(url, reply[1]))
                         held, task = sized, self._next_task()
                 except WorkerDied:
                     raise
