@@ -17,7 +17,7 @@ worker writes a piece file that the shards are copied from.
   their own worker processes.
 * Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.shard_worker`
   and :mod:`pipelines.shard_convert` only (no Beam, no TensorFlow, not even this module's
-  threading and subprocess machinery: ~0.1 s, in parallel, while Beam builds its graph).  They
+  queue, futures and subprocess machinery: ~0.1 s, in parallel, while Beam builds its graph).  They
   are not started through :mod:`multiprocessing`, whose spawn re-runs the caller's main
   script in every child (a script calling ``convert()`` without an
   ``if __name__ == "__main__"`` guard would start jobs recursively).

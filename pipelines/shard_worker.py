@@ -19,7 +19,7 @@ place.  Each byte of the output is written once, by a worker, instead of to a pi
 and again by the parent into the final shard.
 
 This module imports only what a worker needs, so that a worker is converting ~20 ms
-sooner than if it imported the pool's threading and subprocess machinery (measured on
+sooner than if it imported the pool's queue, futures and subprocess machinery (measured on
 the 2-core benchmark machine, where both workers start at once).
 """
 

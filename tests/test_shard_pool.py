@@ -134,7 +134,7 @@ def test_workers_run_native_thread_pools_on_one_thread_unless_told(shards, tmp_p
 
 
 def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use(shards, tmp_path):
-    """A worker starts from pipelines.shard_worker: none of the pool's threading and
+    """A worker starts from pipelines.shard_worker: none of the pool's queue, futures and
     subprocess machinery, no size parser (the member limit reaches it as a number), no
     OpenSSL digest, no Beam, no TensorFlow (each import costs start-up on every job)."""
     seen = tmp_path / "mods"
