@@ -190,3 +190,13 @@ def test_python_numbers_convert_as_their_numpy_scalars_do(v):
         same = outcome(ex._as_floats, np.float64(v))
         got = outcome(ex._as_floats, v)
         assert got == same or (v != v and got[0] != got[0] and same[0] != same[0])  # NaN
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, 0.5])
+def test_a_float_array_that_is_not_whole_fails_as_int64_without_a_numpy_warning(bad):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value encountered" would raise here
+        with pytest.raises(ex.EncodeError, match="'x' is not int64"):
+            ex.encode_record({"__key__": "k", "x": np.array([1.0, bad])}, {"x": "int64"})
+        assert ex.encode_record({"__key__": "k", "x": np.array([1.0, 2.0])}, {"x": "int64"})

@@ -77,8 +77,11 @@ def _as_ints(name: str, value: Any) -> List[int]:
     arr = np.asarray(value)
     if arr.dtype.kind in "iub":
         return [int(v) for v in arr.reshape(-1)]
-    if arr.dtype.kind == "f" and np.all(np.equal(np.mod(arr, 1), 0)):
-        return [int(v) for v in arr.reshape(-1)]
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):  # inf and nan are not whole: they fail below, quietly
+            whole = np.all(np.equal(np.mod(arr, 1), 0))
+        if whole:
+            return [int(v) for v in arr.reshape(-1)]
     _fail(name, value, INT64)
 
 
