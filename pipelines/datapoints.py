@@ -1,121 +1,20 @@
-"""From a converted record to a datapoint: selections, leaves, element specs.
+"""From converted records to tf.data elements: element specs, shapes, batches.
 
-``selections`` is seed 000's list ``[value, label]`` (one item gives value-only
-datapoints).  Each item is a selection or op (``"jpg"`` stands for ``Select("jpg")``).
-
-* In memory, a datapoint becomes numpy leaves in the selection's structure (a dict for
-  ``SelectDict`` / lists of ops, a tuple for ``SelectList``), shaped by the element spec.
-* In TFRecords, :func:`selection_stage` writes the datapoint into the record as entries
-  ``value`` and ``label`` (nested leaves as ``value.<name>`` / ``value.<index>``), which the
-  default encoding stores (arrays as raw bytes + ``/shape`` + ``/dtype``).
-
-Leaf rules (both modes): bytes that are an ASCII decimal integer (``b"3\\n"``, the usual
-``.cls``) become integers; Python ints become int32 (int64 if out of range), floats
-float32, lists of numbers arrays; other bytes stay bytes (``tf.string``).
+A datapoint is the (value, label) structure of numpy leaves that
+:func:`transforms.leaves.datapoint` makes of a record (a dict for ``SelectDict`` / lists
+of ops, a tuple for ``SelectList``); this module gives its ``tf.TensorSpec`` structure
+(``spec_of``, the seed's ``output_shapes`` / ``output_types`` overriding what an element
+shows), fits elements to a spec and stacks them into batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from transforms.opbase import Op, OpError
-from transforms.records import KEY, SHARD, Record
-from transforms.selections import SelectDict, SelectList, as_selection
-
-NAMES = ("value", "label")
-_INT = re.compile(rb"\s*[-+]?\d+\s*\Z")
-
-
-def normalize_selections(selections: Sequence[Any]) -> List[Op]:
-    sels = [as_selection(s) for s in selections]
-    if not 1 <= len(sels) <= 2:
-        raise ValueError(f"selections are [value] or [value, label], got {len(sels)} items")
-    return sels
-
-
-def leaf(v: Any) -> Any:
-    """A selected value as a numpy-friendly leaf (see the module docstring)."""
-    if type(v) is bytes and len(v) >= 32:  # an image or other payload: itself (the usual case)
-        return v
-    if isinstance(v, np.ndarray):
-        return v
-    if isinstance(v, (bytes, bytearray)) and len(v) < 32 and _INT.match(bytes(v)):
-        v = int(bytes(v))
-    if isinstance(v, bool):
-        return np.bool_(v)
-    if isinstance(v, (int, np.integer)):
-        iv = int(v)
-        return np.int32(iv) if -2 ** 31 <= iv < 2 ** 31 else np.int64(iv)
-    if isinstance(v, (float, np.floating)):
-        return np.float32(v)
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    if isinstance(v, (bytes, bytearray)):
-        return bytes(v)
-    if isinstance(v, (list, tuple)):
-        arr = np.asarray(v)
-        if arr.dtype.kind in "iu":
-            return arr.astype(np.int32 if arr.size == 0 or (arr.min() >= -2 ** 31 and arr.max() < 2 ** 31) else np.int64)
-        if arr.dtype.kind == "f":
-            return arr.astype(np.float32)
-        if arr.dtype.kind in "SU":
-            return np.asarray([x.encode() if isinstance(x, str) else x for x in v], dtype=object)
-        raise OpError(f"cannot make a tensor of the list {str(v)[:60]}")
-    if v is None:
-        raise OpError("selection produced None")
-    raise OpError(f"cannot make a tensor of {type(v).__name__}")
-
-
-def structured(sel: Op, value: Any) -> Any:
-    """Apply :func:`leaf` following the selection's structure."""
-    if isinstance(sel, SelectDict):
-        return {k: structured(s, value[k]) for k, s in sel.items.items()}
-    if isinstance(sel, SelectList):
-        return tuple(structured(s, v) for s, v in zip(sel.items, value))
-    return leaf(value)
-
-
-def datapoint(sels: Sequence[Op], record: Record) -> Any:
-    """The (value, label) element of a record (or the value alone for one selection)."""
-    parts = tuple(structured(s, s.value(record)) for s in sels)
-    return parts if len(parts) > 1 else parts[0]
-
-
-def flatten(name: str, v: Any) -> List[Tuple[str, Any]]:
-    if isinstance(v, dict):
-        return [kv for k in v for kv in flatten(f"{name}.{k}", v[k])]
-    if isinstance(v, tuple):
-        return [kv for i, x in enumerate(v) for kv in flatten(f"{name}.{i}", x)]
-    if isinstance(v, np.generic):
-        return [(name, v.item())]  # Python scalars -> int64 / float / bytes features
-    return [(name, v)]
-
-
-class SelectionStage:
-    """Sample stage: record -> ``{__key__, __shard__, value[...], label[...]}``."""
-
-    def __init__(self, selections: Sequence[Any]):
-        self.sels = normalize_selections(selections)
-        self.light = all(s.light for s in self.sels)  # see transforms.opbase.Op.light
-
-    def __call__(self, record: Record) -> Record:
-        out = {KEY: record.get(KEY), SHARD: record.get(SHARD, "")}
-        for name, sel in zip(NAMES, self.sels):
-            for k, v in flatten(name, structured(sel, sel.value(record))):
-                out[k] = v
-        return out
-
-    def describe(self) -> str:
-        return "Select[" + ", ".join(s.describe() for s in self.sels) + "]"
-
-
-def selection_stage(selections: Sequence[Any]) -> SelectionStage:
-    return SelectionStage(selections)
-
+from transforms.opbase import OpError
 
 # -- element specs ----------------------------------------------------------------------
 

@@ -35,16 +35,17 @@ from pipelines.inmemory import ordered_stream
 from pipelines.parsers import make_record_parser
 from pipelines.pathgen import run_with_path_generator
 from pipelines.shard_elements import ElementStage, describe as describe_reject, shard_elements
+from transforms import leaves
 from transforms.gostages import as_stage
 from transforms.ops import Convert, Decode, Resize, fuse, walk, with_seed
-from transforms.records import KEY, Reject
+from transforms.records import Reject
 from transforms.sources import resolve
 from transforms.stages import Stages, stage_name
 from transforms.stores import StoreConfig
 from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE
 
 log = logging.getLogger("tar2tf")
-selection_stage = dp.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
+selection_stage = leaves.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
 
 IMAGE_SIZE = (224, 224)
 #: the seed's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
@@ -112,7 +113,7 @@ class Dataset:
         self.defaulted = selections is None
         if selections is None:
             selections = ["jpg", DEFAULT_LABEL] if self.conversions else [DEFAULT_VALUE, DEFAULT_LABEL]
-        self.selections = dp.normalize_selections(with_seed(list(selections), seed))
+        self.selections = leaves.normalize_selections(with_seed(list(selections), seed))
         self.remote_exec, self.seed, self.beam_args = remote_exec, seed, list(beam_args)
         self.sample_stages = [as_stage(s) for s in sample_stages]
         self.example_stages = [as_stage(s) for s in example_stages]
@@ -172,7 +173,7 @@ class Dataset:
     def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
         from pipelines.convert import ConvertConfig
         sels = self._stored_selections() if stored else self.selections
-        stages = list(self.sample_stages) + list(self.conversions) + [dp.selection_stage(sels)]
+        stages = list(self.sample_stages) + list(self.conversions) + [leaves.selection_stage(sels)]
         if record_to_example is not None:  # the seed's record_to_example sees the raw converted record
             stages = stages[:-1]
         return ConvertConfig(sources=template, output=output, base=self.base, max_shard_size=max_shard_size,
@@ -220,7 +221,7 @@ class Dataset:
             if not res.paths:
                 raise ValueError(f"no record could be converted; see {res.rejects_path}")
             first = parse_example(next(iter(read_records(res.paths[0]))))
-            parts = tuple(dp.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, dp.NAMES))
+            parts = tuple(leaves.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, leaves.NAMES))
             el = parts if len(parts) > 1 else parts[0]
             spec = dp.spec_of(el, output_shapes, output_types)
         self.element_spec = spec

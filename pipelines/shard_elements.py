@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from pipelines import datapoints as dp
 from transforms.fetch import read_shard
+from transforms.leaves import datapoint
 from transforms.records import KEY, Reject, is_reject
 from transforms.stages import FILTERED, Stages
 from transforms.stores import StoreConfig
@@ -32,7 +33,7 @@ class ElementStage:
         self.light = all(getattr(s, "light", False) for s in sels)  # see transforms.opbase.Op.light
 
     def __call__(self, record):
-        el = dp.datapoint(self.sels, record)
+        el = datapoint(self.sels, record)
         return {KEY: record.get(KEY), "__element__": el if self.spec is None else dp.fit(el, self.spec)}
 
     def describe(self):

@@ -278,7 +278,7 @@ def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
 
 
 def test_heavy_ops_are_told_from_light_ones():
-    from pipelines.datapoints import selection_stage
+    from transforms.leaves import selection_stage
     from transforms.gostages import ByKey, BySampleF, Rename
     from transforms.ops import Decode
     from transforms.selections import SelectDict, SelectJSON
