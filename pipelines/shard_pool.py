@@ -98,24 +98,15 @@ class _Worker:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.flush()
 
-    def _ask(self, message: Any, url: str) -> Any:
-        self._post(message, f"converting {url}")
-        return self._answer(url)
-
-    def _answer(self, url: str) -> Any:
-        """The worker's next answer about ``url``'s task; its error raises here."""
+    def call(self, index: int, url: str) -> Dict[str, Any]:
+        """Convert one shard into a piece file (a placing pool's conversation, where the
+        worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
+        error raises here."""
+        self._post((index, url, False), f"converting {url}")
         status, value = self._recv(f"converting {url}")
         if status == "error":
             raise _failed(url, value)
         return value
-
-    def call(self, index: int, url: str, place: Optional[Callable] = None) -> Dict[str, Any]:
-        """Convert one shard; with ``place`` (``PieceFeed.place``), the worker then writes
-        the piece's frames where ``place(info)`` puts them (see :mod:`pipelines.shard_worker`)."""
-        info = self._ask((index, url, place is not None), url)
-        if place is not None:
-            self._written(url, *self._send_runs(info, place, url))
-        return info
 
     def _send_runs(self, info: Dict[str, Any], place: Callable, url: str) -> Tuple[list, Optional[BaseException]]:
         """Wait for ``place`` to settle where the piece the worker holds goes, and send the
@@ -132,12 +123,11 @@ class _Worker:
             raise
         return runs, error
 
-    def _written(self, url: str, runs: list, error: Optional[BaseException],
-                 reply: Optional[Tuple[str, Any]] = None) -> None:
-        """The worker's answer (``reply``, if already read) to :meth:`_send_runs`: each
-        run reported to its shard."""
+    def _written(self, url: str, runs: list, error: Optional[BaseException], reply: Tuple[str, Any]) -> None:
+        """The worker's answer (``reply``) to :meth:`_send_runs`: each run reported to its
+        shard."""
         try:
-            status, value = reply or self._recv(f"converting {url}")
+            status, value = reply
             if status == "write-error":
                 raise RuntimeError(f"writing the piece of {url} failed in a shard worker process:\n{value}")
         except BaseException as e:
@@ -290,24 +280,24 @@ class Pool:
                 fut.set_result(info)
             task = self._next_task()
 
-    def _pipeline(self, task: Tuple[int, str, Future]) -> None:
-        """A placing pool's dispatcher, from ``task`` on, with one worker: the worker gets
-        its next task before the runs of the piece it holds, so it converts while the
-        stream settles where that piece goes (the stream places a piece once every piece
-        before it is sized; a worker that waited for that idled up to 0.3 s of a 6 s
-        resize224 job).  The worker writes the runs as soon as they come, so the two
-        answers (the next piece sized, the held one written) come in either order; it
-        holds at most two pieces."""
+    def _pipeline(self, task: Tuple[int, str, Future], more: bool = True) -> None:
+        """A placing pool's conversation with one worker, for ``task`` and (``more``) the
+        next tasks in input order: the dispatchers' loop, and :meth:`_run`'s for one task.
+        The worker gets its next task before the runs of the piece it holds, so it
+        converts while the stream settles where that piece goes (the stream places a
+        piece once every piece before it is sized; a worker that waited for that idled up
+        to 0.3 s of a 6 s resize224 job).  The worker writes the runs as soon as they
+        come, so the two answers (the next piece sized, the held one written) come in
+        either order; it holds at most two pieces."""
         held: Optional[Tuple[str, Future, Dict[str, Any]]] = None  # sized, runs not sent yet
         sent: Optional[Tuple[list, Optional[BaseException]]] = None  # held's runs, not answered
-        flying: List[Future] = []  # the tasks the worker has, not settled yet
+        taken: List[Future] = [task[2]]  # the tasks taken, not all settled yet
         try:
             with self._borrow() as w:
                 try:
                     while task is not None or held is not None:
                         if task is not None:
                             index, url, fut = task
-                            flying.append(fut)
                             w._post((index, url, True), f"converting {url}")
                         if held is not None:
                             sent = w._send_runs(held[2], self._place, held[0])
@@ -322,7 +312,9 @@ class Pool:
                             else:  # its conversion failed; the worker goes on
                                 converting = False
                                 fut.set_exception(_failed(url, reply[1]))
-                        held, task = sized, self._next_task()
+                        held, task = sized, self._next_task() if more else None
+                        if task is not None:
+                            taken.append(task[2])
                 except WorkerDied:
                     raise
                 except BaseException as e:  # a bug here: the worker's answers would be out of step
@@ -331,7 +323,7 @@ class Pool:
         except BaseException as e:  # noqa: BLE001 - the worker died: the pool is broken
             if sent is not None:
                 _cancel(sent[0], e)  # runs it will never write: their shards fail
-            for fut in flying:
+            for fut in taken:
                 if not fut.done():
                     fut.set_exception(e)
 
@@ -363,8 +355,14 @@ class Pool:
             yield from w.elements(url, note, chunk)
 
     def _run(self, index: int, url: str) -> Dict[str, Any]:
+        """Convert a task the dispatchers were not given (e.g. a retried bundle's)."""
+        if self._place is not None:
+            fut: Future = Future()
+            fut.set_running_or_notify_cancel()
+            self._pipeline((index, url, fut), more=False)
+            return fut.result()
         with self._borrow() as w:
-            info = w.call(index, url, self._place)
+            info = w.call(index, url)
             if self._on_done is not None:
                 self._on_done(info)
             return info

@@ -21,34 +21,39 @@ def shards(tmp_path_factory):
 
 
 def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tmp_path):
-    """The worker cannot write where its piece was placed: the call raises the worker's
-    error, the shards holding the piece's ranges fail when closed (no wait for a range
-    nobody will write), and the worker is ready for its next task."""
+    """The worker cannot write where its piece was placed: the call (a task the
+    dispatchers were not given, as a retried bundle's) raises the worker's error, the
+    shards holding the piece's ranges fail when closed (no wait for a range nobody will
+    write), and the worker is ready for its next task, whose runs it writes."""
     import cloudpickle
     from pipelines import finalize, shard_pool
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"})
-    w = shard_pool._Worker(cloudpickle.dumps(cfg), str(tmp_path / "work"))
-    try:
-        shard = finalize.ShardFile(str(tmp_path / "o" / "t-1.record"))
-        placed = []
+    shards_out = [finalize.ShardFile(str(tmp_path / "o" / f"t-{i}.record")) for i in (1, 2)]
+    placed = []
 
-        def place(info):
-            n = len(info["sizes"])
-            runs = [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, n)]
+    def place(info):
+        shard = shards_out[len(placed)]
+        n = len(info["sizes"])
+        runs = [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, n)]
+        if not placed:
             os.unlink(shard.local_path)  # the worker's open() will fail
-            placed.append(n)
-            return runs
+        placed.append(n)
+        return runs
+    pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, place=place)
+    try:
         url = shards.replace("{0000..0003}", "0000")
         with pytest.raises(RuntimeError, match="(?s)shard worker process.*FileNotFoundError"):
-            w.call(0, url, place)
+            pool.convert(0, url)
         assert placed == [6]
         with pytest.raises(RuntimeError, match="FileNotFoundError"):
-            shard.close()  # cancelled: raises at once
+            shards_out[0].close()  # cancelled: raises at once
         assert not (tmp_path / "o" / "t-1.record").exists()
-        assert len(w.call(1, url.replace("0000", "0001"))["sizes"]) == 6  # the worker goes on
+        info = pool.convert(1, url.replace("0000", "0001"))  # the worker goes on
+        assert len(info["sizes"]) == 6 and placed == [6, 6]
+        shards_out[1].close()
+        assert os.path.getsize(tmp_path / "o" / "t-2.record") == sum(info["sizes"])
     finally:
-        w.end_input()
-        w.reap()
+        pool.close()
 
 
 def _die_while(marker, key):
