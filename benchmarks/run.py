@@ -286,7 +286,7 @@ def scaling_check(data, base, scratch, logs, rows, timeout, runs, say) -> Option
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="tar2tf benchmark: tar2tf vs naive, webdataset and hardware limits")
     ap.add_argument("--size", choices=sorted(dataset.SIZES), default="quick")
-    ap.add_argument("--repeat", type=int, default=None, help="rounds per figure (default: quick 1, full 3)")
+    ap.add_argument("--repeat", type=int, default=None, help="rounds per figure (default: quick 1, full 5)")
     ap.add_argument("--short-repeat", type=int, default=None,
                     help="runs per round of the sub-second passthrough workload (default: quick 1, full 3)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
@@ -301,7 +301,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="do not write and delete a scratch file before each run (benchmarks/pagecache.py)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per measurement")
     a = ap.parse_args(argv)
-    repeat = a.repeat or (1 if a.size == "quick" else 3)
+    repeat = a.repeat or (1 if a.size == "quick" else 5)
     short = a.short_repeat or (1 if a.size == "quick" else 3)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     compile_sources()
