@@ -9,10 +9,11 @@ verified (``benchmarks.verify``).  The last stdout line is ``BENCH-RESULT {json}
 tar2tf variants:
 
 * ``tar2tf-beam-default``: ``pipelines.convert.convert`` as a user runs it with no runner
-  flags: FnApiRunner ``multi_threading``, one thread per core, each thread handing whole
-  shards to one of tar2tf's local worker processes (``pipelines.shard_pool``), whatever
-  the ops (passthrough too: Beam's own threads would share the GIL with converting
-  threads).
+  flags: one of tar2tf's local worker processes per core (``pipelines.shard_pool``)
+  converts whole shards in input order, whatever the ops (passthrough too: Beam's own
+  threads would share the GIL with converting threads), and writes them into the final
+  shards; Beam's FnApiRunner collects the pieces' descriptions (``in_memory`` mode, one
+  worker, since session 23; ``multi_threading`` with a thread per core before).
 * ``tar2tf-beam-threads`` / ``-inmemory`` / ``-processes``: the same on FnApiRunner's
   threads (``processes=0``): ``multi_threading``, ``in_memory``, or Beam's own
   ``multi_processing`` mode.  ``in_memory`` also gets one worker per core: FnApiRunner
@@ -45,8 +46,7 @@ from typing import Dict, List, Optional
 from benchmarks import baselines, dataset, pagecache, verify
 
 BEAM_MODES = {
-    "tar2tf-beam-default": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
-                            "--direct_num_workers={n}"],
+    "tar2tf-beam-default": [],  # tar2tf's local default (pipelines/options.py)
     "tar2tf-beam-threads": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
                             "--direct_num_workers={n}"],
     "tar2tf-beam-inmemory": ["--runner=FnApiRunner", "--direct_running_mode=in_memory",

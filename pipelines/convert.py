@@ -329,7 +329,9 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
                              place=feed.place if direct else None)
         if here:
             beam_sampler.shorten()  # the job's bundles end without a 0-200 ms wait
-        p = beam.Pipeline(options=opts.make_pipeline_options(args))
+        # a pool converting every task for a stream in this process: the DoFns only collect
+        run_args = opts.collecting_args(args, beam_args) if streamed and tasks else args
+        p = beam.Pipeline(options=opts.make_pipeline_options(run_args))
         build(p, cfg, urls, list_rejects, work, job, streamed, resumed.next_piece, pooled=bool(tasks))
         result = p.run()
         result.wait_until_finish()
