@@ -223,7 +223,8 @@ def _pcr_lines(pcr: Dict) -> List[str]:
         return [f"**PCR**: not measured ({pcr['missing']})", ""]
     if pcr.get("error"):
         return [f"**PCR**: failed: {pcr['error'][-300:]}", ""]
-    out = [f"**PCR** convert ({' '.join(pcr.get('beam_args', []))}): {pcr['images']} images in "
+    runner = " ".join(pcr.get("beam_args", [])) or "tar2tf's default local runner, no runner flags"
+    out = [f"**PCR** convert ({runner}): {pcr['images']} images in "
            f"{pcr['convert_seconds']:.2f} s ({pcr['images'] / pcr['convert_seconds']:.1f} images/s), "
            f"{pcr['records']} records, {pcr['bytes_total'] / 1e6:.1f} MB written "
            f"({pcr['bytes_total'] / pcr['source_jpeg_bytes']:.3f} x the source JPEG bytes), "

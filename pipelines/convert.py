@@ -40,7 +40,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import beam_sampler, finalize, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
+from pipelines import beam_sampler, finalize, interrupts, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example as ex
@@ -90,7 +90,10 @@ class ConvertShardFn(beam.DoFn):
             self.c["shards_resumed"].inc()
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
         elif pool is not None:
-            info = pool.convert(index, url)  # the pool reports each piece itself (piece_done)
+            try:
+                info = pool.convert(index, url)  # the pool reports each piece itself (piece_done)
+            except KeyboardInterrupt:  # Ctrl-C while this thread waits (pipelines.interrupts)
+                raise interrupts.Interrupted("interrupted") from None
         else:
             info = convert_shard(index, url, self.work, self.cfg, self.stages)
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
@@ -333,8 +336,9 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
         run_args = opts.collecting_args(args, beam_args) if streamed and tasks else args
         p = beam.Pipeline(options=opts.make_pipeline_options(run_args))
         build(p, cfg, urls, list_rejects, work, job, streamed, resumed.next_piece, pooled=bool(tasks))
-        result = p.run()
-        result.wait_until_finish()
+        with interrupts.translated():
+            result = p.run()
+            result.wait_until_finish()
         if streamed:
             finish_streamed(job, cfg, list_rejects, urls, work, resumed)
     finally:

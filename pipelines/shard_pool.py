@@ -387,15 +387,27 @@ class Pool:
                 self._idle.put(w)
 
     def close(self) -> None:
-        """Dispatchers stop taking tasks; workers exit when their input closes; their exit
-        (interpreter teardown, ~50 ms) is awaited on a daemon thread, so a job does not end
-        50 ms late."""
+        """Dispatchers stop taking tasks; idle workers exit when their input closes; their
+        exit (interpreter teardown, ~50 ms) is awaited on a daemon thread, so a job does
+        not end 50 ms late.  A worker still busy now works for nobody (the job failed or
+        was interrupted, or a stream's consumer left) and is killed: nothing of the job
+        outlives it, and it writes nothing more (only into temporary files in any case)."""
         with self._lock:
             self._closed = True
             for _, _, fut in self._todo:
                 fut.cancel()  # not started: nobody will ask for it any more
+        idle = []
+        while True:
+            try:
+                idle.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        self._broken = self._broken or WorkerDied("the shard worker pool is closed")
+        self._idle.put(None)  # a later borrower gets the error instead of waiting forever
         for w in self._all:
             w.end_input()
+            if w not in idle:
+                w.proc.kill()
         threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
 
     def _reap(self) -> None:

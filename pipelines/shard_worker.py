@@ -171,7 +171,11 @@ def serve() -> None:
     the conversion prints (Python or native code) can corrupt it.  The tasks are read
     through a reader of their own: its thread is still blocked in it when the process
     ends (an op raising SystemExit, say), and shutting down would close ``sys.stdin``,
-    wait for that lock and abort the process."""
+    wait for that lock and abort the process.  Ctrl-C in a terminal reaches the workers
+    too (one process group): they ignore it, and the interrupted parent ends them
+    (:meth:`pipelines.shard_pool.Pool.close`), without a traceback from each."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp = os.fdopen(os.dup(0), "rb")
     out = os.fdopen(os.dup(1), "wb")
     sys.stdout.flush()

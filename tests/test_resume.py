@@ -18,10 +18,10 @@ N_SHARDS = 10
 
 
 # one Beam worker converting on its thread (pieces in the work dir), or the default mode's
-# two threads with a worker process each (the workers write into the final shards), or
+# two worker processes (they write into the final shards; Beam only collects), or
 # two threads sharing one worker process (whose pieces must still be converted in order)
 MODES = {"thread": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-         "workers": ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+         "workers": ["--direct_num_workers=2"],  # the default: Beam collects in_memory
          "one-worker": ["--direct_running_mode=multi_threading", "--direct_num_workers=2", "--processes", "1"]}
 
 
