@@ -76,6 +76,16 @@ def copy_dataset(src_dir: str, dst_dir: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def pool_shards(tmp_path_factory) -> str:
+    """The template of 4 small input shards of 6 image + label records (96x64 JPEGs), for
+    the worker pool's tests."""
+    import shardgen
+    d = tmp_path_factory.mktemp("pool-in")
+    shardgen.make_shards(str(d), 4, 6, size=(96, 64))
+    return str(d) + "/train-{0000..0003}.tar"
+
+
+@pytest.fixture(scope="session")
 def demo_output(tmp_path_factory):
     """(output dir, manifest path) of the demo shards converted on the default local runner."""
     out = tmp_path_factory.mktemp("demo-local")

@@ -8,16 +8,13 @@ import os
 import pytest
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-import shardgen
 from pipelines import options as opts
 from pipelines.convert import ConvertConfig, convert
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in")
-    shardgen.make_shards(str(d), 4, 5, size=(64, 48))
-    return str(d) + "/train-{0000..0003}.tar"
+def shards(pool_shards):
+    return pool_shards
 
 
 def _mode(args):
@@ -55,11 +52,11 @@ def _run(shards, out, monkeypatch, beam_args=None, **kw):
         return real_server(self, *a, **k)
     monkeypatch.setattr(opts, "make_pipeline_options", options)
     monkeypatch.setattr(worker_handlers.GrpcServer, "__init__", server)
-    res = convert(ConvertConfig(sources=shards, output=out, type_map={"cls": "int64"}, max_shard_size="16KB",
+    res = convert(ConvertConfig(sources=shards, output=out, type_map={"cls": "int64"}, max_shard_size="20KB",
                                 progress=False, **kw), beam_args)
     monkeypatch.undo()
-    assert res.exit_code == 0 and res.totals["records_written"] == 20
-    assert res.counters["records_written"] == 20  # Beam's counters still come from the DoFns
+    assert res.exit_code == 0 and res.totals["records_written"] == 24
+    assert res.counters["records_written"] == 24  # Beam's counters still come from the DoFns
     files = {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest() for p in res.paths}
     assert len(seen["args"]) == 1
     return _mode(seen["args"][0]), seen["grpc"], files

@@ -14,10 +14,8 @@ from transforms.ops import Func, Resize
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in")
-    shardgen.make_shards(str(d), 4, 6, size=(96, 64))
-    return str(d) + "/train-{0000..0003}.tar"
+def shards(pool_shards):
+    return pool_shards
 
 
 def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tmp_path):

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-import shardgen
 from pipelines import options as opts
 from pipelines.convert import ConvertConfig, convert
 from pipelines.local_convert import convert_in_process
@@ -33,10 +32,8 @@ def _children():
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in")
-    shardgen.make_shards(str(d), 4, 6, size=(96, 64))
-    return str(d) + "/train-{0000..0003}.tar"
+def shards(pool_shards):
+    return pool_shards
 
 
 def _files(res):
