@@ -4,8 +4,9 @@ Beam's local runner runs DoFns on threads of one process.  Pillow, zlib and hash
 the GIL, but everything between those calls (tar headers, Pillow's Python plugins, Example
 building) holds it, and on 2 cores the threads of a decode-heavy job lose about a fifth of
 their throughput to one another (docs/benchmarks.md).  With a pool, each ``ConvertShard``
-call hands its whole shard to a worker process and waits: Beam's threads only schedule,
-the workers convert.  The output is the same bytes.  Where this process's shard stream
+call hands its whole shard to a worker process and waits: Beam only schedules (on one
+thread, in ``in_memory`` mode, where it only collects: ``options.collecting_args``), the
+workers convert.  The output is the same bytes.  Where this process's shard stream
 places the pieces (a local ``{}`` output), each worker writes its piece's frames straight
 into the final shards, at the offsets the stream assigns (``place``; the worker protocol
 is in :mod:`pipelines.shard_worker`), so every byte is written once; otherwise each
