@@ -90,10 +90,7 @@ class ConvertShardFn(beam.DoFn):
             self.c["shards_resumed"].inc()
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
         elif pool is not None:
-            try:
-                info = pool.convert(index, url)  # the pool reports each piece itself (piece_done)
-            except KeyboardInterrupt:  # Ctrl-C while this thread waits (pipelines.interrupts)
-                raise interrupts.Interrupted("interrupted") from None
+            info = pool.convert(index, url)  # the pool reports each piece itself (piece_done)
         else:
             info = convert_shard(index, url, self.work, self.cfg, self.stages)
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))

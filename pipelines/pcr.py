@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import transforms
-from pipelines import beam_sampler, finalize, options as opts, progress as prog, workfiles
+from pipelines import beam_sampler, finalize, interrupts, options as opts, progress as prog, workfiles
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
@@ -251,8 +251,9 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     try:
         p = beam.Pipeline(options=opts.make_pipeline_options(args))
         build(p, cfg, units, list_rejects, inputs, classes, work, job)
-        result = p.run()
-        result.wait_until_finish()
+        with interrupts.translated():  # Ctrl-C in a DoFn on this thread (in_memory mode)
+            result = p.run()
+            result.wait_until_finish()
     finally:
         if bar is not None:
             bar.close()

@@ -42,177 +42,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import os
-import pickle
 import queue
-import subprocess
-import sys
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pipelines.job_objects import JobObjects
+from pipelines.worker_handle import Worker, WorkerDied, cancel, failed
 
-_BOOT = "from pipelines.shard_worker import serve; serve()"
-
-# Native thread pools a worker does not need: the pool already runs one worker per core,
-# and numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU per worker, taken
-# from the other workers).  A value the user set is kept.
-_ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def worker_env() -> Dict[str, str]:
-    """The environment of a worker process: this one's, with :data:`_ONE_THREAD` = 1
-    unless set, and this process's import path."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for name in _ONE_THREAD:
-        env.setdefault(name, "1")
-    return env
-
-
-class WorkerDied(RuntimeError):
-    """A shard worker process ended without answering."""
-
-
-def _failed(url: str, trace: str) -> RuntimeError:
-    """A conversion that raised in a worker (``trace``: its traceback there)."""
-    return RuntimeError(f"converting {url} failed in a shard worker process:\n{trace}")
-
-
-def _cancel(runs: list, exc: BaseException) -> None:
-    """Ranges that will never be written: their shards fail (a retried bundle would find
-    the piece placed already)."""
-    for shard, _, _, _ in runs:
-        shard.cancel(exc)
-
-
-class _Worker:
-    def __init__(self, blob: bytes, work: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=worker_env())
-        try:
-            self._send((blob, work))
-        except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
-            pass
-
-    def _send(self, obj: Any) -> None:
-        pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-        self.proc.stdin.flush()
-
-    def call(self, index: int, url: str) -> Dict[str, Any]:
-        """Convert one shard into a piece file (a placing pool's conversation, where the
-        worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
-        error raises here."""
-        self._post((index, url, False), f"converting {url}")
-        status, value = self._recv(f"converting {url}")
-        if status == "error":
-            raise _failed(url, value)
-        return value
-
-    def _send_runs(self, info: Dict[str, Any], place: Callable, url: str) -> Tuple[list, Optional[BaseException]]:
-        """Wait for ``place`` to settle where the piece the worker holds goes, and send the
-        worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
-        and what ``place`` raised.  The worker's answer is :meth:`_written`'s."""
-        try:
-            runs, error = place(info) or [], None
-        except BaseException as e:  # noqa: BLE001 - raised by _written
-            runs, error = [], e
-        try:
-            self._post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], f"converting {url}")
-        except BaseException as e:
-            _cancel(runs, e)
-            raise
-        return runs, error
-
-    def _written(self, url: str, runs: list, error: Optional[BaseException], reply: Tuple[str, Any]) -> None:
-        """The worker's answer (``reply``) to :meth:`_send_runs`: each run reported to its
-        shard."""
-        try:
-            status, value = reply
-            if status == "write-error":
-                raise RuntimeError(f"writing the piece of {url} failed in a shard worker process:\n{value}")
-        except BaseException as e:
-            _cancel(runs, e)
-            raise
-        if error is not None:
-            raise error
-        for (shard, offset, _, _), crc in zip(runs, value):
-            shard.filled(offset, crc)
-
-    def _died(self, doing: str, e: BaseException) -> WorkerDied:
-        code = self.proc.wait()
-        return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
-                          f"while {doing} ({e.__class__.__name__})")
-
-    def _post(self, message: Any, doing: str) -> None:
-        """Send a message; a worker that is gone raises :class:`WorkerDied` (``doing``:
-        what it was doing, for the message)."""
-        try:
-            self._send(message)
-        except OSError as e:  # BrokenPipeError included
-            raise self._died(doing, e) from None
-
-    def _recv(self, doing: str) -> Any:
-        try:
-            return pickle.load(self.proc.stdout)
-        except (EOFError, OSError, pickle.UnpicklingError) as e:
-            raise self._died(doing, e) from None
-
-    def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
-        """The elements of one shard for the streamed dataset (``pipelines.shard_elements``;
-        the protocol is in ``pipelines.shard_worker``), ``chunk`` per message; the worker
-        converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
-        worker's counts.  Closing the generator early stops the worker's shard."""
-        doing = f"streaming {url}"
-        self._post(("elements", url, chunk), doing)
-        settled = False  # the worker has finished the task (end, error, or dead)
-        try:
-            while True:
-                kind, value, notes = self._recv(doing)
-                for n in notes:
-                    note(*n)
-                if kind == "error":
-                    settled = True
-                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n{value}")
-                if kind == "end":
-                    settled = True
-                    yield from value
-                    return
-                self._post("next", doing)
-                yield from value
-        except WorkerDied:
-            settled = True
-            raise
-        finally:
-            if not settled:  # the consumer stopped early: end the worker's task, keep the worker
-                self._stop_streaming(doing, note)
-
-    def _stop_streaming(self, doing: str, note: Callable) -> None:
-        try:
-            while True:
-                kind, _, notes = self._recv(doing)
-                for n in notes:
-                    note(*n)
-                if kind != "items":
-                    return
-                self._post("stop", doing)
-        except WorkerDied:
-            pass  # the pool finds out at the worker's next task
-
-    def end_input(self) -> None:
-        """Ask the worker to exit (it does when its stdin closes)."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def reap(self) -> None:
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
+__all__ = ["Pool", "WorkerDied", "get", "pack", "start", "stop"]
 
 
 class Pool:
@@ -235,11 +73,11 @@ class Pool:
     def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
                  on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
                  place: Optional[Callable] = None):
-        self._all: List[_Worker] = []
-        self._idle: "queue.Queue[Optional[_Worker]]" = queue.Queue()  # None: broken
+        self._all: List[Worker] = []
+        self._idle: "queue.Queue[Optional[Worker]]" = queue.Queue()  # None: broken
         self._broken: Optional[WorkerDied] = None
         for _ in range(int(n)):
-            w = _Worker(blob, work)
+            w = Worker(blob, work)
             self._all.append(w)
             self._idle.put(w)
         self._lock = threading.Lock()
@@ -299,12 +137,12 @@ class Pool:
                     while task is not None or held is not None:
                         if task is not None:
                             index, url, fut = task
-                            w._post((index, url, True), f"converting {url}")
+                            w.post((index, url, True), f"converting {url}")
                         if held is not None:
-                            sent = w._send_runs(held[2], self._place, held[0])
+                            sent = w.send_runs(held[2], self._place, held[0])
                         sized, converting = None, task is not None
                         while converting or sent is not None:  # the two answers, in either order
-                            reply = w._recv(f"converting {url if converting else held[0]}")
+                            reply = w.recv(f"converting {url if converting else held[0]}")
                             if reply[0] in ("written", "write-error"):
                                 answered, sent = sent, None
                                 self._finish(w, held, answered, reply)
@@ -312,7 +150,7 @@ class Pool:
                                 sized, converting = (url, fut, reply[1]), False
                             else:  # its conversion failed; the worker goes on
                                 converting = False
-                                fut.set_exception(_failed(url, reply[1]))
+                                fut.set_exception(failed(url, reply[1]))
                         held, task = sized, self._next_task() if more else None
                         if task is not None:
                             taken.append(task[2])
@@ -320,19 +158,19 @@ class Pool:
                     raise
                 except BaseException as e:  # a bug here: the worker's answers would be out of step
                     w.proc.kill()
-                    raise w._died("placing pieces", e) from e
+                    raise w.died("placing pieces", e) from e
         except BaseException as e:  # noqa: BLE001 - the worker died: the pool is broken
             if sent is not None:
-                _cancel(sent[0], e)  # runs it will never write: their shards fail
+                cancel(sent[0], e)  # runs it will never write: their shards fail
             for fut in taken:
                 if not fut.done():
                     fut.set_exception(e)
 
-    def _finish(self, w: "_Worker", held: Tuple[str, Future, Dict[str, Any]], sent, reply) -> None:
+    def _finish(self, w: "Worker", held: Tuple[str, Future, Dict[str, Any]], sent, reply) -> None:
         """The held piece's runs written (or its error): its task's result."""
         url, fut, info = held
         try:
-            w._written(url, *sent, reply)
+            w.report_written(url, *sent, reply)
             if self._on_done is not None:
                 self._on_done(info)
         except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
@@ -351,7 +189,7 @@ class Pool:
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
         """The elements of the shard at ``url``, converted by an idle worker (see
-        :meth:`_Worker.elements`), which stays borrowed until the generator ends."""
+        :meth:`Worker.elements`), which stays borrowed until the generator ends."""
         with self._borrow() as w:
             yield from w.elements(url, note, chunk)
 
@@ -369,7 +207,7 @@ class Pool:
             return info
 
     @contextlib.contextmanager
-    def _borrow(self) -> Iterator[_Worker]:
+    def _borrow(self) -> Iterator[Worker]:
         """An idle worker for the block, returned to the pool after it if still alive."""
         w = self._idle.get()
         if w is None:  # the pool is broken: wake the next waiter too

@@ -1,9 +1,11 @@
 """Ctrl-C in a terminal (SIGINT to the job's whole process group: the CLI and its shard
 workers) during a local conversion: the job ends promptly with exit code 1 and a message,
 leaves no process behind, every file under a final name is a complete shard, and
-``--resume`` then writes an uninterrupted run's bytes."""
+``--resume`` then writes an uninterrupted run's bytes.  And Beam's wrapping of a Ctrl-C
+that lands inside a step is undone (pipelines.interrupts)."""
 
 import glob
+import logging
 import os
 import signal
 import subprocess
@@ -66,3 +68,37 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     p = cli(*[ref.get(a, a) for a in args], env=env)
     assert p.returncode == 0, p.stderr
     assert output_digest(str(tmp_path / "o")) == output_digest(str(tmp_path / "ref"))
+
+
+def _run_in_memory(fn):
+    import apache_beam as beam
+    from pipelines import options as opts
+    args = opts.effective_args(["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+    with beam.Pipeline(options=opts.make_pipeline_options(args)) as p:
+        _ = p | beam.Create([1, 2]) | "Step" >> beam.Map(fn)
+
+
+def test_ctrl_c_in_any_step_on_the_launching_thread_leaves_as_keyboard_interrupt(caplog):
+    """Beam's in_memory mode runs the steps on the calling thread, so Ctrl-C lands inside
+    one, and Beam re-raises it as "RuntimeError: KeyboardInterrupt [while running ...]"
+    with an ERROR log; translated() gives the caller a KeyboardInterrupt and no log."""
+    from pipelines import interrupts
+
+    def pressed(x):
+        raise KeyboardInterrupt
+
+    def broken(x):
+        raise ValueError("a real failure")
+
+    with pytest.raises(RuntimeError, match="KeyboardInterrupt") as wrapped:  # Beam, untranslated
+        _run_in_memory(pressed)
+    assert interrupts.from_ctrl_c(wrapped.value) and not interrupts.from_ctrl_c(ValueError("x"))
+    caplog.clear()
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.translated():
+            _run_in_memory(pressed)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    with pytest.raises(ValueError, match="a real failure"):  # other errors pass, and are logged
+        with interrupts.translated():
+            _run_in_memory(broken)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -152,7 +152,7 @@ def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use
         mods = set(open(os.path.join(str(seen), pid)).read().split())
         assert "pipelines.shard_worker" in mods and "pipelines.shard_convert" in mods
         # (subprocess is not in the list: Pillow's GIF plugin imports it when Pillow registers its formats)
-        unwanted = {"pipelines.shard_pool", "concurrent.futures", "queue", "humanfriendly", "hashlib",
+        unwanted = {"pipelines.shard_pool", "pipelines.worker_handle", "concurrent.futures", "queue", "humanfriendly", "hashlib",
                     "apache_beam", "tensorflow"}
         assert mods & unwanted == set(), pid
 
@@ -262,8 +262,8 @@ def test_pool_only_where_dofns_run_in_this_process(caplog):
 
 
 def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
-    from pipelines import shard_pool
-    monkeypatch.setattr(shard_pool, "_BOOT", "import sys; sys.exit(7)")  # e.g. a broken environment
+    from pipelines import worker_handle
+    monkeypatch.setattr(worker_handle, "_BOOT", "import sys; sys.exit(7)")  # e.g. a broken environment
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2)
     with pytest.raises(Exception, match="died with exit code 7"):
         convert(cfg)
