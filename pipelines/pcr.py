@@ -93,6 +93,8 @@ class ConvertUnitFn(beam.DoFn):
         cfg = self.cfg
         blob = pc.unit_blob(self.work, unit)
         info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
+        if info is not None and info.get("unit") != pc.unit_id(unit):
+            info = None  # the blob of another unit: the input changed since that run
         if info is not None:
             self.c["shards_resumed"].inc()
         else:

@@ -12,16 +12,17 @@ For a TFRecord dataset every shard is read once, streaming, and checked for:
 
 Then the manifest's own totals are checked against the shards (records, bytes, shard
 count), the conservation rule ``read = written + rejected + filtered`` and the rejects
-file's line count.  PCR datasets (manifest ``kind: pcr``) are handed to ``verify_pcr``
-from the PCR modules.  Nothing stops at the first problem: the report lists all of them.
+file's line count.  For a PCR dataset (manifest ``kind: pcr``) the record files are
+checked against the manifest's rows, the index against the manifest's sha256, and the
+files against the index by ``transforms.pcr_verify``.  Nothing stops at the first
+problem: the report lists all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import hashlib
 import io
-import inspect
 import json
 import os
 from typing import Any, Dict, List, Optional
@@ -33,7 +34,6 @@ from transforms.tfrecord import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
 IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
 _KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
-PCR_VERIFIERS = ("transforms.pcr_verify", "transforms.pcr", "pipelines.pcr_verify", "pipelines.pcr")
 
 
 @dataclasses.dataclass
@@ -297,33 +297,28 @@ def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, 
                 report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
 
 
-def _verify_pcr(manifest_path: str, report: VerifyReport, config: StoreConfig) -> None:
-    fn = None
-    for name in PCR_VERIFIERS:
-        try:
-            fn = getattr(importlib.import_module(name), "verify_pcr", None)
-        except ImportError:
-            continue
-        if fn is not None:
-            break
-    if fn is None:
-        report.problems.append(Problem("pcr", "this is a PCR dataset but no verify_pcr() is installed "
-                                              f"(looked in {', '.join(PCR_VERIFIERS)})"))
-        return
+def _verify_pcr(m: Dict[str, Any], manifest_path: str, report: VerifyReport, config: StoreConfig) -> None:
+    from transforms.pcr_verify import verify_pcr
+    directory = dirname(manifest_path) or "."
+    recorded = m.get("index") or {}
+    if recorded.get("sha256"):
+        index_path = _locate(recorded.get("path", ""), manifest_path,
+                             finalize.companion(m.get("output", "") + "/PCR", ".manifest.json"))
+        store = get_store(index_path, config)
+        if store.exists(index_path):
+            data = store.read_bytes(index_path)
+            if hashlib.sha256(data).hexdigest() != recorded["sha256"]:
+                report.problems.append(Problem("index", "PCR index's sha256 differs from the manifest's "
+                                                        f"({len(data)} bytes, manifest says "
+                                                        f"{recorded.get('bytes')})", index_path))
+    counts: Dict[str, int] = {}
     try:
-        directory = dirname(manifest_path) or "."
-        takes_config = "config" in inspect.signature(fn).parameters
-        res = fn(directory, config=config) if takes_config else fn(directory)
+        found = verify_pcr(directory, config=config, counts=counts)
     except Exception as e:  # noqa: BLE001 - the verifier's failure is the finding
         report.problems.append(Problem("pcr", f"verify_pcr failed: {type(e).__name__}: {e}"))
         return
-    found = res
-    if isinstance(res, dict):
-        found = res.get("problems", res.get("errors", [] if res.get("ok", True) else ["verify_pcr: not ok"]))
-        report.records_checked += int(res.get("records", 0) or 0)
-    elif hasattr(res, "problems"):
-        found = res.problems
-    for p in found or []:
+    report.records_checked += counts.get("images", 0)
+    for p in found:
         report.problems.append(Problem("pcr", str(p)))
 
 
@@ -337,7 +332,7 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
         recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
         for row in m.get("shards", []):
             _check_file(row, _locate(row["path"], mpath, recorded), report, config)
-        _verify_pcr(mpath, report, config)
+        _verify_pcr(m, mpath, report, config)
         return report
     schema = m.get("schema", {})
     dali = bool(m.get("options", {}).get("dali_index"))

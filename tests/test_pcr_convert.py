@@ -92,6 +92,10 @@ def test_tf_dataset_matches_python_iterator(folder_run):
     decoded = list(pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, 2, decode=True)
                    .as_numpy_iterator())
     assert all(img.ndim == 3 and img.shape[2] == 3 for img, _ in decoded)
+    # no files (a worker's share of a split with fewer files than workers): no elements
+    empty = pcr_reader.ProgressiveCompressedRecordDataset([], index, 3)
+    assert list(empty.as_numpy_iterator()) == [] and list(pcr_reader.iter_pcr([], index, 3)) == []
+    assert empty.element_spec == pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, 3).element_spec
 
 
 def _rchar():
@@ -261,6 +265,55 @@ def test_exif_orientation_is_applied_losslessly_when_possible():
     ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(odd))))
     assert img.shape == ref.shape == (70, 50, 3)
     assert 10 * np.log10(255 ** 2 / np.mean((img.astype(float) - ref) ** 2)) > 30
+
+
+def _damaged_jpeg(orientation):
+    """A JPEG whose entropy data jpegtran reports as corrupt (an RST marker mid-scan)."""
+    from pcr_fixtures import exif_orientation
+    src = encode(photo("chelsea", (64, 48)), exif=exif_orientation(orientation))
+    sos = src.rfind(b"\xff\xda")
+    mid = sos + (len(src) - sos) // 2
+    bad = src[:mid] + b"\xff\xd3" + src[mid:]
+    r = subprocess.run(["jpegtran", "-copy", "none"], input=bad, capture_output=True)
+    assert r.returncode == 2 and b"Corrupt JPEG data" in r.stderr
+    return bad
+
+
+@pytest.mark.parametrize("orientation", [1, 6, 8])
+def test_damaged_jpeg_is_rejected_whatever_its_orientation(orientation):
+    # with an EXIF turn the -perfect attempt fails on the damage too; the lossy way (Pillow
+    # decodes damaged data silently) must not take it
+    from transforms.pcr_image import ImageRejected, to_progressive
+    with pytest.raises(ImageRejected, match="jpegtran rejected: .*Corrupt JPEG data"):
+        to_progressive(_damaged_jpeg(orientation))
+
+
+def test_jpeg_size_is_not_limited_by_pillows_pixel_guard(monkeypatch):
+    # stands in for a >89 MP JPEG: only its header is parsed in Python, jpegtran converts it
+    from pcr_fixtures import exif_orientation
+    from transforms.pcr_image import ImageRejected, to_progressive
+    data = encode(photo("chelsea", (64, 48)))
+    turned = encode(photo("chelsea", (64, 48)), exif=exif_orientation(6))
+    png = encode(photo("chelsea", (64, 48)), "PNG")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    assert to_progressive(data).lossless
+    assert to_progressive(turned).orientation == 6
+    # where pixels are decoded, the guard stands, with a reason that says so
+    with pytest.raises(ImageRejected, match="^image too large to decode: "):
+        to_progressive(png)
+
+
+def test_tiff_orientation_is_recorded():
+    from pcr_fixtures import exif_orientation
+    from transforms.pcr_image import to_progressive
+    img = photo("chelsea", (40, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buf = io.BytesIO()
+    img.save(buf, "TIFF", exif=exif)
+    p = to_progressive(buf.getvalue())
+    assert p.source_format == "TIFF" and p.orientation == 6
+    assert decode(p.data).shape == (40, 30, 3)  # turned upright: 30 x 40 -> 40 rows
 
 
 def test_cli_exit_codes(tmp_path, capsys):

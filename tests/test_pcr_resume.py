@@ -56,3 +56,30 @@ def test_resume_reuses_verified_units_and_matches_a_clean_run(tmp_path):
     assert res.counters["shards_read"] == len(units) == 4
     assert _files(cfg.output) == _files(ref.output)
     assert not os.path.exists(work)                      # work dir removed after success
+
+
+def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
+    from pcr_fixtures import encode, make_image_folder, photo
+    from transforms.pcr_format import INDEX_NAME, record_files
+    from transforms.pcr_reader import iter_pcr
+    src = str(tmp_path / "src")
+    make_image_folder(src, {f"c{i % 2}/img{i:03d}.jpg": encode(photo("chelsea", (32 + i % 5, 24)))
+                            for i in range(12)})
+    cfg = PcrConfig(sources=src, output=str(tmp_path / "out"), images_per_record=5, files_per_unit=4,
+                    progress=False, resume=True)
+    # what a run killed after its first two units (slices of 4 files) leaves behind
+    units, _, inputs, _ = list_units(cfg)
+    work = work_dir_for(cfg, inputs)
+    for unit in units[:2]:
+        info = pc.convert_unit(unit, work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
+        workfiles.write_sidecar(pc.unit_blob(work, unit), info, cfg.store)
+    # then an image that sorts first is added and another removed: slice 0 changes, slice 1
+    # (c0/img008, c0/img010, c1/img001, c1/img003) happens to stay the same
+    make_image_folder(src, {"c0/aaa_new.jpg": encode(photo("coffee", (30, 20)))})
+    os.remove(os.path.join(src, "c0/img002.jpg"))
+    res = convert_pcr(cfg, ["--direct_num_workers=1"])
+    assert res.exit_code == 0 and res.counters["shards_resumed"] == 1
+    out = cfg.output
+    keys = [k for k, _, _ in iter_pcr(record_files(out), os.path.join(out, INDEX_NAME), 1, with_keys=True)]
+    tree = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs)
+    assert sorted(keys) == tree  # nothing lost, nothing twice

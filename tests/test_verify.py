@@ -192,6 +192,36 @@ def test_verify_pcr_dataset_through_the_cli(tmp_path):
     assert main(["verify", os.path.join(out, "PCR.manifest.json")]) == 5
 
 
+def test_verify_pcr_index_edits_are_caught(tmp_path):
+    """The index's int32 ``offsets`` (what readers of the reference schema use) must agree
+    with ``offsets64``, and the index must be the one the manifest recorded."""
+    from pcr_fixtures import JPEGTRAN_MISSING, convert_local, make_image_folder, sample_images
+    if JPEGTRAN_MISSING:
+        pytest.skip("!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!")
+    from transforms import pcr_pb2
+    from transforms.pcr_format import INDEX_NAME
+    out, _ = convert_local(tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()),
+                           images_per_record=4)
+    rep = verify(out)
+    assert rep.ok and rep.records_checked == len(sample_images()), rep.text()
+    path = os.path.join(out, INDEX_NAME)
+    original = open(path, "rb").read()
+    idx = pcr_pb2.DatasetOffsetsIndex.FromString(original)
+    o = list(idx.records[0].offsets)
+    o[1], o[2] = o[1] + 7, o[2] - 7  # same total: file sizes still agree
+    del idx.records[0].offsets[:]
+    idx.records[0].offsets.extend(o)
+    open(path, "wb").write(idx.SerializeToString())
+    problems = verify(out).problems
+    assert any(p.check == "pcr" and "differ from offsets64" in p.detail for p in problems)
+    assert any(p.check == "index" and "sha256 differs from the manifest" in p.detail for p in problems)
+    # an index that still parses but no longer describes the scan maps the images name
+    idx = pcr_pb2.DatasetOffsetsIndex.FromString(original)
+    del idx.scan_maps[:]
+    open(path, "wb").write(idx.SerializeToString())
+    assert any("scan maps" in p.detail for p in verify(out).problems)
+
+
 def test_feature_appearing_late_is_in_the_schema(tmp_path):
     """The manifest schema covers every record, so verify does not flag a feature that
     only the 20th record of a shard has."""

@@ -17,6 +17,7 @@ provenance, plus the rejects and counts of the unit.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from transforms.fetch import read_shard
@@ -131,6 +132,14 @@ def file_items(rows, config: Optional[StoreConfig], shard: str):
 
 # -- one unit -----------------------------------------------------------------------------
 
+def unit_id(unit) -> str:
+    """What a unit is made of (its kind, index, source and, for an ImageFolder slice, every
+    file with its key and label), as a digest: a blob kept by an interrupted run is reused
+    only for the same unit (an image added to or removed from the folder shifts later
+    slices, and a new class shifts labels)."""
+    return hashlib.sha256(json.dumps(list(unit), separators=(",", ":")).encode()).hexdigest()[:32]
+
+
 def unit_blob(work: str, unit) -> str:
     """Where ``unit``'s converted pieces go (and, beside it, the pipeline's sidecar)."""
     return join(work, f"unit-{unit[1]:06d}.bin")
@@ -177,4 +186,4 @@ def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality:
         images = []
     return {"index": index, "kind": kind, "shard": shard, "blob": blob, "images": images,
             "sizes": [sum(im["piece_sizes"]) for im in images], "records_read": read, "filtered": 0,
-            "rejects": rejects, "maps": maps, "sha256": digest.hexdigest()}
+            "rejects": rejects, "maps": maps, "sha256": digest.hexdigest(), "unit": unit_id(unit)}

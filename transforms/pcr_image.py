@@ -18,6 +18,7 @@ Failures raise :class:`ImageRejected` with a reason whose prefix is a stable kin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import shutil
@@ -26,7 +27,7 @@ import warnings
 from typing import List, Optional
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, JpegImagePlugin
 
 DEFAULT_QUALITY = 90
 JPEGTRAN_ARGS = ["-copy", "none", "-optimize", "-progressive"]
@@ -46,7 +47,9 @@ class Progressive:
     data: bytes            # the progressive JPEG
     source_format: str     # "JPEG", "PNG", ...
     orientation: int       # EXIF orientation found in the source (1 = none/upright)
-    lossless: bool         # decoded pixels equal the (upright) source decode
+    # the source's DCT coefficients, not re-encoded; an EXIF turn is done on the
+    # coefficients (turning the decode back gives the source's pixels)
+    lossless: bool
 
 
 def jpegtran_path() -> Optional[str]:
@@ -65,18 +68,37 @@ def jpegtran(data: bytes, extra: List[str] = (), timeout: float = 120.0) -> byte
     return proc.stdout
 
 
-def _open(data: bytes, load: bool = True) -> Image.Image:
+@contextlib.contextmanager
+def _pillow_errors():
+    """Pillow's failures as :class:`ImageRejected` with a stable reason."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            if load:
-                img.load()
-        return img
+            yield
     except Image.UnidentifiedImageError:  # its message holds an object address: not stable
         raise ImageRejected("not an image: Pillow recognises no image format in it") from None
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
+        raise ImageRejected(f"image too large to decode: {e}") from None
     except Exception as e:  # noqa: BLE001 - any other Pillow failure: a damaged image
         raise ImageRejected(f"undecodable image: {e.__class__.__name__}: {e}") from None
+
+
+def _jpeg_header(data: bytes) -> Image.Image:
+    """A JPEG's header (size, EXIF), no pixels.  Built by the plugin itself, not
+    ``Image.open``, whose pixel limit (``Image.MAX_IMAGE_PIXELS``, a guard against
+    decompression bombs) is for decoding: jpegtran converts a JPEG of any size."""
+    with _pillow_errors():
+        return JpegImagePlugin.JpegImageFile(io.BytesIO(data))
+
+
+def _decoded(data: bytes):
+    """(the decoded image, its EXIF orientation), the orientation read before the pixels
+    (loading a TIFF drops the tag from what ``getexif`` sees)."""
+    with _pillow_errors():
+        img = Image.open(io.BytesIO(data))
+        orient = _orientation(img)
+        img.load()
+    return img, orient
 
 
 def _orientation(img: Image.Image) -> int:
@@ -111,13 +133,16 @@ def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY) -> Progressive:
         raise ImageRejected("not an image: empty")
     if is_jpeg(data):
         # header only: jpegtran decodes every coefficient, so it is the integrity check
-        img = _open(data, load=False)
-        orient = _orientation(img)
+        orient = _orientation(_jpeg_header(data))
         if orient == 1:
             return Progressive(jpegtran(data), "JPEG", 1, True)
         try:
             return Progressive(jpegtran(data, ["-perfect", *_ORIENT[orient]]), "JPEG", orient, True)
         except ImageRejected:
-            return Progressive(jpegtran(_baseline(_open(data), quality)), "JPEG", orient, False)
-    img = _open(data)
-    return Progressive(jpegtran(_baseline(img, quality)), img.format or "unknown", _orientation(img), False)
+            # -perfect refuses partial edge blocks, and damaged data fails it too: only an
+            # image jpegtran reads cleanly without the transform may take the lossy way
+            # (Pillow would decode damaged data without a word)
+            jpegtran(data)
+            return Progressive(jpegtran(_baseline(_decoded(data)[0], quality)), "JPEG", orient, False)
+    img, orient = _decoded(data)
+    return Progressive(jpegtran(_baseline(img, quality)), img.format or "unknown", orient, False)

@@ -81,7 +81,7 @@ def ProgressiveCompressedRecordDataset(filenames: Union[str, Sequence[str]], ind
     import tensorflow as tf
 
     plan = _plan(filenames, index_filename, scan_groups, config)
-    width = 1 + max(k for _, _, k in plan)
+    width = 1 + max((k for _, _, k in plan), default=0)  # no files (a worker's empty split): no elements
     names = [fn for fn, _, _ in plan]
     prefix = [e.prefix(k) for _, e, k in plan]
     footer = [e.size - e.prefix(k) for _, e, k in plan]
@@ -111,8 +111,8 @@ def ProgressiveCompressedRecordDataset(filenames: Union[str, Sequence[str]], ind
         return tf.data.Dataset.from_tensor_slices((jpegs, labels[0]))
 
     files = tf.data.Dataset.from_tensor_slices((
-        tf.constant(names), tf.constant(prefix, tf.int64), tf.constant(footer, tf.int64),
-        tf.constant(lengths, tf.int64), tf.constant(ks, tf.int64)))
+        tf.constant(names, tf.string), tf.constant(prefix, tf.int64), tf.constant(footer, tf.int64),
+        tf.reshape(tf.constant(lengths, tf.int64), [-1, width]), tf.constant(ks, tf.int64)))
     parallel = {"num_parallel_calls": num_parallel_reads, "deterministic": deterministic} if num_parallel_reads else {}
     ds = files.interleave(lambda *a: read(*a).flat_map(lambda x: x), cycle_length=num_parallel_reads or 1,
                           **parallel)

@@ -8,7 +8,7 @@ problems, each naming the file; an empty list means the dataset is sound.
 from __future__ import annotations
 
 import hashlib
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import google_crc32c
 from google.protobuf.message import DecodeError
@@ -18,13 +18,18 @@ from transforms import pcr_pb2
 from transforms.stores import StoreConfig, basename, get_store, join
 
 
-def verify_pcr(directory: str, config: Optional[StoreConfig] = None) -> List[str]:
+def verify_pcr(directory: str, config: Optional[StoreConfig] = None,
+               counts: Optional[Dict[str, int]] = None) -> List[str]:
     """Check every record file against the index; return the problems found (empty = ok).
 
-    Checks: the index parses; each indexed file exists and its size equals the sum of its
-    chunk lengths; CRC-32C of every chunk (when the index has them); every chunk parses,
-    the metadata's level count matches the index, every scan group has one entry per label,
-    piece sizes and the sha256 (when present) match; no record file is missing from the index.
+    Checks: the index parses; its two offset lists (the reference's int32 ``offsets``, read
+    by readers of the original schema, and tar2tf's ``offsets64``) agree, and its
+    ``scan_groups`` matches every entry; each indexed file exists and its size equals the
+    sum of its chunk lengths; CRC-32C of every chunk (when the index has them); every chunk
+    parses, the metadata's level count matches the index, every scan group has one entry per
+    label, piece sizes and the sha256 (when present) match, every image's scan map is in the
+    index; no record file is missing from the index.  ``counts`` (a dict) gets ``images``
+    and ``records`` (files) added up.
     """
     problems: List[str] = []
     index_path = join(directory, fmt.INDEX_NAME)
@@ -35,8 +40,11 @@ def verify_pcr(directory: str, config: Optional[StoreConfig] = None) -> List[str
         return [f"{index_path}: missing"]
     except DecodeError as e:
         return [f"{index_path}: does not parse: {e}"]
+    problems.extend(_check_index(idx, entries))
+    maps = {m.name for m in idx.scan_maps}
+    counts = counts if counts is not None else {}
     for entry in entries.values():
-        problems.extend(_verify_record(join(directory, entry.name), entry, idx, config))
+        problems.extend(_verify_record(join(directory, entry.name), entry, idx, config, maps, counts))
     on_disk = {basename(u) for u in store.list(join(directory, "PCR_"))
                if fmt.RECORD_RE.match(basename(u)) and u == join(directory, basename(u))}
     for name in sorted(on_disk - set(entries)):
@@ -44,7 +52,21 @@ def verify_pcr(directory: str, config: Optional[StoreConfig] = None) -> List[str
     return problems
 
 
-def _verify_record(path: str, entry: fmt.RecordEntry, idx, config) -> List[str]:
+def _check_index(idx, entries: Dict[str, fmt.RecordEntry]) -> List[str]:
+    out = []
+    for r in idx.records:
+        if len(r.offsets) and len(r.offsets64) and list(r.offsets) != list(r.offsets64):
+            out.append(f"{fmt.INDEX_NAME}: {r.name}: offsets {list(r.offsets)} differ from offsets64 "
+                       f"{list(r.offsets64)} (readers of the reference schema use the first)")
+    if idx.scan_groups:
+        for e in entries.values():
+            if e.groups != idx.scan_groups:
+                out.append(f"{fmt.INDEX_NAME}: {e.name} has {e.groups} scan groups, the index says "
+                           f"{idx.scan_groups}")
+    return out
+
+
+def _verify_record(path: str, entry: fmt.RecordEntry, idx, config, maps, counts) -> List[str]:
     name, out = entry.name, []
     store = get_store(path, config)
     try:
@@ -67,7 +89,9 @@ def _verify_record(path: str, entry: fmt.RecordEntry, idx, config) -> List[str]:
             try:
                 if c == 0:
                     meta = pcr_pb2.MetadataRecord.FromString(chunk)
-                    out.extend(_check_meta(name, meta, entry))
+                    out.extend(_check_meta(name, meta, entry, maps))
+                    counts["records"] = counts.get("records", 0) + 1
+                    counts["images"] = counts.get("images", 0) + len(meta.labels)
                 elif meta is not None:
                     sg = pcr_pb2.ScanGroup.FromString(chunk)
                     out.extend(_check_group(name, c, sg, meta))
@@ -79,8 +103,11 @@ def _verify_record(path: str, entry: fmt.RecordEntry, idx, config) -> List[str]:
     return out
 
 
-def _check_meta(name: str, meta, entry: fmt.RecordEntry) -> List[str]:
+def _check_meta(name: str, meta, entry: fmt.RecordEntry, maps) -> List[str]:
     out = []
+    unknown = sorted({im.scan_map for im in meta.images if im.scan_map} - maps)
+    if unknown:
+        out.append(f"{name}: images use scan maps {unknown} that the index does not describe")
     if meta.progressive_levels != entry.groups:
         out.append(f"{name}: metadata says {meta.progressive_levels} scan groups, index {entry.groups}")
     if entry.num_images is not None and entry.num_images != len(meta.labels):
