@@ -209,6 +209,10 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     for p in sorted(pieces, key=lambda p: p["index"]):
         if p["schema"]:
             schema = ex.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    unmatched = ex.unmatched_types(ex.parse_type_map(cfg.type_map), schema) if schema else []
+    if unmatched:
+        log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
+                    ", ".join(unmatched), ", ".join(sorted(schema)))
     rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
     by_reason = finalize.rejects_by_reason(rejects)
@@ -233,11 +237,19 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
 
 def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) -> None:
     """Raise :class:`OutputExistsError` if outputs exist and neither ``overwrite`` nor
-    ``resume`` was asked for (the flags' names as the caller spells them)."""
+    ``resume`` was asked for (the flags' names as the caller spells them).  ``resume``
+    accepts them only if an interrupted run of this very job (same inputs, options and
+    output: the same work directory) left its work behind: it would replace them, and
+    they may be another job's finished output."""
     existing = finalize.existing_outputs(cfg.output, cfg.store)
-    if not existing or cfg.overwrite or cfg.resume:
+    if not existing or cfg.overwrite:
         return
     msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"
+    if cfg.resume:
+        if finalize.has_files(get_store(work, cfg.store), work):
+            return
+        raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
+                                f"output) left work to resume in {work}; pass {overwrite} to replace them")
     if streams(cfg) and get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
         raise OutputExistsError(f"{msg}: an interrupted run of this job left them; pass {resume} to "
                                 f"continue it, or {overwrite} to start over")
@@ -245,9 +257,10 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) ->
 
 
 def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
-    """Same inputs + options -> same work dir, which is what makes ``resume`` find pieces."""
-    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__},
-                     sort_keys=True)
+    """Same inputs + options + output -> same work dir, which is what makes ``resume``
+    find pieces (and only this job's: another output's journal lists other shards)."""
+    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "output": cfg.output,
+                      "v": transforms.__version__}, sort_keys=True)
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
     return join(root, fp)

@@ -1,6 +1,6 @@
 """Seed 000's Python API: ``Dataset(source, ...).load(template, ...)``.
 
-``load`` without ``path`` returns a streaming ``tf.data.Dataset``; with ``path`` it writes
+``load`` without ``path`` (or with ``path=""``) returns a streaming ``tf.data.Dataset``; with ``path`` it writes
 TFRecord shards through the conversion pipeline and returns their paths.  Ops run as
 sample stages in both modes, through the same :class:`transforms.stages.Stages` code.
 ``remote_exec`` chooses where they run -- see ``docs/ops.md`` ("executed in the cluster"
@@ -162,7 +162,7 @@ class Dataset:
              max_shard_size=None, remote_exec=_UNSET, prefetch: int = 64, **convert_options):
         """See the module docstring.  ``convert_options`` go to ``ConvertConfig``
         (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...)."""
-        if path is not None:
+        if path is not None and path != "":  # seed 000: an empty path means in memory
             return self._to_tfrecords(template, path, num_workers, record_to_example, max_shard_size,
                                       remote_exec, convert_options)
         if self._use_beam(remote_exec, in_memory=True):
@@ -205,7 +205,7 @@ class Dataset:
         cfg = self._config(template, os.path.join(tmp, "part-{}.tfrecord"), record_to_example, max_shard_size,
                            options)
         res = self._convert(cfg, num_workers, remote_exec, [record_to_example])
-        return run_with_path_generator(res, iter(path), self.store)
+        return run_with_path_generator(res, iter(path), self.store, bool(options.get("overwrite")))
 
     # -- in memory: Beam job, then read its output ------------------------------------------
     def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):

@@ -302,6 +302,11 @@ def write_shard(task: Dict[str, Any], config: Optional[StoreConfig] = None,
     return shard.close()
 
 
+def has_files(store: Store, prefix: str) -> bool:
+    """Whether anything is stored under the directory ``prefix`` (a job's work directory)."""
+    return next(iter(store.list(prefix.rstrip("/") + "/")), None) is not None
+
+
 def delete_tree(store: Store, prefix: str) -> None:
     """Remove a work directory (and its parent, when that is left empty)."""
     if split_url(prefix)[0] == "":

@@ -15,6 +15,7 @@ import shutil
 from typing import Iterator, List, Optional
 
 from pipelines import finalize
+from pipelines.shard_convert import OutputExistsError
 from transforms.stores import StoreConfig, get_store, split_url
 
 COPY_CHUNK = 4 << 20
@@ -34,17 +35,24 @@ def _move(src: str, dst: str, config: Optional[StoreConfig]) -> None:
     get_store(src, config).delete(src)
 
 
-def run_with_path_generator(res, names: Iterator[str], config: Optional[StoreConfig] = None) -> List[str]:
-    """Move the shards of a finished ``ConvertResult`` to the generator's names."""
+def run_with_path_generator(res, names: Iterator[str], config: Optional[StoreConfig] = None,
+                            overwrite: bool = False) -> List[str]:
+    """Move the shards of a finished ``ConvertResult`` to the generator's names; a name
+    that already exists is replaced only with ``overwrite`` (as for a string ``path``)."""
     dests: List[str] = []
+    left = f"the shards are left in {os.path.dirname(res.paths[0])}" if res.paths else ""
     for _ in res.paths:
         try:
             dests.append(str(next(names)))
         except StopIteration:
             raise ValueError(f"the path generator yielded {len(dests)} names for {len(res.paths)} shards; "
-                             f"the shards are left in {os.path.dirname(res.paths[0])}") from None
+                             f"{left}") from None
     if len(set(dests)) != len(dests):
-        raise ValueError(f"the path generator yielded a name twice: {dests}")
+        raise ValueError(f"the path generator yielded a name twice: {dests}; {left}")
+    existing = [d for d in dests if get_store(d, config).exists(d)]
+    if existing and not overwrite:
+        raise OutputExistsError(f"{len(existing)} name(s) the path generator yielded already exist (e.g. "
+                                f"{existing[0]}); pass overwrite=True to replace them; {left}")
     for src, dst in zip(res.paths, dests):
         _move(src, dst, config)
     manifest = dict(res.manifest)

@@ -240,11 +240,17 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
         raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)")
     cfg.output = cfg.output.rstrip("/")
     existing = _existing_records(cfg)
-    if (existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))) \
-            and not (cfg.overwrite or cfg.resume):
-        raise OutputExistsError(f"{cfg.output} already holds a PCR dataset; pass --overwrite to replace it")
     units, list_rejects, inputs, classes = list_units(cfg)
     work = work_dir_for(cfg, inputs)
+    if (existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))) \
+            and not cfg.overwrite:
+        # --resume continues this job (its work directory is there), never replaces another's
+        if not cfg.resume:
+            raise OutputExistsError(f"{cfg.output} already holds a PCR dataset; pass --overwrite to replace it")
+        if not finalize.has_files(get_store(work, cfg.store), work):
+            raise OutputExistsError(f"{cfg.output} already holds a PCR dataset, but no interrupted run of this "
+                                    f"job (same inputs and options) left work to resume in {work}; pass "
+                                    f"--overwrite to replace it")
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
     bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None

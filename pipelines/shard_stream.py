@@ -33,7 +33,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines import shard_journal, workfiles
+from pipelines import finalize, shard_journal, workfiles
 from pipelines.finalize import ShardFile
 from pipelines.job_objects import JobObjects
 from transforms.stores import StoreConfig, get_store
@@ -115,6 +115,9 @@ class ShardStream:
                     yield lo, r
                 self._next_shard((index, r))
                 lo = r
+                if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
+                    finalize.log.warning("record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                                         sizes[r], self.packer.max_bytes, self.current.path)
         if len(sizes) > lo:
             yield lo, len(sizes)
 

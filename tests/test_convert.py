@@ -77,6 +77,16 @@ def test_naming_bounds_and_lone_big_record(tmp_path, caplog):
     assert any("exceeds max shard size" in r.message for r in caplog.records)
     res2 = convert(ConvertConfig(sources=str(d / "a.tar"), output=str(tmp_path / "p/d-{}.rec"), records_per_shard=2))
     assert [s["records"] for s in res2.manifest["shards"]] == [2, 1]
+    caplog.clear()  # a type map name no feature has is said, not silently ignored
+    convert(ConvertConfig(sources=str(d / "a.tar"), output=str(tmp_path / "t/d-{}.rec"), type_map="bin:int64,nosuch:float"))
+    assert [r.message for r in caplog.records if "type map" in r.message] == [
+        "type map names nosuch, which no written feature has (features: __key__, bin): they typed nothing"]
+    caplog.clear()  # a streamed ({} template) output warns as well
+    res3 = convert(ConvertConfig(sources=str(d / "a.tar"), output=str(tmp_path / "q/d-{}.rec"), max_shard_size=20_000))
+    assert [s["records"] for s in res3.manifest["shards"]] == [1, 1, 1]
+    assert [r.message for r in caplog.records if "exceeds max shard size" in r.message] == [
+        f"record of {res3.manifest['shards'][1]['bytes']} bytes exceeds max shard size 20000: it sits alone in "
+        f"{res3.paths[1]}"]
 
 
 def test_overwrite_refused_then_stale_removed(shards, tmp_path):
@@ -91,6 +101,23 @@ def test_overwrite_refused_then_stale_removed(shards, tmp_path):
     assert len(second.paths) == 2
     left = sorted(f for f in os.listdir(tmp_path / "o") if f.endswith(".record"))
     assert left == ["t-00000-of-00002.record", "t-00001-of-00002.record"]
+
+
+def test_resume_never_takes_over_another_jobs_output(shards, tmp_path):
+    """``--resume`` continues an interrupted run of the same job only: finished shards of
+    another job (other inputs or options) under the same names are refused, untouched; and
+    two outputs never share a work directory (a journal lists its own output's shards)."""
+    from pipelines.convert import work_dir_for
+    _, d = shards
+    out = str(tmp_path / "o/t-{}.record")
+    first = convert(ConvertConfig(sources=d + "/train-*.tar", output=out, records_per_shard=4))
+    before = {p: _sha(p) for p in first.paths}
+    with pytest.raises(OutputExistsError, match="no interrupted run of this job"):
+        convert(ConvertConfig(sources=d + "/train-000.tar", output=out, records_per_shard=4, resume=True))
+    assert {p: _sha(p) for p in first.paths} == before
+    cfg = dict(sources=d + "/train-*.tar", records_per_shard=4, work_dir=str(tmp_path / "w"))
+    assert work_dir_for(ConvertConfig(output=out, **cfg), ["a"]) != \
+        work_dir_for(ConvertConfig(output=str(tmp_path / "o/p-{}.record"), **cfg), ["a"])
 
 
 def test_compat_matches_go_tfdata_output(compat_dir, tmp_path):

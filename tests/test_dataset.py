@@ -170,6 +170,23 @@ def test_path_generator(data, tmp_path):
     assert [s["crc32c"] for s in manifest["shards"]] == [crc32c_file(p) for p in paths]
     with pytest.raises(ValueError, match="yielded 1 names"):
         dataset.load(TEMPLATE, path=iter([str(tmp_path / "one.rec")]), max_shard_size="4KB")
+    # a name that exists is replaced only with overwrite=True, as for a string path
+    from pipelines.convert import OutputExistsError
+    precious = tmp_path / "precious.rec"
+    precious.write_bytes(b"keep me")
+    with pytest.raises(OutputExistsError, match="already exist .*precious.rec.*overwrite=True"):
+        dataset.load(TEMPLATE, path=iter([str(precious)]))
+    assert precious.read_bytes() == b"keep me"
+    assert dataset.load(TEMPLATE, path=iter([str(precious)]), overwrite=True) == [str(precious)]
+    assert sum(1 for _ in read_records(str(precious))) == 12
+
+
+def test_empty_path_means_in_memory(data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where an empty output name would have written
+    import tensorflow as tf
+    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))]).load(TEMPLATE, path="")
+    assert isinstance(ds, tf.data.Dataset) and sum(1 for _ in ds) == 12
+    assert os.listdir(tmp_path) == []
 
 
 def test_rejects_in_memory_and_path_mode(tmp_path):

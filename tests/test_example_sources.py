@@ -26,6 +26,10 @@ def test_type_map_parsing_and_values():
         encode_record({"__key__": "k", "cls": b"1.5"}, tm)
     with pytest.raises(ValueError):
         parse_type_map("cls:complex")
+    for bad, why in ((":int64", "must be a feature name"), ("__key__:int64", "must be a feature name"),
+                     ("cls:int64,cls:float", "names 'cls' twice")):
+        with pytest.raises(ValueError, match=why):
+            parse_type_map(bad)
 
 
 def test_arrays_round_trip_and_tf_parses_them():

@@ -83,3 +83,17 @@ def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     keys = [k for k, _, _ in iter_pcr(record_files(out), os.path.join(out, INDEX_NAME), 1, with_keys=True)]
     tree = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs)
     assert sorted(keys) == tree  # nothing lost, nothing twice
+
+
+def test_resume_does_not_replace_another_dataset(tmp_path):
+    out = str(tmp_path / "out")
+    assert convert_pcr(_cfg(out), ["--direct_num_workers=1"]).exit_code == 0
+    before = _files(out)
+    other = PcrConfig(sources=DEMO.replace("{0..3}", "0"), output=out, images_per_record=20, seed=3,
+                      progress=False, resume=True)
+    try:
+        convert_pcr(other, ["--direct_num_workers=1"])
+        raise AssertionError("--resume must not replace a dataset no interrupted run of this job left")
+    except OutputExistsError as e:
+        assert "no interrupted run of this job" in str(e)
+    assert _files(out) == before

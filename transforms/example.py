@@ -57,11 +57,22 @@ def parse_type_map(spec: Union[None, str, Mapping[str, str]]) -> Dict[str, str]:
         items = list(spec.items())
     out = {}
     for name, typ in items:
+        if not name or name == KEY:
+            raise ValueError(f"type map entry {name!r}:{typ!r}: the name must be a feature name "
+                             f"(an extension such as cls), not empty or {KEY}")
+        if name in out:
+            raise ValueError(f"type map names {name!r} twice")
         t = _ALIASES.get(str(getattr(typ, "value", typ)).lower())
         if t is None:
             raise ValueError(f"unknown feature type {typ!r} for {name!r}; use one of {FEATURE_TYPES}")
         out[name] = t
     return out
+
+
+def unmatched_types(type_map: Mapping[str, str], schema: Mapping[str, Any]) -> List[str]:
+    """The type map's names that no written feature has (a misspelt name, or a field a
+    selection stored under another name): they were asked for and typed nothing."""
+    return sorted(n for n in type_map if n not in schema)
 
 
 def _as_ints(name: str, value: Any) -> List[int]:
