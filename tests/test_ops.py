@@ -72,6 +72,20 @@ def test_decode_rejects_non_images_and_other_formats(photo):
         Decode("jpg").value(rec(png=png))
 
 
+def test_decode_rejects_png_with_a_bad_chunk_crc(photo):
+    """A flipped byte inside IDAT: Pillow alone decodes it to altered pixels (it skips
+    IDAT CRCs); tf.io.decode_png refuses it, and so does Decode."""
+    png = shardgen.encode(photo, "PNG")
+    idat = png.index(b"IDAT")
+    bad = bytearray(png)
+    bad[idat + 4 + 100] ^= 0xFF                     # a data byte of the first IDAT chunk
+    with pytest.raises(images.ImageError, match=r"corrupt PNG image: .*checksum in b'IDAT'"):
+        Decode("png").value(rec(png=bytes(bad)))
+    with pytest.raises(images.ImageError, match="corrupt PNG"):
+        images.decode_image(bytes(bad))             # the Pillow-image path of Decode too
+    np.testing.assert_array_equal(Decode("png").value(rec(png=png)), photo)
+
+
 def test_channel_rules(photo):
     gray = np.asarray(Image.fromarray(photo).convert("L"))
     g = _save(Image.fromarray(gray), "PNG")

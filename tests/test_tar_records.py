@@ -1,5 +1,6 @@
 """Tar grouping: the WebDataset key rule, bad input, and the compat golden shards."""
 
+import gzip
 import io
 import os
 import shutil
@@ -10,7 +11,7 @@ import pytest
 
 import shardgen
 from transforms.records import Reject
-from transforms.tar_records import TarStats, iter_records, split_key
+from transforms.tar_records import ShardCorrupt, TarStats, iter_records, split_key
 
 TRICKY = [
     "n01/img7.jpg", "n01/img7.cls", "n01/a.seg.png", "n01/a.seg.PNG.json", "dir.with.dots/x.JPG",
@@ -258,3 +259,139 @@ def test_archive_without_members_is_empty_not_an_error(tmp_path):
     with tarfile.open(p, "w"):
         pass
     assert _records(str(p)) == []
+
+
+def _member_offsets(data: bytes):
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return {m.name: (m.offset, m.offset_data) for m in tf}
+
+
+def _tar_bytes(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _split(items):
+    return ([r["__key__"] for r in items if not isinstance(r, Reject)],
+            [r for r in items if isinstance(r, Reject)])
+
+
+def test_multimember_gzip_crc_failure_inside_a_member_is_shard_corrupt(tmp_path):
+    """A multi-member gzip (bgzip, cat a.gz b.gz) whose first gzip member ends inside a tar
+    member's data and fails its CRC there: found while reading that tar member, and, as
+    when found at a header, the whole shard is unreliable (ShardCorrupt)."""
+    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 4)), "rb").read()
+    offs = _member_offsets(tar)
+    split = offs["000002.jpg"][1] + 300                      # inside 000002.jpg's data
+    first = bytearray(gzip.compress(tar[:split], compresslevel=0, mtime=0))  # stored blocks: bytes as is
+    first[10 + 5 + offs["000000.jpg"][1] + 200] ^= 0xFF      # damage 000000.jpg; deflate cannot notice
+    recs = list(iter_records(io.BytesIO(bytes(first) + gzip.compress(tar[split:], mtime=0)), "s.tar.gz"))
+    good, rej = _split(recs)
+    assert good == ["000000", "000001"]                     # taken back by the consumer (ShardCorrupt)
+    assert [(r.key, r.counts_record) for r in rej] == [("000002", True), (None, False)]
+    assert "CRC check failed" in rej[0].reason
+    assert isinstance(rej[1], ShardCorrupt)
+    assert rej[1].reason.startswith("corrupt gzip: ") and "CRC check failed" in rej[1].reason
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_data_after_the_end_of_archive_is_reported(gz):
+    """cat a.tar b.tar: like GNU tar, reading stops at a's end-of-archive marker, but b's
+    bytes are reported by a shard-level reject instead of vanishing; zero padding is not."""
+    bufs = [_tar_bytes(shardgen.sample_members(start, 2)) for start in (0, 2)]
+    pack = (lambda d: gzip.compress(d, mtime=0)) if gz else (lambda d: d)
+    good, rej = _split(list(iter_records(io.BytesIO(pack(bufs[0]) + pack(bufs[1])), "c.tar")))
+    assert good == ["000000", "000001"]
+    assert [(r.key, r.counts_record) for r in rej] == [(None, False)]
+    assert f"ignored {len(bufs[1])} bytes of data after the end-of-archive marker" in rej[0].reason
+    assert f"from offset {len(bufs[0])}" in rej[0].reason
+    # zero padding after the marker (tar's records, a block-aligned copy) is normal
+    good, rej = _split(list(iter_records(io.BytesIO(pack(bufs[0] + bytes(100_000))), "p.tar")))
+    assert good == ["000000", "000001"] and rej == []
+
+
+def test_gzip_trailing_garbage_keeps_crc_checked_records(tmp_path):
+    """gzip -d: "decompression OK, trailing garbage ignored".  The records' gzip member
+    passed its CRC check before the garbage was found: they are kept, a shard-level reject
+    notes the garbage.  A CRC mismatch before the same garbage still condemns the shard."""
+    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb").read()
+    gz = gzip.compress(tar, mtime=0)
+    recs = list(iter_records(io.BytesIO(gz + b"junk\n"), "g.tar.gz"))
+    good, rej = _split(recs)
+    assert good == ["000000", "000001", "000002"]
+    assert [(r.key, r.counts_record, type(r)) for r in rej] == [(None, False, Reject)]
+    assert rej[0].reason.startswith("trailing garbage after the gzip stream ignored")
+    assert "b'ju'" in rej[0].reason
+    bad_crc = bytearray(gz)
+    bad_crc[-8] ^= 0xFF                                        # the CRC32 field of the trailer
+    rej = [r for r in iter_records(io.BytesIO(bytes(bad_crc) + b"junk\n"), "g.tar.gz") if isinstance(r, Reject)]
+    assert len(rej) == 1 and isinstance(rej[0], ShardCorrupt) and "CRC check failed" in rej[0].reason
+
+
+def _meta_header(kind: bytes, size: int) -> bytes:
+    """A GNU long-name / pax header block whose (base-256) size field claims ``size`` bytes."""
+    ti = tarfile.TarInfo("././@LongLink")
+    ti.type = kind
+    head = bytearray(ti.tobuf(tarfile.GNU_FORMAT)[:512])
+    head[124:136] = b"\x80" + size.to_bytes(11, "big")
+    head[148:156] = b" " * 8
+    head[148:156] = b"%06o\0 " % sum(head)
+    return bytes(head)
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                                  tarfile.XGLTYPE])
+def test_huge_metadata_header_is_a_shard_reject_not_a_crash(tmp_path, kind):
+    """A 2^50-byte long name / pax header would be read into memory (MemoryError ends the
+    job): it is a damaged archive like any other, records before it are kept."""
+    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb").read()
+    end = _member_offsets(tar)["000002.cls"][1] + 512       # after the last member's one data block
+    data = tar[:end] + _meta_header(kind, 1 << 50) + b"x" * 4096
+    good, rej = _split(list(iter_records(io.BytesIO(data), "h.tar")))
+    assert good == ["000000", "000001"]
+    assert [(r.key, r.counts_record) for r in rej] == [("000002", True), (None, False)]
+    assert rej[1].reason.startswith(
+        "truncated or corrupt archive after 6 members: TarFormatError: oversized metadata header")
+
+
+def test_hard_link_member_rejects_its_record():
+    """GNU tar stores a hard link's second name as a link entry without data: the record
+    would lack that member, so it is rejected with the link named; others are kept."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, data in [("x/0.jpg", b"jpeg bytes"), ("x/0.cls", b"0"), ("x/1.jpg", None), ("x/1.cls", b"1"),
+                           ("x/2.jpg", b"more jpeg"), ("x/2.cls", b"2"), ("x/" + "L" * 120 + ".jpg", None)]:
+            ti = tarfile.TarInfo(name)
+            if data is None:  # as GNU tar writes the second name of a hard link
+                ti.type, ti.linkname = tarfile.LNKTYPE, "x/0.jpg" if "1" in name else "x/2" + "/" * 100 + "2.jpg"
+            else:
+                ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data or b""))
+    stats = TarStats()
+    good, rej = _split(list(iter_records(io.BytesIO(buf.getvalue()), "l.tar", stats=stats)))
+    assert good == ["x/0", "x/2"]
+    assert [(r.key, r.counts_record) for r in rej] == [("x/1", True), ("x/" + "L" * 120, True)]
+    assert rej[0].reason == "hard link member x/1.jpg -> x/0.jpg: links are not followed"
+    assert rej[1].reason.endswith(" -> x/2" + "/" * 100 + "2.jpg: links are not followed")  # GNU 'K' long link
+    assert stats.members == 7 and stats.skipped_members == 0
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar not installed")
+def test_hard_link_written_by_gnu_tar(tmp_path):
+    src = tmp_path / "src" / "x"
+    src.mkdir(parents=True)
+    for i in range(3):
+        (src / f"{i}.cls").write_bytes(str(i).encode())
+    (src / "0.jpg").write_bytes(shardgen.jpeg(0))
+    os.link(src / "0.jpg", src / "1.jpg")                   # the same image under two records
+    (src / "2.jpg").write_bytes(shardgen.jpeg(2))
+    p = str(tmp_path / "gnu.tar")
+    subprocess.run(["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(tmp_path / "src"), "x"], check=True)
+    good, rej = _split(_records(p))
+    assert good == ["x/0", "x/2"]
+    assert [(r.key, r.reason) for r in rej] == [("x/1", "hard link member x/1.jpg -> x/0.jpg: links are not followed")]

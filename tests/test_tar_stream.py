@@ -133,3 +133,40 @@ def test_number_fields():
     assert _number(b"\xff" * 12) == -1
     with pytest.raises(TarFormatError):
         _number(b"12z\x00")
+
+
+@pytest.mark.parametrize("kind", [b"L", b"K", b"x", b"g"])
+def test_metadata_header_size_is_bounded(kind):
+    """A long-name / pax header is read into memory: a size over MAX_META_SIZE (here a
+    base-256 2^50) is a format error, not an attempt to allocate it."""
+    from transforms.tar_stream import MAX_META_SIZE
+    ti = tarfile.TarInfo("././@LongLink")
+    ti.type = kind
+    head = bytearray(ti.tobuf(tarfile.GNU_FORMAT)[:512])
+    for size in (1 << 50, MAX_META_SIZE + 1):
+        head[124:136] = b"\x80" + size.to_bytes(11, "big")
+        head[148:156] = b" " * 8
+        head[148:156] = b"%06o\0 " % sum(head)
+        with pytest.raises(TarFormatError, match=f"oversized metadata header .*: {size} bytes"):
+            _ours(bytes(head) + b"x" * 4096)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_link_targets(fmt):
+    """Links report their target: the ustar field, or a GNU 'K' / pax linkpath when long."""
+    long_target = "t" * 90 + "/" + "u" * 30 + ".jpg"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, kind, target in [("h.jpg", tarfile.LNKTYPE, "a.jpg"), ("s.jpg", tarfile.SYMTYPE, "../b.jpg"),
+                                   ("long.jpg", tarfile.LNKTYPE, long_target)]:
+            if fmt == tarfile.USTAR_FORMAT and len(target) > 100:
+                continue
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname = kind, target
+            tf.addfile(ti)
+    tar, got = TarStream(io.BufferedReader(io.BytesIO(buf.getvalue()))), []
+    while (m := tar.next()) is not None:
+        got.append((m.name, m.type, m.linkname, m.islink(), m.isreg()))
+    expect = [("h.jpg", b"1", "a.jpg", True, False), ("s.jpg", b"2", "../b.jpg", True, False),
+              ("long.jpg", b"1", long_target, True, False)]
+    assert got == expect[:len(got)] and len(got) == (2 if fmt == tarfile.USTAR_FORMAT else 3)

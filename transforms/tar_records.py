@@ -8,8 +8,9 @@
   records in the same directory, so that tars made by ``tar -c`` of an unsorted directory
   still group.  A key seen again after its record was emitted is a duplicate: that second
   appearance is rejected.
-* Directories, links, devices and members with no extension are skipped and counted,
-  never turned into records.
+* Directories, devices and members with no extension are skipped and counted, never
+  turned into records.  A link (hard or symbolic) named like a record member rejects its
+  record: following it would need the data of an earlier member, which is not kept.
 * The tar is read as a stream, member by member (:mod:`transforms.tar_stream`; gzip is
   sniffed and decoded by :mod:`gzip`); a member's bytes are read only if it is within
   ``max_member_size``.
@@ -18,7 +19,10 @@ Bad input turns into :class:`~transforms.records.Reject` values in the same stre
 a zero-length or oversized member rejects its record; a truncated tar or a corrupt gzip
 stream rejects the record being read at that point (records completed before it are
 kept) and ends the shard with a shard-level reject; a file that is not a tar at all is one
-shard-level reject.
+shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
+:class:`ShardCorrupt`.  Reading stops at the end-of-archive marker, as GNU tar's does;
+data after it (other than zero padding) and trailing garbage after a complete gzip stream
+are ignored with a shard-level reject that says so, and the records are kept.
 """
 
 from __future__ import annotations
@@ -166,7 +170,7 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         if member is None:
             break
         stats.members += 1
-        parsed = split_key(member.name) if member.isreg() else None
+        parsed = split_key(member.name) if member.isreg() or member.islink() else None
         if parsed is None:
             stats.skipped_members += 1
             continue
@@ -188,6 +192,15 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             last_dup = None
             yield from flush(window)
         current = key
+        if member.islink():
+            # GNU tar stores the second name of a hard link as a link entry without data.
+            # Following it would mean keeping every earlier member's bytes (the target may
+            # be anywhere before it in the shard), so the record is rejected instead of
+            # being written without that member.
+            kind = "hard link" if member.type == b"1" else "symbolic link"
+            group.problem = group.problem or (
+                f"{kind} member {member.name} -> {member.linkname}: links are not followed")
+            continue
         if member.size == 0:
             group.problem = group.problem or f"zero-length member: {member.name}"
             continue
@@ -208,6 +221,14 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         except _STREAM_ERRORS as e:
             pending.pop(key, None)
             emitted.add(key)
+            if _is_integrity_error(e):
+                # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and
+                # failed its CRC: as on the header path, nothing of the shard is trusted
+                yield Reject(shard, key, "tar",
+                             f"corrupt shard: reading member {member.name} failed the gzip check ({_describe(e)})")
+                yield from flush(0)
+                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                return
             yield Reject(shard, key, "tar", f"truncated shard: member {member.name} is incomplete ({_describe(e)})")
             yield from flush(0)
             yield Reject(shard, None, "tar",
@@ -232,17 +253,58 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                      "end-of-archive marker (later members may be missing)", counts_record=False)
         return
     yield from flush(0)
-    # reading stops at the end-of-archive block; drain the rest so gzip checks its trailer
+    yield from _after_the_end(stream, tar.offset, shard)
+
+
+def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject]:
+    """Read what follows the end-of-archive block at ``offset``, to the end of the stream.
+
+    Reading stops at that block, as GNU tar's does (without ``-i``), but the rest is read:
+    gzip checks its CRC trailer only at the end of each member.  Zero padding (tar fills
+    its 10 KiB records) is normal; other data, e.g. ``cat a.tar b.tar``, whose second
+    archive no tar reader lists, is reported so that its records are not lost unnoticed.
+    Bytes after a complete gzip stream that are not gzip are ignored like ``gzip -d``
+    does ("trailing garbage ignored"): the gzip reader has checked the CRC of the member
+    before them when it finds they are no gzip header, so the records stand.  Any other
+    error, a CRC or length mismatch above all, leaves the content unverified: a
+    :class:`ShardCorrupt`.
+    """
+    pos, data_at, error = offset, None, None
     try:
-        while stream.read(1 << 16):
-            pass
+        while True:
+            chunk = stream.read(1 << 16)
+            if not chunk:
+                break
+            if data_at is None and chunk.count(0) != len(chunk):
+                data_at = pos + len(chunk) - len(chunk.lstrip(b"\0"))
+            pos += len(chunk)
     except _STREAM_ERRORS as e:
-        yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+        error = e
+    if data_at is not None:
+        yield Reject(shard, None, "tar",
+                     f"ignored {pos - data_at} bytes of data after the end-of-archive marker (from offset "
+                     f"{data_at}; e.g. a concatenation of tars, whose later archives tar does not list)",
+                     counts_record=False)
+    if error is None:
+        return
+    if _is_trailing_garbage(error):
+        yield Reject(shard, None, "tar",
+                     f"trailing garbage after the gzip stream ignored, like gzip -d ({_describe(error)}); "
+                     "the records passed the gzip CRC check and are kept", counts_record=False)
+        return
+    yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(error)}", counts_record=False)
 
 
 def _is_integrity_error(e: BaseException) -> bool:
     text = str(e)
     return "CRC check failed" in text or "Incorrect length" in text
+
+
+def _is_trailing_garbage(e: BaseException) -> bool:
+    """gzip raises this only where a new member's header should start: at the start (the
+    stream was sniffed as gzip, so not there) or after a member whose CRC and length it
+    has just checked."""
+    return isinstance(e, gzip.BadGzipFile) and str(e).startswith("Not a gzipped file")
 
 
 def _describe(e: BaseException) -> str:

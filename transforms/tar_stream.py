@@ -12,7 +12,12 @@ member bytes straight from the buffered stream: ~6 us per member.  The grouping 
 compare its records with WebDataset's own tar reader on GNU, pax and ``tar -c`` archives.
 
 Members that are not regular files (directories, links, devices, GNU sparse files) are
-reported with ``isreg() == False`` and their data is skipped.
+reported with ``isreg() == False`` and their data is skipped; links carry their target in
+``linkname`` (ustar field, GNU ``K`` long link name or pax ``linkpath``).
+
+Metadata headers (GNU ``L``/``K``, pax ``x``/``g``) are read into memory, so their size
+is bounded by :data:`MAX_META_SIZE`: a damaged or hostile size field (base-256 allows
+2^95) would otherwise make one shard allocate until the job dies of MemoryError.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ _META = _PAX + (b"g", b"L", b"K")       # headers that describe the next member
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, dirs, fifos
 _SIGNED = struct.Struct("148b8x356b")
 _SKIP_CHUNK = 1 << 20
+_LINKS = (b"1", b"2")                   # hard link, symbolic link
+
+# Largest GNU long-name / pax header accepted.  Real ones hold a path or a few attributes
+# (PATH_MAX is 4096); Go's archive/tar refuses the same headers above 1 MiB
+# (maxSpecialFileSize, the fix for CVE-2022-2879).
+MAX_META_SIZE = 1 << 20
 
 
 class TarFormatError(tarfile.ReadError):
@@ -36,14 +47,20 @@ class TarFormatError(tarfile.ReadError):
 
 
 class Member:
-    """One archive member: ``name``, ``size`` (bytes of data), ``type`` (the typeflag)."""
-    __slots__ = ("name", "size", "type")
+    """One archive member: ``name``, ``size`` (bytes of data), ``type`` (the typeflag),
+    ``linkname`` (the target of a link, else "")."""
+    __slots__ = ("name", "size", "type", "linkname")
 
-    def __init__(self, name: str, size: int, type_: bytes):
-        self.name, self.size, self.type = name, size, type_
+    def __init__(self, name: str, size: int, type_: bytes, linkname: str = ""):
+        self.name, self.size, self.type, self.linkname = name, size, type_, linkname
 
     def isreg(self) -> bool:
         return self.type in _REGULAR
+
+    def islink(self) -> bool:
+        """A hard link (``1``: GNU tar stores a file's second name so, with no data) or a
+        symbolic link (``2``)."""
+        return self.type in _LINKS
 
     def __repr__(self) -> str:
         return f"Member({self.name!r}, {self.size}, {self.type!r})"
@@ -133,6 +150,7 @@ class TarStream:
             n, self._unread = self._unread, 0
             self._skip(n)
         name: Optional[str] = None
+        linkname: Optional[str] = None
         size: Optional[int] = None
         sparse = False
         first = True
@@ -159,19 +177,25 @@ class TarStream:
             if kind in _META:
                 if length < 0:
                     raise TarFormatError(f"negative size in a tar header at offset {start}")
+                if length > MAX_META_SIZE:
+                    raise TarFormatError(f"oversized metadata header (type {kind.decode('latin-1')}) at offset "
+                                         f"{start}: {length} bytes, over the {MAX_META_SIZE}-byte limit")
                 data = self._data(length)
                 if kind == b"L":
                     name = _text(data)
+                elif kind == b"K":
+                    linkname = _text(data)
                 elif kind in _PAX:
                     rec = _pax_records(data)
                     name = rec.get("path", name)
+                    linkname = rec.get("linkpath", linkname)
                     if "size" in rec:
                         try:
                             size = int(rec["size"])
                         except ValueError:
                             raise TarFormatError("invalid size in a pax extended header") from None
                     sparse = sparse or any(k.startswith("GNU.sparse.") for k in rec)
-                continue  # K (long link name) and g (global header) do not change members
+                continue  # g (global header) does not change members
             if name is None:
                 name = _text(header[0:100])
                 prefix = header[345:500] if header[257:265] == b"ustar\x0000" else b""
@@ -195,8 +219,10 @@ class TarStream:
                 name = name.rstrip("/")
             if kind in _NO_DATA:
                 size = 0  # like tarfile: links, devices and directories have no data blocks
+            if kind in _LINKS and linkname is None:
+                linkname = _text(header[157:257])
             self._unread = size + (-size % BLOCK)
-            return Member(name, size, b"S" if sparse else kind)
+            return Member(name, size, b"S" if sparse else kind, linkname or "")
 
     def read(self, member: Member) -> bytes:
         """The bytes of ``member``, the one :meth:`next` returned last."""
