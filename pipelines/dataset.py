@@ -57,6 +57,20 @@ _UNSET = object()
 _CROSSING_BATCH = 64  # elements per Python -> tf.data crossing in the streamed dataset
 
 
+_SCRATCH: List[str] = []
+
+
+def _scratch_dir() -> str:
+    """A temporary directory for a remote in-memory load's TFRecords.  The returned dataset
+    reads them whenever it is iterated, so they stay until the process exits."""
+    if not _SCRATCH:
+        import atexit
+        import shutil
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _SCRATCH])
+    _SCRATCH.append(tempfile.mkdtemp(prefix="tar2tf-remote-"))
+    return _SCRATCH[-1]
+
+
 class LoadStats:
     """Counts of the last in-memory ``load`` (thread-safe); ``rejects`` lists the Rejects."""
 
@@ -162,6 +176,8 @@ class Dataset:
              max_shard_size=None, remote_exec=_UNSET, prefetch: int = 64, **convert_options):
         """See the module docstring.  ``convert_options`` go to ``ConvertConfig``
         (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...)."""
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive integer, not {num_workers!r}")
         if path is not None and path != "":  # seed 000: an empty path means in memory
             return self._to_tfrecords(template, path, num_workers, record_to_example, max_shard_size,
                                       remote_exec, convert_options)
@@ -212,7 +228,7 @@ class Dataset:
         import tensorflow as tf
         from transforms.example import parse_example
         from transforms.tfrecord import read_records
-        out_dir = self.remote_output or tempfile.mkdtemp(prefix="tar2tf-remote-")
+        out_dir = self.remote_output or _scratch_dir()
         cfg = self._config(template, out_dir.rstrip("/") + "/part-{}.tfrecord", None, "100MB",
                            {"overwrite": True}, stored=False)
         res = self._convert(cfg, num_workers, True)
@@ -295,6 +311,13 @@ class Dataset:
         def gen():
             self.stats = LoadStats()
             yield from self.elements(template, num_workers, spec, prefetch, self.stats)
+            st = self.stats
+            if not st.records_yielded and st.records_rejected:
+                # an empty dataset from records that exist is a mistake (an element spec the
+                # data cannot fit, an op that fails on everything), not something to train on
+                first = next(r for r in st.rejects if r.counts_record)
+                raise ValueError(f"every record under {template!r} was rejected ({st.records_rejected}); "
+                                 f"the first: {describe_reject(first)}")
 
         if dp.fixed_shapes(spec):
             # tf.data calls back into Python once per generator item (~0.5-1 ms each,

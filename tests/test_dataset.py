@@ -122,6 +122,23 @@ def test_remote_exec_true_runs_beam_and_matches_local(data, tmp_path):
         assert l1 == l2
 
 
+def test_remote_load_scratch_files_go_with_the_process(data, tmp_path):
+    """Without ``remote_output`` a remote in-memory load converts into a temporary directory,
+    which the dataset reads for as long as the process lives, and which goes with it."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("from pipelines import Dataset; from transforms.ops import Decode; "
+            f"d = Dataset({data!r}, None, [Decode('jpg')], ['jpg', 'cls']); "
+            f"ds = d.load({TEMPLATE!r}, remote_exec=True); "
+            "assert sum(1 for _ in ds) == 12; print(d.last_result.paths[0])")
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert p.returncode == 0, p.stderr
+    scratch = os.path.dirname(p.stdout.strip().splitlines()[-1])
+    assert os.path.basename(scratch).startswith("tar2tf-remote-") and not os.path.exists(scratch)
+
+
 def test_unpicklable_func_runs_locally_with_warning(data, tmp_path):
     counter = (i for i in range(10 ** 6))  # generators cannot be pickled: this op cannot be shipped
 
@@ -353,3 +370,14 @@ def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
     raw = Dataset(data, conversions=[], selections=["jpg", "cls"])  # JPEG bytes: tf.string, shape ()
     tfds, got = run(raw)
     assert tfds.element_spec[0].dtype == tf.string and got[0][0][:2] == b"\xff\xd8"
+
+
+def test_a_spec_no_record_fits_is_an_error_not_an_empty_dataset(data):
+    import tensorflow as tf
+    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))]).load(
+        TEMPLATE, output_shapes=((64, 64, 3), ()))
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="every record .* was rejected"):
+        sum(1 for _ in ds)
+    for bad in (0, -1, None, 1.5):
+        with pytest.raises(ValueError, match="num_workers must be a positive integer"):
+            Dataset(data, None, [Decode("jpg")]).load(TEMPLATE, num_workers=bad)
