@@ -337,8 +337,18 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
     schema = m.get("schema", {})
     dali = bool(m.get("options", {}).get("dali_index"))
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
+    listed = set()
     for row in m.get("shards", []):
+        listed.add(_locate(row["path"], mpath, recorded))
         verify_shard(row, _locate(row["path"], mpath, recorded), schema, report, config, decode_images, dali)
+    output = m.get("output", "")
+    if output and output != "<generator>":
+        # a shard name the output template makes that the manifest does not list: a stale
+        # file of another run, or a shard copied in; a reader globbing the names would take it
+        for extra in finalize.existing_outputs(_locate(output, mpath, recorded), config):
+            if extra not in listed:
+                report.problems.append(Problem("file", "matches the output template but is not in the manifest",
+                                               extra))
     _check_totals(m, report, config, mpath)
     return report
 

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -76,6 +77,10 @@ def test_missing_shard_and_rejects_mismatch(demo_output, tmp_path):
         f.write('{"shard": "x", "key": null, "stage": "fetch", "reason": "gone"}\n')
     checks = _checks(verify(os.path.join(d, "demo.record.manifest.json")))
     assert ("file", "demo-1.record") in checks and ("rejects", "manifest") in checks
+    shutil.copy(os.path.join(d, "demo-2.record"), os.path.join(d, "demo-7.record"))  # not the manifest's
+    rep = verify(os.path.join(d, "demo.record.manifest.json"))
+    assert [(p.check, os.path.basename(p.shard)) for p in rep.problems if "not in the manifest" in p.detail] == [
+        ("file", "demo-7.record")]
     from launch.cli import main
     assert main(["verify", str(tmp_path / "nowhere.manifest.json")]) == 2
     assert main(["verify", os.path.join(d, "demo.record.manifest.json")]) == 5
