@@ -238,3 +238,75 @@ def test_retries_spent_mid_stream_keep_earlier_records_and_say_where(backend, tm
     assert 0 < len(records) < 8 and [r["__key__"] for r in records] == [f"{i:06d}" for i in range(len(records))]
     assert rejects and rejects[-1].key is None and rejects[-1].stage == "tar"
     assert "retries spent" in rejects[-1].reason and "503" in rejects[-1].reason
+
+
+def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais_proxies, tmp_path):  # noqa: F811
+    """A GET cut after N bytes, the object replaced, the resume (``Range: bytes=N-``) would
+    return new[N:]: the reader compares the version headers of each response with the
+    first one's and fails ("object changed while being read"), without retrying into the
+    new version.  Through ``read_shard``: the records read before the break are the old
+    version's, whole; the shard says why it stopped.  (GCS pins the generation instead.)"""
+    import threading
+    import time
+
+    import shardgen
+    from objstore_fixtures import AISBackend
+
+    front, data = ais_proxies
+    b = AISBackend(ais_cluster, front, data)
+    b.clear()
+    old = bytes(range(256)) * 4000
+    new = bytes(255 - (i % 256) for i in range(len(old)))  # same size: only the version says it changed
+    b.put("obj.bin", old)
+    obj = b.obj_re("obj.bin")
+    data.add("truncate", method="GET", path=obj, after=100_000)
+    f = get_store(b.url(), b.config()).open_read(b.url("obj.bin"))
+    got = b""
+    while len(got) < 100_000:
+        got += f.raw.read(100_000 - len(got))
+    assert got == old[:100_000]
+    b.put("obj.bin", new)
+    with pytest.raises(OSError, match="object changed while being read") as err:  # not old[:N] + new[N:]
+        f.raw.read(1 << 20)
+    assert type(err.value).__name__ == "ObjectChangedError"
+    assert "at byte 100000" in str(err.value) and "Ais-Version 1 -> 2" in str(err.value)
+    time.sleep(0.5)  # the proxy logs a request after sending its headers: let it catch up
+    # the first GET and one resume, each one request to the AIS proxy (the target's proxy
+    # also logs the resumed body it could not finish sending): a changed object is not retried
+    assert front.count("GET", obj) == 2
+    f.close()
+
+    # a tar shard, replaced while its resume waits; records of equal layout so a splice
+    # would parse as a valid tar with records of mixed content
+    def members(seed):
+        return [(f"{i:06d}.bin", _blob(40_000, seed * 100 + i)) for i in range(8)]
+
+    tar_old = open(shardgen.write_tar(str(tmp_path / "old.tar"), members(1)), "rb").read()
+    tar_new = open(shardgen.write_tar(str(tmp_path / "new.tar"), members(2)), "rb").read()
+    assert len(tar_old) == len(tar_new)
+    b.clear()
+    b.put("s.tar", tar_old)
+    obj = b.obj_re("s.tar")
+    cut = data.add("truncate", method="GET", path=obj, after=150_000)
+    data.add("slow", method="GET", path=obj, delay=1.0)  # the resume, held while the object is replaced
+
+    def replace():
+        deadline = time.time() + 20
+        while not cut.fired and time.time() < deadline:
+            time.sleep(0.01)
+        b.put("s.tar", tar_new)
+
+    t = threading.Thread(target=replace)
+    t.start()
+    try:
+        items = list(read_shard(b.url("s.tar"), b.config()))
+    finally:
+        t.join()
+        b.clear()
+    records = [i for i in items if not is_reject(i)]
+    rejects = [i for i in items if is_reject(i)]
+    want = dict(members(1))
+    assert 0 < len(records) < 8
+    assert all(r["bin"] == want[r["__key__"] + ".bin"] for r in records)  # the old version's, whole
+    assert rejects and rejects[-1].key is None
+    assert "object changed while being read" in rejects[-1].reason and "\n" not in rejects[-1].reason

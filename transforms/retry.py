@@ -3,7 +3,8 @@
 Which faults are transient (retried): HTTP 5xx, 408 and 429; connection refused, reset or
 dropped; timeouts; a body shorter than its ``Content-Length`` (``ShortBodyError``).
 Which are permanent (raised at once, never retried): 404 -> ``FileNotFoundError``,
-401/403 -> ``PermissionError``, and anything else that is not known to be transient.
+401/403 -> ``PermissionError``, an object replaced mid-read (``ObjectChangedError``), and
+anything else that is not known to be transient.
 
 Backoff is exponential (``initial_s``, doubling, capped at ``max_s``) and bounded twice:
 by ``attempts`` and by ``total_s`` seconds since the first failure.  The retry loop is
@@ -45,6 +46,12 @@ class FetchError(IOError):
     """A streamed read failed for good (retries spent, or a permanent error) mid-object.
 
     An ``OSError``, so the tar reader turns it into a reject saying where the stream broke."""
+
+
+class ObjectChangedError(FetchError):
+    """The object was replaced between two requests of one read (a resume after a fault,
+    or a seek): going on would splice two versions, so the read fails.  Never retried --
+    every retry would reopen the new version at the old offset."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +131,7 @@ def is_transient(exc: BaseException) -> bool:
     seen = 0
     e: Optional[BaseException] = exc
     while e is not None and seen < 6:
-        if isinstance(e, (FileNotFoundError, PermissionError)):
+        if isinstance(e, (FileNotFoundError, PermissionError, ObjectChangedError)):
             return False
         status = status_of(e)
         if status is not None:

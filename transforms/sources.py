@@ -6,8 +6,13 @@ A template is a location with bash brace ranges and lists (``train-{0000..0147}.
 prefix, so object stores are paged over only what could match.
 
 A name the template requires but the listing lacks is a ``list`` reject, never a silent
-skip.  The result order is the template's order (brace order; sorted within a glob), and
-that order is the order of records in the output.
+skip.  A listing that fails for good (an unreachable endpoint, a persistent 5xx, after the
+store's retry policy gave up) makes each name it was asked for a ``list`` reject
+(``listing failed: ...``, naming the endpoint and the error): one template's unreachable
+store must not cost the job the shards of the other templates.
+
+The result order is the template's order (brace order; sorted within a glob), and that
+order is the order of records in the output.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 from braceexpand import braceexpand
 
 from transforms.records import Reject
+from transforms.retry import is_transient
 from transforms.stores import StoreConfig, get_store, join, split_url
 
 _GLOB = re.compile(r"[*?\[]")
@@ -54,7 +60,7 @@ def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
     for template in templates:
         if base and "://" not in template and not template.startswith("/"):
             template = join(base, template)
-        found, missing = _resolve_one(template, config)
+        found, missing, failed = _resolve_one(template, config)
         for u in found:
             if u not in seen:
                 seen.add(u)
@@ -62,6 +68,8 @@ def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
         for u in missing:
             rejects.append(Reject(u, None, "list", f"missing shard: {u} is not in the listing",
                                   counts_record=False))
+        for u, why in failed:
+            rejects.append(Reject(u, None, "list", f"listing failed: {u}: {why}", counts_record=False))
     return urls, rejects
 
 
@@ -72,20 +80,42 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
     globs = [n for n in names if _GLOB.search(split_url(n)[2])]
     found: List[str] = []
     missing: List[str] = []
+    failed: List[Tuple[str, str]] = []  # (name or glob, why its listing failed)
     if exact:
         prefix = _common_prefix(exact)
-        listed = set(store.list(prefix))
-        for n in exact:
-            (found if n in listed or _confirmed(store, n) else missing).append(n)
+        try:
+            listed = set(store.list(prefix))
+        except Exception as e:  # noqa: BLE001 - retries spent or refused: rejects, the job goes on
+            # No per-name lookup here: against a dead endpoint each one would spend the
+            # whole retry budget again, for thousands of names.
+            why = _listing_error(store, prefix, e)
+            failed.extend((n, why) for n in exact)
+        else:
+            for n in exact:
+                (found if n in listed or _confirmed(store, n) else missing).append(n)
     for g in globs:
-        matches = sorted(u for u in store.list(_literal_prefix(g)) if fnmatch.fnmatchcase(u, g))
+        try:
+            matches = sorted(u for u in store.list(_literal_prefix(g)) if fnmatch.fnmatchcase(u, g))
+        except Exception as e:  # noqa: BLE001 - as above
+            failed.append((g, _listing_error(store, _literal_prefix(g), e)))
+            continue
         if not matches:
             missing.append(g)
         found.extend(matches)
     # keep template order for exact names, glob matches in place of their pattern
     order = {n: i for i, n in enumerate(names)}
     found.sort(key=lambda u: (order.get(u, _glob_index(u, globs, order)), u))
-    return found, missing
+    return found, missing, failed
+
+
+def _listing_error(store, prefix: str, e: BaseException) -> str:
+    """One line: which listing, at which endpoint, why, and whether it was retried (the
+    store's own policy already retried a transient fault before it got here)."""
+    where = store.endpoint_name() if hasattr(store, "endpoint_name") else ""
+    how = "retries spent" if is_transient(e) else "not retryable"
+    msg = " ".join(str(e).split()) or "no message"
+    return (f"could not list {prefix}" + (f" at {where}" if where else "")
+            + f" ({how}): {type(e).__name__}: {msg}")
 
 
 def _confirmed(store, url: str) -> bool:

@@ -11,7 +11,12 @@
   default the server's maximum).  Two AIS 5.0 listing quirks are documented in
   docs/object-stores.md; the one about virtual directories is worked around here.
 * Reads stream (``stream=True``) and resume after faults with a range read from the last
-  byte handed out (``Range: bytes=N-``, see :mod:`transforms.retry`).  With an ETL name
+  byte handed out (``Range: bytes=N-``, see :mod:`transforms.retry`).  Each response's
+  object identity (``Ais-Version``, ``Ais-Checksum-Type``/``-Value``, ``ETag`` if sent,
+  and the size) must equal the first response's: an object replaced between a broken GET
+  and its resume fails the read (``ObjectChangedError``) instead of splicing old[:N] and
+  new[N:].  (AIS 5.0 ignores ``If-Match`` -- a range GET with a wrong one still answers
+  206 -- so the headers are compared here; it also sends no ``ETag``.)  With an ETL name
   (``StoreConfig.ais_etl_name``), objects are read through that existing ETL
   (``?etl_name=``); its output cannot be read from an offset, so a fault restarts the read
   from the start and skips the bytes already delivered.  The ETL path is untested here
@@ -33,13 +38,16 @@ import logging
 import os
 from typing import Any, Iterator, Optional, Tuple
 
-from transforms.retry import RetryPolicy, discard, iter_pages
+from transforms.retry import ObjectChangedError, RetryPolicy, discard, iter_pages
 from transforms.store_base import StoreConfig
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.ais")
 TOKEN_ENV = "AIS_AUTHN_TOKEN"
+# what names one version of an object in a GET response (aisnode v1.5.0 sends the Ais-*
+# ones on 200 and 206 alike; Ais-Atime changes with every read, so it is not among them)
+IDENTITY_HEADERS = ("Ais-Version", "Ais-Checksum-Type", "Ais-Checksum-Value", "ETag")
 
 
 def _sdk_retry_off():
@@ -109,7 +117,8 @@ class AISStore(RemoteStore):
             log.warning("AIS bucket ais://%s does not exist (listing ais://%s/%s): nothing listed",
                         bucket, bucket, key_prefix)
 
-    def _open_at(self, url: str, offset: int) -> Tuple[Any, Optional[int], Optional[int]]:
+    def _open_at(self, url: str, offset: int,
+                 pin: Optional["_Pin"] = None) -> Tuple[Any, Optional[int], Optional[int]]:
         obj = self._object(url)
         etl = self.config.ais_etl_name
         with self._errors(url):
@@ -128,13 +137,20 @@ class AISStore(RemoteStore):
         if status == 206:
             crange = headers.get("Content-Range", "")
             total = _int(crange.rpartition("/")[2])
-        elif offset:
+        if pin is not None and not etl:
+            try:
+                pin.check(headers, total, offset)
+            except ObjectChangedError:
+                raw.close()
+                raise
+        if status != 206 and offset:
             # whole body (ETL output, or a server that ignored Range): restart from the start
             discard(raw, offset)
         return raw, total, total
 
     def open_read(self, url: str):
-        return self._open_resumable(url, lambda off: self._open_at(url, off))
+        pin = _Pin(url)  # one per reader: every reopen of this read must see the same version
+        return self._open_resumable(url, lambda off: self._open_at(url, off, pin))
 
     def open_write(self, url: str, durable: bool = True):
         obj = self._object(url)
@@ -168,6 +184,30 @@ class AISStore(RemoteStore):
         attrs = self._call(url, "head", lambda: self._object(url).head(props="size,checksum"))
         kind, value = (attrs.checksum_type or "").lower(), (attrs.checksum_value or "").lower()
         return int(attrs.size), (value if kind == "crc32c" and len(value) == 8 else None)
+
+
+class _Pin:
+    """The version a read started on, from its first response's identity headers.
+
+    The GCS store pins a generation number in each request; AIS has no such request
+    parameter (and ignores ``If-Match``), so every later response of the same read is
+    compared with the first and a difference fails the read.  ETL output is not pinned:
+    its headers describe the transform's output, which the tests cannot produce."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.first: Optional[Tuple[Any, ...]] = None
+
+    def check(self, headers, total: Optional[int], offset: int) -> None:
+        got = tuple(headers.get(h) for h in IDENTITY_HEADERS) + (total,)
+        if self.first is None:
+            self.first = got
+            return
+        if got != self.first:
+            names = IDENTITY_HEADERS + ("size",)
+            diff = ", ".join(f"{n} {a} -> {b}" for n, a, b in zip(names, self.first, got) if a != b)
+            raise ObjectChangedError(f"{self.url}: object changed while being read (at byte {offset}: "
+                                     f"{diff}); not resuming into another version")
 
 
 def _int(v) -> Optional[int]:

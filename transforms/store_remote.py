@@ -46,6 +46,12 @@ class RemoteStore(Store):
                 return fn()
         return self.policy.call(attempt, f"{what} {url}")
 
+    def endpoint_name(self) -> str:
+        """Where requests go (AIS: the proxy URL; GCS: the client's API endpoint, an
+        emulator's when one is set), for error messages that must say which server failed."""
+        return (getattr(self, "endpoint", None)
+                or getattr(getattr(self, "client", None), "api_endpoint", None) or "")
+
     def _open_resumable(self, url: str, open_at):
         """A resumable reader over ``open_at(offset)``, with its first request made now so
         that 404/403 surface here (as fetch rejects), not at the first read."""
