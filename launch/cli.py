@@ -16,18 +16,61 @@ import importlib
 import importlib.util
 import logging
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
 
+class UsageError(ValueError):
+    """Bad usage or options (exit status 2), said in one line; a ValueError so that
+    :func:`launch.job_exit.run_job` maps it to 2 as well."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but an error is a :class:`UsageError` for :func:`main` to print as one
+    ``tar2tf ...:`` line: argparse would print the whole usage (a screenful for convert)
+    above it and exit, and the caller could not tell a usage error from a finished job.
+    Subcommand parsers are made of the same class (add_subparsers' default)."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def int_in(lo: int, hi: Optional[int] = None) -> Callable[[str], int]:
+    """argparse type: an integer in ``lo..hi``, so that a count which makes no sense
+    (``--max-rejects -1``, ``--records-per-shard 0``) is a usage error before any job
+    starts, not a job that fails or ends in a confusing exit status."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if n < lo or (hi is not None and n > hi):
+            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {n}" if hi is not None
+                                             else f"must be >= {lo}, got {n}")
+        return n
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """argparse type: seconds and the like, where 0 or less makes no sense."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One subcommand per ``launch/cmd_<name>.py`` module named in SUBCOMMANDS."""
-    parser = argparse.ArgumentParser(prog="tar2tf", description=__doc__.split("\n")[0],
-                                     epilog=__doc__.split("\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="tar2tf", description=__doc__.split("\n")[0],
+                    epilog=__doc__.split("\n", 2)[2],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.subcommands = sub.choices  # name -> its parser: main checks leftovers against its flags
     for name in SUBCOMMANDS:
         module = f"launch.cmd_{name}"
         if importlib.util.find_spec(module) is None:
@@ -38,11 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if extra and not getattr(args, "accepts_beam_args", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        if extra and not getattr(args, "accepts_beam_args", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:
+            # Beam only logs what it cannot parse and runs without it: a misspelled tar2tf
+            # flag would be ignored by a job that then "succeeds"
+            from launch.runner_args import check_beam_args
+            check_beam_args(extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     args.beam_args = extra
     try:
         return int(args.func(args) or 0)

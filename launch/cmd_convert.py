@@ -1,6 +1,7 @@
 """``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards.
 
-Unknown ``--flags`` are passed to Beam as pipeline options (``--runner=FlinkRunner`` ...).
+Other ``--flags`` are passed to Beam if they are Beam pipeline options (``--runner=FlinkRunner``
+...); any other flag is a usage error (launch/runner_args.py: :func:`check_beam_args`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
+from launch.cli import int_in
 from launch.store_args import add_store_args, store_config
 
 
@@ -20,11 +22,11 @@ def register(sub) -> None:
                         "out/train-00000-of-0000N.record; local, gs:// or ais://")
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
     p.add_argument("--max-shard-size", help="bound on each output file, framing included: 100MB, 1GiB, 5000000")
-    p.add_argument("--records-per-shard", type=int, help="bound on records per output file")
+    p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
     p.add_argument("--type-map", help="typed features, e.g. cls:int64,score:float (default: all bytes)")
     p.add_argument("--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops")
     p.add_argument("--max-member-size", default="256MB", help="tar members larger than this are rejected")
-    p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
+    p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run: keep its journaled final shards "
                    "and finished pieces, convert the rest")
@@ -35,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--work-dir", help="where pieces go while the job runs (default beside the output)")
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--processes", type=int, metavar="N",
+    p.add_argument("--processes", type=int_in(0), metavar="N",
                    help="local runs: convert shards in N worker processes while Beam's threads only hand "
                         "out shards (default: one per local worker in the default multi_threading mode; "
                         "0: convert on the threads)")
@@ -61,6 +63,21 @@ def build_config(args):
         work_dir=args.work_dir, processes=args.processes)
 
 
+def check_paths(args) -> None:
+    """Usage errors in the paths the job will write, found before it starts (see
+    launch/local_paths.py); creates a missing local output directory, as the job would."""
+    from launch import local_paths
+    from launch.cli import UsageError
+    if args.output.rsplit("/", 1)[-1] in ("", "{}"):
+        # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
+        raise UsageError("--output needs a file name (e.g. out/train-{}.record)")
+    if args.work_dir:
+        local_paths.check_dir_to_be("--work-dir", args.work_dir)
+    if args.summary_json:
+        local_paths.check_file_to_write("--summary-json", args.summary_json)
+    local_paths.make_output_dir("--output", args.output)
+
+
 def summary(res) -> str:
     """The final report's text (see pipelines/report.py; counters checked against the manifest)."""
     from pipelines import report
@@ -70,7 +87,11 @@ def summary(res) -> str:
 def run(args) -> int:
     from launch.job_exit import rejects_exit, run_job
     from pipelines.convert import convert
-    cfg, code = run_job("convert", lambda: build_config(args))
+    def config():
+        cfg = build_config(args)
+        check_paths(args)
+        return cfg
+    cfg, code = run_job("convert", config)
     if code:
         return code
     res, code = run_job("convert", lambda: convert(cfg, args.beam_args))
@@ -82,6 +103,7 @@ def run(args) -> int:
     rep = report.build(res)
     print(report.text(rep), file=sys.stderr)
     if args.summary_json:
-        with open(args.summary_json, "w") as f:
-            json.dump(rep, f, indent=1, sort_keys=True)
+        from launch.local_paths import write_file
+        if not write_file("--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)):
+            return 1
     return rejects_exit("convert", res, cfg.max_rejects)

@@ -3,8 +3,8 @@
 SOURCE is an ImageFolder directory (``root/<class>/<image>``, labels = positions of the
 sorted class names) or tar shard templates (local, ``ais://``, ``gs://``; label = the
 integer in ``--label-field``, default ``cls``).  JPEGs are made progressive losslessly
-with jpegtran; other images are encoded once at ``--quality``.  Unknown ``--flags`` go to
-Beam.  See docs/pcr.md.
+with jpegtran; other images are encoded once at ``--quality``.  Other ``--flags`` go to
+Beam if they are Beam pipeline options (else a usage error).  See docs/pcr.md.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+from launch.cli import int_in
 from launch.store_args import add_store_args, store_config
 
 
@@ -20,15 +21,15 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("sources", nargs="+", help="ImageFolder directory, or tar shard templates")
     p.add_argument("--output", "-o", required=True, help="output directory (PCR_<i>.db + PCR_index.pb)")
-    p.add_argument("--images-per-record", type=int, default=1024, help="images per record file (default 1024)")
+    p.add_argument("--images-per-record", type=int_in(1), default=1024, help="images per record file (default 1024)")
     p.add_argument("--seed", type=int, help="shuffle images (seeded, deterministic); default: input order")
     p.add_argument("--input-format", choices=("auto", "imagefolder", "tar"), default="auto",
                    help="auto: a local directory is an ImageFolder, anything else tar shards")
     p.add_argument("--label-field", default="cls", help="tar inputs: field holding the integer label")
     p.add_argument("--image-field", help="tar inputs: image field (default: first of jpg, jpeg, png, ...)")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality for non-JPEG inputs (default 90)")
+    p.add_argument("--quality", type=int_in(1, 100), default=90, help="JPEG quality for non-JPEG inputs (default 90)")
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
-    p.add_argument("--max-rejects", type=int, default=0, help="exit 3 if more rejects than this (default 0)")
+    p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
     p.add_argument("--resume", action="store_true", help="reuse the verified work of an interrupted run")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -42,6 +43,10 @@ def run(args) -> int:
     from pipelines.pcr import PcrConfig, convert_pcr
 
     def job():
+        from launch import local_paths
+        if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
+            local_paths.check_file_to_write("--summary-json", args.summary_json)
+        local_paths.make_output_dir("--output", args.output, is_dir=True)
         cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
                         images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
                         label_field=args.label_field, image_field=args.image_field, quality=args.quality,
@@ -66,7 +71,9 @@ def run(args) -> int:
     lines.append(f"manifest: {res.manifest_path}")
     print("\n".join(lines), file=sys.stderr)
     if args.summary_json:
-        with open(args.summary_json, "w") as f:
-            json.dump({"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
-                       "paths": res.paths, "exit_code": res.exit_code}, f, indent=1, sort_keys=True)
+        from launch.local_paths import write_file
+        if not write_file("--summary-json", args.summary_json, json.dumps(
+                {"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
+                 "paths": res.paths, "exit_code": res.exit_code}, indent=1, sort_keys=True)):
+            return 1
     return rejects_exit("pcr", res, cfg.max_rejects)

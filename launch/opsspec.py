@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import os
 import re
 from typing import Any, List, Tuple
@@ -61,9 +62,47 @@ def _make(name: str, args: List[Any], kwargs: dict):
     if name in _CALLABLE_FIRST and args and isinstance(args[0], str):
         args = [resolve_callable(args[0])] + list(args[1:])
     try:
+        _check_numbers(cls, args, kwargs)
         return cls(*args, **kwargs)
     except (TypeError, ValueError) as e:
-        raise SpecError(f"bad arguments for {name}: {e}") from None
+        raise SpecError(f"bad arguments for {name}: {e}; expected {_usage(name, cls)}") from None
+
+
+_NUMBER_HINTS = {"int", "float", "Optional[int]", "Optional[float]"}
+
+
+def _check_numbers(cls, args: List[Any], kwargs: dict) -> None:
+    """A word given for a parameter annotated ``int``/``float`` (``Rotate(jpg, angle=abc)``)
+    is refused here, a TypeError like the constructor's own: some constructors only store
+    the value, and the op then failed on every record (each one a reject, exit 3) instead
+    of the spec being a usage error (exit 2)."""
+    try:
+        bound = inspect.signature(cls).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return  # the constructor call says what is wrong
+    params = inspect.signature(cls).parameters
+    for pname, value in bound.arguments.items():
+        hint = params[pname].annotation  # a string under ``from __future__ import annotations``
+        hint = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint)).replace("typing.", "")
+        if hint in _NUMBER_HINTS and isinstance(value, str):
+            raise TypeError(f"{pname} must be a number, not {value!r}")
+
+
+def _usage(name: str, cls) -> str:
+    """``Resize(what, size: Tuple[int, int], ...)`` and the docstring's first sentence."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    parts = []
+    for p in params:  # str(signature) would quote the string annotations
+        star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+        ann = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+        parts.append(star + p.name + ("" if p.annotation is p.empty else f": {ann}")
+                     + ("" if p.default is p.empty else f" = {p.default!r}"))
+    sig = f"({', '.join(parts)})" if params else "(...)"
+    doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".").replace("``", "")
+    return f"{name}{sig}" + (f" -- {doc}" if doc else "")
 
 
 # -- call expressions -----------------------------------------------------------------------
@@ -93,7 +132,10 @@ def parse_expr(text: str):
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise SpecError(f"cannot parse op {text!r}: {e.msg}") from None
+        hint = ""
+        if text.count("(") > text.count(")"):  # YAML split an unquoted item at its comma
+            hint = " (in YAML, quote an op whose arguments have commas: '[\"Decode(jpg, channels=3)\"]')"
+        raise SpecError(f"cannot parse op {text!r}: {e.msg}{hint}") from None
     return _node(tree.body)
 
 

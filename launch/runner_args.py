@@ -4,22 +4,92 @@ the runner options make sense -- without starting a job.
 ``launch/flink.sh --dry-run ...`` and ``launch/dataflow.sh --dry-run ...`` call this with
 the exact arguments they would pass to ``tar2tf convert``.  It splits the tar2tf options
 from the Beam ones the way the CLI does, parses the Beam ones with Beam's own
-``PipelineOptions`` (so a typo or an unknown ``--flink_version`` fails here), prints the
-relevant option views as JSON and lists problems (exit 2 if any): missing Dataflow
-project/region/temp location, a ``--setup_file`` that is not a ``setup.py``, local paths a
-remote worker cannot see, a missing Flink job server jar, LOOPBACK with a remote cluster.
+``PipelineOptions`` (so a typo or an unknown ``--flink_version`` fails here, as in the
+CLI: :func:`check_beam_args`), prints the relevant option views as JSON and lists
+problems (exit 2 if any): missing Dataflow project/region/temp location, a
+``--setup_file`` that is not a ``setup.py``, local paths a remote worker cannot see, a
+missing Flink job server jar, LOOPBACK with a remote cluster.
 
 Usage: ``python -m launch.runner_args convert SOURCE... --output OUT [options] [beam options]``
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Collection, Dict, List, Optional
 
 from transforms.stores import split_url
+
+log = logging.getLogger("tar2tf")
+
+# portable runners whose job server tells Beam, at submission, of more options (Flink's
+# Java-side ones): a flag unknown here may still be theirs
+JOB_SERVER_RUNNERS = ("FlinkRunner", "SparkRunner", "PortableRunner")
+
+
+def beam_parser(beam_args: List[str]):
+    """An argparse parser of every Beam pipeline option, built the way
+    ``PipelineOptions.get_all_options`` builds the one Beam parses a job's flags with: the
+    ``_add_argparse_args`` of each registered ``PipelineOptions`` subclass.  The options of
+    the Flink, Spark, portable and Dataflow runners are defined in Beam's
+    ``pipeline_options`` module; the named runner's own module is imported too, since a
+    runner may define its options there (``DaskOptions``) and registers them on import.
+    Errors (a bad value, ``--direct_num_workers=x``) raise :class:`UsageError`."""
+    from apache_beam.options import pipeline_options as po
+
+    from launch.cli import UsageError
+    from pipelines.options import runner_name
+
+    class StrictParser(po._BeamArgumentParser):  # pylint: disable=protected-access
+        def error(self, message):
+            raise UsageError(f"tar2tf: {message}")
+
+    if any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        name = runner_name(beam_args)
+        known = {path.rsplit(".", 1)[-1].lower(): path for path in po.StandardOptions.ALL_KNOWN_RUNNERS}
+        path = known.get(name.lower(), known.get(name.lower() + "runner", name))
+        if "." in path:
+            try:
+                importlib.import_module(path.rsplit(".", 1)[0])
+            except Exception:  # noqa: BLE001 - the job itself says why the runner cannot load
+                pass
+    parser = StrictParser(allow_abbrev=False)
+    classes: Dict[str, type] = {}
+    for cls in po.PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) -> None:
+    """Raise :class:`launch.cli.UsageError` for the flags (and their values) left over by
+    tar2tf's parser that Beam's does not know either.  Beam would only log them and run
+    without them, so ``--max-shard-szie 20KB`` made a job that ignored the bound and
+    exited 0.  On a job-server runner (:data:`JOB_SERVER_RUNNERS`) an unknown flag
+    spelled like a Beam option (``--checkpointing_interval``) is kept with a warning, as
+    only its job server can tell; one spelled like a tar2tf option (``--max-shard-szie``,
+    ``--records_per_shard``) is still an error.  ``tar2tf_flags``: the subcommand's own."""
+    from launch.cli import UsageError
+    from pipelines.options import runner_name
+    _, unknown = beam_parser(beam_args).parse_known_args(beam_args)
+    if not unknown:
+        return
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+    if runner_name(beam_args).rsplit(".", 1)[-1] in JOB_SERVER_RUNNERS and flags and all(
+            f.startswith("--") and "-" not in f[2:] and f.replace("_", "-") not in tar2tf_flags for f in flags):
+        log.warning("%s: not Beam Python pipeline option(s); passed on for the %s job server to check",
+                    " ".join(unknown), runner_name(beam_args))
+        return
+    # argparse gives SOURCE... only the words before the first option; later ones are left over
+    why = ("sources go before the options" if not unknown[0].startswith("-")
+           else "neither a tar2tf option nor a Beam pipeline option")
+    raise UsageError(f"tar2tf: unrecognized arguments: {' '.join(unknown)} ({why})")
+
 
 def _remote_problem(kind: str, url: str) -> Optional[str]:
     if split_url(url)[0] == "":
@@ -32,7 +102,9 @@ def describe(argv: List[str]) -> Dict[str, Any]:
 
     from launch.cli import build_parser
     from pipelines import options as opts
-    args, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    check_beam_args(extra, parser.subcommands[args.command]._option_string_actions)
     beam_args = opts.effective_args(extra)
     options = po.PipelineOptions(beam_args)
     runner = opts.runner_name(beam_args)
@@ -101,9 +173,13 @@ def problems(d: Dict[str, Any]) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from launch.cli import UsageError
     try:
         d = describe(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as e:  # argparse / Beam option errors already printed their message
+    except UsageError as e:  # argparse, an unknown flag, a bad Beam option value
+        print(e, file=sys.stderr)
+        return 2
+    except SystemExit as e:  # Beam option errors already printed their message
         return int(e.code or 2)
     json.dump(d, sys.stdout, indent=1, sort_keys=True)
     print()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from launch.cli import int_in, positive_float
 from transforms.stores import StoreConfig
 
 
@@ -11,15 +12,15 @@ def add_store_args(p) -> None:
     d = StoreConfig()
     g = p.add_argument_group("object stores (ais://, gs://)")
     g.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
-    g.add_argument("--retry-attempts", type=int, default=d.retry_attempts,
+    g.add_argument("--retry-attempts", type=int_in(1), default=d.retry_attempts,
                    help=f"tries per request on transient faults: 5xx, 429, reset, short body (default {d.retry_attempts})")
-    g.add_argument("--retry-initial", type=float, default=d.retry_initial_s,
+    g.add_argument("--retry-initial", type=positive_float, default=d.retry_initial_s,
                    help=f"first backoff in seconds, doubling after each fault (default {d.retry_initial_s})")
-    g.add_argument("--retry-max", type=float, default=d.retry_max_s,
+    g.add_argument("--retry-max", type=positive_float, default=d.retry_max_s,
                    help=f"longest single backoff in seconds (default {d.retry_max_s})")
-    g.add_argument("--retry-total", type=float, default=d.retry_total_s,
+    g.add_argument("--retry-total", type=positive_float, default=d.retry_total_s,
                    help=f"give up a request this many seconds after its first fault (default {d.retry_total_s})")
-    g.add_argument("--read-timeout", type=float, default=d.read_timeout_s,
+    g.add_argument("--read-timeout", type=positive_float, default=d.read_timeout_s,
                    help=f"seconds to wait for a server's answer or next bytes (default {d.read_timeout_s})")
     g.add_argument("--ais-etl-name", help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)")
 
