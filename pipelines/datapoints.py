@@ -39,9 +39,12 @@ def spec_of(element: Any, shapes: Any = None, types: Any = None):
 
 
 def fixed_shapes(spec) -> bool:
-    """Whether every tensor of an element spec has a fully known shape."""
+    """Whether every tensor of an element spec has a fully known shape with at least one
+    value: elements of such a spec can cross into tf.data in stacked batches.  A zero-size
+    component (an empty JSON list) cannot: ``unbatch`` of a ``from_generator`` batch with
+    a zero-size component crashes the process (segmentation fault, TensorFlow 2.x)."""
     import tensorflow as tf
-    return all(s.shape.is_fully_defined() for s in tf.nest.flatten(spec))
+    return all(s.shape.is_fully_defined() and s.shape.num_elements() > 0 for s in tf.nest.flatten(spec))
 
 
 def batched_spec(spec):

@@ -381,3 +381,16 @@ def test_a_spec_no_record_fits_is_an_error_not_an_empty_dataset(data):
     for bad in (0, -1, None, 1.5):
         with pytest.raises(ValueError, match="num_workers must be a positive integer"):
             Dataset(data, None, [Decode("jpg")]).load(TEMPLATE, num_workers=bad)
+
+
+def test_empty_lists_stream_item_by_item(tmp_path):
+    """A zero-size component (detection data: an image with no boxes) cannot cross into
+    tf.data in stacked batches: unbatching one crashes TensorFlow (segfault)."""
+    members = []
+    for i in range(70):  # more than one crossing batch
+        members += [(f"r{i:03d}.json", json.dumps({"boxes": []}).encode()), (f"r{i:03d}.cls", str(i).encode())]
+    shardgen.write_tar(str(tmp_path / "a.tar"), members)
+    ds = Dataset(str(tmp_path), selections=[SelectJSON("json", "boxes"), Select("cls")]).load("a.tar")
+    assert ds.element_spec[0].shape.as_list() == [0]
+    got = [(v.shape, int(label)) for v, label in ds.as_numpy_iterator()]
+    assert got == [((0,), i) for i in range(70)]
