@@ -104,4 +104,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m launch.cli`: run the importable module's main, not this __main__ copy, so
+    # that its classes (UsageError, raised by launch.runner_args and the subcommands, which
+    # import launch.cli) are the ones main catches
+    from launch import cli
+    sys.exit(cli.main())

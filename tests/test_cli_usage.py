@@ -226,3 +226,15 @@ def test_ops_numbers_still_accepted(tmp_path, capfd):
     assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), "--processes", "0",
                     "--ops", '["Rotate(Decode(jpg), angle=30.5)", "Encode(jpg, quality=80)"]') == 0
     assert _records(tmp_path) == ["d-1.record"]
+
+
+def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
+    """``python -m launch.cli`` (as the launch scripts and docs run it): the module runs as
+    ``__main__``, and the usage errors raised by modules that import ``launch.cli`` must
+    still be caught there."""
+    from ops_fixtures import cli as run_cli
+    for args in (["--max_shard_size=10KB"], ["--max-shard-szie", "20KB"]):
+        p = run_cli("convert", SHARD, "-o", str(tmp_path / "d-{}.record"), *args)
+        assert p.returncode == 2 and [line for line in p.stderr.splitlines() if line.strip()] == [
+            f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a Beam pipeline option)"]
+    assert not os.path.exists(tmp_path / "d-1.record")
