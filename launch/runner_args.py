@@ -115,6 +115,7 @@ def describe(argv: List[str]) -> Dict[str, Any]:
     flink = options.view_as(po.FlinkRunnerOptions)
     out: Dict[str, Any] = {
         "command": args.command, "sources": getattr(args, "sources", None), "output": getattr(args, "output", None),
+        "base": getattr(args, "base", None), "work_dir": getattr(args, "work_dir", None),
         "beam_args": beam_args, "runner": runner,
         "google_cloud": {"project": gco.project, "region": gco.region, "temp_location": gco.temp_location,
                          "staging_location": gco.staging_location, "job_name": gco.job_name},
@@ -165,8 +166,14 @@ def problems(d: Dict[str, Any]) -> List[str]:
             found.append("LOOPBACK runs the Python workers in this process: a remote Flink cluster needs "
                          "--environment_type=DOCKER, PROCESS or EXTERNAL")
     if remote_workers and d["output"]:
-        for msg in [_remote_problem("--output", d["output"])] + [
-                _remote_problem("source", s) for s in d["sources"] or []]:
+        # a relative source under a remote --base is remote (as sources.resolve joins them)
+        base = d.get("base")
+        sources = [s if not base or "://" in s or s.startswith("/") else f"{base.rstrip('/')}/{s}"
+                   for s in d["sources"] or []]
+        checks = [("--output", d["output"])] + [("source", s) for s in sources]
+        if d.get("work_dir"):  # the workers write their pieces there
+            checks.append(("--work-dir", d["work_dir"]))
+        for msg in (_remote_problem(what, where) for what, where in checks):
             if msg:
                 found.append(msg)
     return found

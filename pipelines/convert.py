@@ -228,6 +228,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         if stale not in keep:
             store.delete(stale)
             store.delete(stale + ".idx")
+        elif not cfg.dali_index and store.exists(stale + ".idx"):
+            store.delete(stale + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)

@@ -36,7 +36,9 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
         args = LOCAL_DEFAULTS + args
     runner = runner_name(args)
     if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
-        args.append(f"--direct_num_workers={int(workers or 0) or os.cpu_count() or 1}")
+        # in_memory runs one worker whatever the count (Beam warns about any other count)
+        n = 1 if _value(args, "--direct_running_mode") == "in_memory" else int(workers or 0) or os.cpu_count() or 1
+        args.append(f"--direct_num_workers={n}")
     return args
 
 

@@ -35,6 +35,8 @@ def test_collecting_args_replace_the_default_mode_only():
     assert opts.collecting_args(opts.effective_args(chosen, 2), chosen) == opts.effective_args(chosen, 2)
     flink = ["--runner=FlinkRunner", "--flink_master=[local]"]
     assert opts.collecting_args(flink, flink) == flink
+    # a user's in_memory gets one worker (Beam warns about any other count, and runs one)
+    assert _mode(opts.effective_args(["--direct_running_mode=in_memory"], 2)) == ("in_memory", "1")
 
 
 def _run(shards, out, monkeypatch, beam_args=None, **kw):

@@ -101,6 +101,12 @@ def test_overwrite_refused_then_stale_removed(shards, tmp_path):
     assert len(second.paths) == 2
     left = sorted(f for f in os.listdir(tmp_path / "o") if f.endswith(".record"))
     assert left == ["t-00000-of-00002.record", "t-00001-of-00002.record"]
+    # a DALI index of an earlier run must not stay beside a rewritten shard of the same name
+    out2 = str(tmp_path / "q/t-{}.record")
+    with_idx = convert(ConvertConfig(sources=d + "/train-*.tar", output=out2, records_per_shard=4, dali_index=True))
+    assert all(os.path.exists(p + ".idx") for p in with_idx.paths)
+    again = convert(ConvertConfig(sources=d + "/train-*.tar", output=out2, records_per_shard=5, overwrite=True))
+    assert again.paths and not [f for f in os.listdir(tmp_path / "q") if f.endswith(".idx")]
 
 
 def test_resume_never_takes_over_another_jobs_output(shards, tmp_path):

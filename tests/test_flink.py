@@ -80,3 +80,26 @@ def test_flink_output_equals_local_runner(demo_output, tmp_path):
     rep = json.load(open(summary))
     assert rep["counters_reported"] and rep["counter_mismatches"] == []
     assert rep["counters"]["records_written"] == 96
+
+
+def test_setup_step_takes_the_flink_version_from_a_given_jar(tmp_path):
+    """TAR2TF_FLINK_JOB_SERVER_JAR names a jar you have: its Flink version comes from its
+    Maven name (TAR2TF_FLINK_VERSION overrides), not from the newest Flink Beam publishes."""
+    py = open(os.path.join(CACHE, "venv-current")).read().strip()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "venv-current").write_text(py + "\n")
+    jar = tmp_path / "beam-runners-flink-1.19-job-server-2.77.0.jar"
+    jar.write_bytes(b"PK\x03\x04 not really a jar")
+    step = os.path.join(ROOT, "launch", "setup.d", "50-flink.sh")
+
+    def version(**extra):
+        env = {k: v for k, v in os.environ.items() if k != "TAR2TF_FLINK_VERSION"}
+        env.update(TAR2TF_CACHE=str(cache), TAR2TF_FLINK_JOB_SERVER_JAR=str(jar), **extra)
+        p = subprocess.run(["bash", step], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        lines = dict(line.split("=", 1) for line in (cache / "flink.env").read_text().split())
+        assert lines["FLINK_JOB_SERVER_JAR"] == str(jar)
+        return lines["FLINK_VERSION"]
+    assert version() == "1.19"
+    assert version(TAR2TF_FLINK_VERSION="1.18") == "1.18"

@@ -56,6 +56,11 @@ def test_dataflow_script_options_parse():
     p = _dry_run(src, "--output", "out/local-{}.record", **dict(DATAFLOW_ENV, TEMP_LOCATION="/tmp/x"))
     assert p.returncode == 2
     assert "--temp_location must be a gs:// path" in p.stderr and "is a local path" in p.stderr
+    # a relative source under a remote --base is remote; a local --work-dir is not
+    p = _dry_run("raw/train-{0000..0001}.tar", "--base", "gs://b", "--output", out, **DATAFLOW_ENV)
+    assert p.returncode == 0, p.stderr
+    p = _dry_run(src, "--output", out, "--work-dir", "/tmp/localwork", **DATAFLOW_ENV)
+    assert p.returncode == 2 and "--work-dir '/tmp/localwork' is a local path" in p.stderr
 
 
 def _copy_tree(dst):

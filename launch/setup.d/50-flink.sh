@@ -36,11 +36,23 @@ write_env() {  # flink version, jar
 
 if [[ -n "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" ]]; then
   [[ -s "$TAR2TF_FLINK_JOB_SERVER_JAR" ]] || warn "TAR2TF_FLINK_JOB_SERVER_JAR=$TAR2TF_FLINK_JOB_SERVER_JAR does not exist"
-  FLINKS=$(flink_versions)
-  write_env "${TAR2TF_FLINK_VERSION:-${FLINKS%% *}}" "$TAR2TF_FLINK_JOB_SERVER_JAR"
+  # the Flink version: $TAR2TF_FLINK_VERSION, else the jar's Maven name
+  # (beam-runners-flink-<flink>-job-server-<beam>.jar), else the newest Beam publishes
+  v=${TAR2TF_FLINK_VERSION:-}
+  name=${TAR2TF_FLINK_JOB_SERVER_JAR##*/}
+  if [[ -z "$v" && "$name" =~ ^beam-runners-flink-([0-9.]+)-job-server ]]; then
+    v=${BASH_REMATCH[1]}
+  fi
+  if [[ -z "$v" ]]; then
+    FLINKS=$(flink_versions)
+    v=${FLINKS%% *}
+    echo "WARNING [50-flink]: cannot tell the Flink version of $name; assuming $v (set TAR2TF_FLINK_VERSION)" >&2
+  fi
+  write_env "$v" "$TAR2TF_FLINK_JOB_SERVER_JAR"
   exit 0
 fi
-for jar in "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar; do  # already fetched?
+# already fetched? the newest Flink first
+for jar in $(ls "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar 2>/dev/null | sort -V -r); do
   if [[ -s "$jar" ]]; then
     v=${jar##*/beam-runners-flink-}; v=${v%%-job-server-*}
     [[ -f "$envfile" ]] && grep -qx "FLINK_JOB_SERVER_JAR=$jar" "$envfile" || write_env "$v" "$jar"
