@@ -8,7 +8,14 @@ into the same datapoints as in-memory mode.
   decoded.  This is what the default in-memory dataset yields.
 * :func:`make_record_parser` takes an element spec (``tf.TensorSpec`` structure, e.g.
   ``Dataset.element_spec``) and returns exactly those dtypes and shapes, for any
-  selections (dict / tuple values become ``value.<name>`` features).
+  selections (dict / tuple values become ``value.<name>`` features).  An array's stored
+  ``<name>/dtype`` is checked against the spec: raw bytes are only ever read as the dtype
+  they were written as.  The one difference it bridges is the default dataset's: its
+  image is float32 in memory but stored as uint8 (4x smaller), and is converted as
+  :func:`default_record_parser` converts it; any other difference fails, naming both
+  dtypes (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
+  reshape error far from its cause).  Arrays of strings (a bytes list) and bools (an
+  int64 list of 0/1) are stored as values, not bytes: see ``transforms.example``.
 """
 
 from __future__ import annotations
@@ -71,25 +78,59 @@ def _leaf_names(spec, name: str) -> List[Tuple[str, Any]]:
     return [(name, spec)]
 
 
+def _scalar(s) -> bool:
+    """A rank-0 number, bool or string: one feature value, no ``/shape``."""
+    return s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating or s.dtype.is_bool
+                                  or s.dtype == _tf().string)
+
+
 def _feature_spec(name: str, s) -> Dict[str, Any]:
     tf = _tf()
-    if s.shape.rank == 0 and s.dtype.is_integer:
+    if s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_bool):  # a bool is an int64 0/1
         return {name: tf.io.FixedLenFeature([], tf.int64)}
     if s.shape.rank == 0 and s.dtype.is_floating:
         return {name: tf.io.FixedLenFeature([], tf.float32)}
-    if s.dtype == tf.string:
+    if s.shape.rank == 0 and s.dtype == tf.string:
         return {name: tf.io.FixedLenFeature([], tf.string)}
-    return {name: tf.io.FixedLenFeature([], tf.string), name + "/shape": tf.io.VarLenFeature(tf.int64)}
+    shape = {name + "/shape": tf.io.VarLenFeature(tf.int64)}
+    if s.dtype == tf.string or s.dtype.is_bool:  # listed values (see the module docstring)
+        return {name: tf.io.VarLenFeature(tf.string if s.dtype == tf.string else tf.int64), **shape}
+    # the dtype defaults to the spec's for records written without it (a custom encoder)
+    return {name: tf.io.FixedLenFeature([], tf.string),
+            name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value=s.dtype.name), **shape}
 
 
 def _leaf(f, name, s):
     tf = _tf()
-    if s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating) or s.dtype == tf.string:
+    if _scalar(s):
         return tf.cast(f[name], s.dtype) if s.dtype != tf.string else f[name]
-    raw = tf.io.decode_raw(f[name], s.dtype, little_endian=True)
     shape = tf.sparse.to_dense(f[name + "/shape"])
-    out = tf.reshape(raw, shape)
-    return tf.ensure_shape(out, s.shape)
+    if s.dtype == tf.string or s.dtype.is_bool:
+        values = tf.reshape(tf.sparse.to_dense(f[name]), shape)
+        return tf.ensure_shape(values if s.dtype == tf.string else tf.not_equal(values, 0), s.shape)
+    return tf.ensure_shape(_raw_array(f[name], f[name + "/dtype"], shape, name, s.dtype), s.shape)
+
+
+def _raw_array(data, stored, shape, name, dtype):
+    """Raw array bytes read as the dtype they were stored as, which must be the spec's
+    ``dtype`` -- or uint8 under a float32 spec, converted (see the module docstring)."""
+    tf = _tf()
+
+    def same():
+        return tf.reshape(tf.io.decode_raw(data, dtype, little_endian=True), shape)
+
+    branches = [(tf.equal(stored, dtype.name), same)]
+    if dtype == tf.float32:
+        def image():
+            arr = tf.reshape(tf.io.decode_raw(data, tf.uint8, little_endian=True), shape)
+            return tf.image.convert_image_dtype(arr, tf.float32)
+        branches.append((tf.equal(stored, "uint8"), image))
+
+    def mismatch():
+        with tf.control_dependencies([tf.debugging.Assert(False, [
+                f"feature {name} is stored as", stored, f"but the element spec says {dtype.name}"])]):
+            return tf.zeros(shape, dtype)
+    return tf.case(branches, default=mismatch, exclusive=True)
 
 
 def _rebuild(spec, name, f):

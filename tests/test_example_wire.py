@@ -16,8 +16,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 names = st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=1, max_size=8)
 values = st.one_of(st.binary(max_size=64), st.integers(-2 ** 63, 2 ** 63 - 1),
-                   st.floats(allow_nan=False, width=32),
-                   st.lists(st.integers(-2 ** 31, 2 ** 31), min_size=1, max_size=5).map(np.asarray))
+                   st.floats(allow_nan=False, width=32), st.booleans(),
+                   st.lists(st.integers(-2 ** 31, 2 ** 31), min_size=1, max_size=5).map(np.asarray),
+                   # arrays stored as their values: strings (bytes list), bools (int64 0/1)
+                   st.lists(st.one_of(st.binary(max_size=4), st.text(max_size=3)), min_size=1, max_size=4)
+                   .map(lambda v: np.asarray(v, dtype=object)),
+                   st.lists(st.booleans(), min_size=1, max_size=5).map(np.asarray))
 
 
 @settings(max_examples=60, deadline=None)

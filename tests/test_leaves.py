@@ -57,6 +57,8 @@ values = st.one_of(
 @example(True)
 @example(0.1)
 @example(b"12345678901234567890123456789012")  # 32 digits: a payload, not a label
+@example(b"12345678901234567890")  # 20 digits: no int64, stays bytes
+@example(b"-9223372036854775808")
 @example([])
 def test_entry_value_is_the_numpy_leaf_as_a_plain_value(v):
     _same(_outcome(entry_value, v), _outcome(_via_numpy, v))

@@ -7,7 +7,14 @@ raises :class:`EncodeError`, which drivers turn into an ``encode`` reject -- it 
 becomes a silently wrong number.
 
 Arrays (what ``Decode``/``Resize`` produce) are stored as three features:
-``<name>`` raw little-endian bytes, ``<name>/shape`` int64 list, ``<name>/dtype`` bytes.
+``<name>`` raw little-endian bytes, ``<name>/shape`` int64 list, ``<name>/dtype`` bytes
+(numpy's dtype name, which is TensorFlow's).  Two kinds of array have no raw bytes that
+mean anything outside the process, so their values are listed instead, in C order:
+arrays of bytes or str (numpy ``object``/``S``/``U``: ``tobytes()`` would write pointers)
+as a bytes list (str as UTF-8) with ``<name>/dtype`` ``b"string"`` (TensorFlow's name for
+the ``tf.string`` they are in memory), and bool arrays as an int64 list of 0/1 with
+``<name>/dtype`` ``b"bool"`` (``tf.io.decode_raw`` has no bool).  A single bool is an
+int64 0/1 feature, as a single integer is; its text (``b"True"``) would parse as nothing.
 
 Examples are serialized with ``deterministic=True`` so that map ordering never makes two
 runs differ.
@@ -78,12 +85,19 @@ def unmatched_types(type_map: Mapping[str, str], schema: Mapping[str, Any]) -> L
 def _as_ints(name: str, value: Any) -> List[int]:
     if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:  # a label: no trip through numpy
         return [value]
+    if type(value) is bool:
+        return [int(value)]
     if isinstance(value, (bytes, bytearray, str)):
         text = value.decode("ascii", "strict") if isinstance(value, (bytes, bytearray)) else value
         try:
-            return [int(tok) for tok in text.replace(",", " ").split()] or _fail(name, value, INT64)
+            vals = [int(tok) for tok in text.replace(",", " ").split()]
         except ValueError:
             _fail(name, value, INT64)
+        # a 20-digit id is whole but no int64: refused here, as a number would be, rather
+        # than by protobuf's ValueError when the message is built
+        if not vals or not all(_INT64_MIN <= v <= _INT64_MAX for v in vals):
+            _fail(name, value, INT64)
+        return vals
     import numpy as np
     arr = np.asarray(value)
     if arr.dtype.kind in "iub":
@@ -118,6 +132,16 @@ def _fail(name, value, typ):
     raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({shown!r})")
 
 
+def _element_bytes(name: str, value: Any) -> bytes:
+    """One element of an array of strings (``object``, ``S`` or ``U``) as bytes."""
+    if isinstance(value, bytes):  # numpy.bytes_ too
+        return bytes(value)
+    if isinstance(value, str):  # numpy.str_ too
+        return value.encode("utf-8")
+    raise EncodeError(f"value does not fit type: '{name}' is an object array holding "
+                      f"{type(value).__name__}, not only bytes or str")
+
+
 def _as_bytes(name: str, value: Any) -> List[bytes]:
     if isinstance(value, (bytes, bytearray)):
         return [bytes(value)]
@@ -140,19 +164,29 @@ def _features(record: Record, type_map: Mapping[str, str]):
     # numpy is not imported here: while nothing else has imported it (a passthrough
     # worker), no value can be a numpy array or scalar (transforms.lazynp)
     np = lazynp.loaded()
-    ints, floats = ((int, np.integer), (float, np.floating)) if np is not None else ((int,), (float,))
+    ints, floats = ((int, np.integer, np.bool_), (float, np.floating)) if np is not None else ((int,), (float,))
     for name in sorted(record):
         if name in META_KEYS:
             continue
         value = record[name]
         if np is not None and isinstance(value, np.ndarray) and name not in type_map:
             arr = np.ascontiguousarray(value)
-            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-            yield name, BYTES, [le.tobytes()]
+            kind = arr.dtype.kind
+            if kind in "OSU":
+                yield name, BYTES, [_element_bytes(name, v) for v in arr.reshape(-1).tolist()]
+                dtype = b"string"
+            elif kind == "b":
+                yield name, INT64, [int(v) for v in arr.reshape(-1).tolist()]
+                dtype = b"bool"
+            else:
+                le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+                yield name, BYTES, [le.tobytes()]
+                dtype = arr.dtype.name.encode()
             yield name + "/shape", INT64, [int(d) for d in arr.shape]
-            yield name + "/dtype", BYTES, [arr.dtype.name.encode()]
+            yield name + "/dtype", BYTES, [dtype]
             continue
-        typ = type_map.get(name, INT64 if isinstance(value, ints) and not isinstance(value, bool)
+        # bool is an int (0/1) here, as in numpy and TensorFlow casts
+        typ = type_map.get(name, INT64 if isinstance(value, ints)
                            else FLOAT if isinstance(value, floats) else BYTES)
         convert = _as_ints if typ == INT64 else _as_floats if typ == FLOAT else _as_bytes
         yield name, typ, convert(name, value)
@@ -372,8 +406,9 @@ def merge_schema(a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]) -> 
 def parse_example(serialized: bytes) -> Record:
     """Serialized Example -> record dict, undoing :func:`record_to_example`.
 
-    Array features (``x`` + ``x/shape`` + ``x/dtype``) come back as ndarrays; one-element
-    int/float lists come back as scalars; bytes stay bytes.
+    Array features (``x`` + ``x/shape`` + ``x/dtype``) come back as ndarrays (strings as
+    an ``object`` array of bytes, as a selection makes them); one-element int/float lists
+    come back as scalars; bytes stay bytes.
     """
     import numpy as np
     ex = _wire_pb2().Example.FromString(serialized)
@@ -385,8 +420,17 @@ def parse_example(serialized: bytes) -> Record:
         f = fmap[name]
         kind = f.WhichOneof("kind")
         vals = list(getattr(f, kind).value) if kind else []
-        if name + "/shape" in fmap and name + "/dtype" in fmap and kind == "bytes_list":
-            dtype = np.dtype(fmap[name + "/dtype"].bytes_list.value[0].decode()).newbyteorder("<")
+        has_companions = name + "/shape" in fmap and name + "/dtype" in fmap  # (indexing would add them)
+        stored = fmap[name + "/dtype"].bytes_list.value[:1] if has_companions else []
+        if stored and stored[0] == b"string" and kind == "bytes_list":
+            shape = tuple(fmap[name + "/shape"].int64_list.value)
+            arr = np.empty(len(vals), dtype=object)
+            arr[:] = vals
+            rec[name] = arr.reshape(shape)
+        elif stored and stored[0] == b"bool" and kind == "int64_list":
+            rec[name] = np.asarray(vals, dtype=bool).reshape(tuple(fmap[name + "/shape"].int64_list.value))
+        elif stored and kind == "bytes_list":
+            dtype = np.dtype(stored[0].decode()).newbyteorder("<")
             shape = tuple(fmap[name + "/shape"].int64_list.value)
             rec[name] = np.frombuffer(vals[0], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
         elif name == KEY:

@@ -4,8 +4,10 @@
 datapoints).  Each item is a selection or op (``"jpg"`` stands for ``Select("jpg")``).
 
 Leaf rules: bytes that are an ASCII decimal integer (``b"3\\n"``, the usual ``.cls``)
-become integers; Python ints become int32 (int64 if out of range), floats float32, lists
-of numbers arrays; other bytes stay bytes (``tf.string``).  :func:`leaf` gives numpy
+that fits int64 become integers (a longer digit string, such as a 20-digit id, stays
+bytes: it is text that happens to be digits, and no int64 feature could hold it); Python
+ints become int32 (int64 if out of range), floats float32, bools bool, lists of numbers
+or of bools arrays; other bytes stay bytes (``tf.string``).  :func:`leaf` gives numpy
 leaves (the in-memory datapoints of ``pipelines.datapoints``); the
 :class:`SelectionStage` writes the same leaves into a converted record as entries
 ``value`` and ``label`` (nested ones as ``value.<name>`` / ``value.<index>``; scalars as
@@ -18,7 +20,7 @@ selecting an image and an integer label never imports it (~50 ms of its start-up
 from __future__ import annotations
 
 import re
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from transforms.lazynp import is_array, loaded, np
 from transforms.opbase import Op, OpError
@@ -43,8 +45,15 @@ def _numpy(v: Any, kind: str) -> bool:
     return mod is not None and isinstance(v, getattr(mod, kind))
 
 
-def _int_text(v: Any) -> bool:
-    return isinstance(v, (bytes, bytearray)) and len(v) < 32 and _INT.match(bytes(v)) is not None
+def _text_int(v: Any) -> Optional[int]:
+    """The integer that bytes ``v`` spell in ASCII decimal, or None: not such text, or
+    outside int64 (an id of 20 digits is kept as the bytes it is; making it an integer
+    would only fail, rejecting the record)."""
+    if isinstance(v, (bytes, bytearray)) and len(v) < 32 and _INT.match(bytes(v)) is not None:
+        i = int(bytes(v))
+        if _INT64[0] <= i < _INT64[1]:
+            return i
+    return None
 
 
 def leaf(v: Any) -> Any:
@@ -53,8 +62,9 @@ def leaf(v: Any) -> Any:
         return v
     if is_array(v):
         return v
-    if _int_text(v):
-        v = int(bytes(v))
+    i = _text_int(v)
+    if i is not None:
+        v = i
     if isinstance(v, bool):
         return np.bool_(v)
     if isinstance(v, int) or _numpy(v, "integer"):
@@ -72,6 +82,8 @@ def leaf(v: Any) -> Any:
             return arr.astype(np.int32 if arr.size == 0 or (arr.min() >= -2 ** 31 and arr.max() < 2 ** 31) else np.int64)
         if arr.dtype.kind == "f":
             return arr.astype(np.float32)
+        if arr.dtype.kind == "b":  # JSON's [true, false]: tf.bool, as a single bool is
+            return arr
         if arr.dtype.kind in "SU":
             return np.asarray([x.encode() if isinstance(x, str) else x for x in v], dtype=object)
         raise OpError(f"cannot make a tensor of the list {str(v)[:60]}")
@@ -111,10 +123,13 @@ def flatten(name: str, v: Any) -> List[Tuple[str, Any]]:
 def entry_value(v: Any) -> Any:
     """``_plain(leaf(v))``: a selected leaf as a record entry, without numpy for bytes,
     integer labels and strings (the values of nearly every dataset)."""
-    if type(v) is bytes and (len(v) >= 32 or not _int_text(v)):
+    if type(v) is bytes and len(v) >= 32:
         return v
-    if _int_text(v):
-        v = int(bytes(v))
+    i = _text_int(v)
+    if i is not None:
+        return i  # fits int64: np.int32(i).item() / np.int64(i).item() is i
+    if type(v) is bytes:
+        return v
     if type(v) is int and _INT64[0] <= v < _INT64[1]:
         return v  # np.int32(v).item() / np.int64(v).item() is v
     if type(v) is str:
