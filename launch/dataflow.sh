@@ -24,7 +24,15 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dry=0
-if [[ "${1:-}" == "--dry-run" ]]; then dry=1; shift; fi
+rest=()
+for a in "$@"; do  # the script's own flags, wherever they are
+  case "$a" in
+    --dry-run) dry=1 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) rest+=("$a") ;;
+  esac
+done
+set -- ${rest[@]+"${rest[@]}"}
 PROJECT=${PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
 REGION=${REGION:-us-central1}
 TEMP_LOCATION=${TEMP_LOCATION:-}

@@ -27,7 +27,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export TAR2TF_CACHE=${TAR2TF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tar2tf}
 dry=0
-if [[ "${1:-}" == "--dry-run" ]]; then dry=1; shift; fi
+rest=()
+for a in "$@"; do  # the script's own flags, wherever they are
+  case "$a" in
+    --dry-run) dry=1 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) rest+=("$a") ;;
+  esac
+done
+set -- ${rest[@]+"${rest[@]}"}
 if [[ -f "$TAR2TF_CACHE/flink.env" ]]; then
   # shellcheck disable=SC1091
   source <(grep -E '^(FLINK_VERSION|FLINK_JOB_SERVER_JAR|BEAM_VERSION)=' "$TAR2TF_CACHE/flink.env" | sed 's/^/CACHED_/')

@@ -61,6 +61,15 @@ def test_dataflow_script_options_parse():
     assert p.returncode == 0, p.stderr
     p = _dry_run(src, "--output", out, "--work-dir", "/tmp/localwork", **DATAFLOW_ENV)
     assert p.returncode == 2 and "--work-dir '/tmp/localwork' is a local path" in p.stderr
+    # --dry-run is the script's flag wherever it stands (a misplaced one must not submit);
+    # --help shows the script's usage
+    e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3", **DATAFLOW_ENV)
+    script = os.path.join(ROOT, "launch", "dataflow.sh")
+    p = subprocess.run(["bash", script, src, "--output", out, "--dry-run"], capture_output=True, text=True,
+                       env=e, cwd=ROOT)
+    assert p.returncode == 0 and json.loads(p.stdout)["output"] == out, p.stderr
+    p = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=e, cwd=ROOT)
+    assert p.returncode == 0 and "--dry-run" in p.stdout and "PROJECT=" in p.stdout
 
 
 def _copy_tree(dst):
