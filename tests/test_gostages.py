@@ -103,3 +103,45 @@ def test_user_stages_in_beam_pipeline(tmp_path):
     (rej,) = [json.loads(line) for line in open(res.rejects_path)]
     assert rej["key"] == "000010" and rej["stage"] == "encode" and "'cls' is not int64" in rej["reason"]
     assert res.manifest["options"]["sample_stages"][3] == "TagFn"
+
+
+def _array_example(**extra):
+    import numpy as np
+    img = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    return img, record_to_example({"__key__": "k", "__shard__": "s", "image": img, "label": 1,
+                                   "jpg": b"J", **extra})
+
+
+def test_example_stages_carry_array_companions():
+    """An array stored by an op is three features (x, x/shape, x/dtype); selections and
+    Rename on examples treat them as the one entry they are in the sample, so the array
+    still parses back -- with parse_example and with TF's default_record_parser."""
+    import numpy as np
+    import tensorflow as tf
+    from pipelines import default_record_parser
+    from transforms.example import serialize
+    img, _ = _array_example()
+    assert feats(ByKey("image", "label")(_array_example()[1])) == ["__key__", "image", "image/dtype",
+                                                                   "image/shape", "label"]
+    assert feats(ByPrefix("im")(_array_example()[1])) == ["__key__", "image", "image/dtype", "image/shape"]
+    assert feats(BySuffix("shape")(_array_example()[1])) == ["__key__"]   # companions are not entries
+    assert feats(ByExampleF(lambda ex: ["image"])(_array_example()[1])) == ["__key__", "image", "image/dtype",
+                                                                            "image/shape"]
+    assert FilterEmptyExamples()(ByKey("jpg")(_array_example()[1])) is not None
+    np.testing.assert_array_equal(parse_example(serialize(ByKey("image")(_array_example()[1])))["image"], img)
+
+    ex = Rename("value", "image")(_array_example()[1])
+    assert feats(ex) == ["__key__", "jpg", "label", "value", "value/dtype", "value/shape"]
+    np.testing.assert_array_equal(parse_example(serialize(ex))["value"], img)
+    value, label = default_record_parser(tf.constant(serialize(ex)))
+    np.testing.assert_array_equal(value.numpy(), tf.image.convert_image_dtype(img, tf.float32).numpy())
+    assert int(label) == 1
+
+    # renaming bytes onto an array feature: the old shape/dtype must not describe the bytes
+    ex = Rename("image", "jpg")(_array_example()[1])
+    assert feats(ex) == ["__key__", "image", "label"]
+    assert parse_example(serialize(ex))["image"] == b"J"
+    # and an array onto bytes: the companions move, the old bytes are replaced
+    ex = Rename("jpg", "image")(_array_example()[1])
+    assert feats(ex) == ["__key__", "jpg", "jpg/dtype", "jpg/shape", "label"]
+    np.testing.assert_array_equal(parse_example(serialize(ex))["jpg"], img)

@@ -299,3 +299,112 @@ def test_pillow_chain_equals_array_functions(photo, fmt, mode, channels):
             assert enc.value(r) == images.encode(want, out, 85)
     # raw bytes under Resize / Encode take the same path as Decode's defaults
     np.testing.assert_array_equal(Resize("x", (48, 32)).value(r), Resize(Decode("x"), (48, 32)).value(r))
+
+
+# -- semantics shared with json / TensorFlow ----------------------------------------------
+
+@pytest.mark.parametrize("raw", [b'\xef\xbb\xbf{"label": 3}', '{"label": 3}'.encode("utf-16"),
+                                 '{"label": 3}'.encode("utf-16-be"), '{"label": 3}'.encode("utf-32")],
+                         ids=["utf-8-bom", "utf-16", "utf-16-be", "utf-32"])
+def test_selectjson_reads_what_json_loads_reads(raw):
+    """A UTF-8 BOM, UTF-16 and UTF-32 are valid JSON text (RFC 8259 parsers accept them;
+    json.loads on bytes detects them, as the seed's SelectJSON did)."""
+    assert json.loads(raw) == {"label": 3}
+    assert SelectJSON("json", "label").value(rec(json=raw)) == 3
+    assert SelectJSON("json", "label").value(rec(json=bytearray(raw))) == 3
+    with pytest.raises(OpError, match=r"invalid JSON in 'j': not UTF-8/16/32 \(utf-8: invalid start byte"):
+        SelectJSON("j", "a").value(rec(j=b'{"a": "\xff"}'))
+
+
+def _float_images(src):
+    rng = np.random.default_rng(7)
+    every_f16 = np.arange(65536, dtype=np.uint16).view(np.float16)
+    one = src.type(1)
+    edges = [0, 1, 0.5, 1e-8, -0.0, -0.1, -1, 1.1, 2, -2, np.inf, -np.inf, np.finfo(src).max,
+             np.nextafter(one, src.type(0)), np.nextafter(src.type(0), one), np.finfo(src).tiny,
+             0.62021345, 0.836408, 0.25094986, 0.6064, 0.4226, 0.266]
+    return np.concatenate([np.array(edges, src), rng.random(100_000).astype(src),
+                           (rng.random(10_000) * 4 - 2).astype(src),
+                           every_f16[np.isfinite(every_f16)].astype(src),  # NaN: undefined in TF
+                           np.linspace(0, 1, 65536).astype(src)]).reshape(-1, 1, 1)
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32, np.float64], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("dst", ["uint8", "uint16", "int16", "int32"])
+def test_convert_float_to_int_bit_identical_to_tf(src, dst):
+    """TF scales by max + 0.5 in the image's float type (float64 here was off by one for
+    some float32 values, ~4% of float16 -> uint8 ones, almost every one for int32) and
+    saturates at the largest value of that type that fits (float32 -> int32: 2147483520).
+    float16 -> uint16/int32: TF's scale overflows float16 to inf (0.5 -> 65504, 0 ->
+    -2**31), so these are converted as float32 -- TF's result for the float32 cast."""
+    import tensorflow as tf
+    x = _float_images(np.dtype(src))
+    widened = src == np.float16 and np.iinfo(dst).max + 0.5 > float(np.finfo(np.float16).max)
+    ref = tf.image.convert_image_dtype(tf.cast(x, tf.float32) if widened else x, tf.as_dtype(dst),
+                                       saturate=True).numpy()
+    out = Convert("x", dst).value(rec(x=x))
+    assert out.dtype == np.dtype(dst) and out.shape == x.shape
+    np.testing.assert_array_equal(out, ref)
+    assert out[0, 0, 0] == 0 and out[1, 0, 0] == ref[1, 0, 0] > np.iinfo(dst).max * 0.99
+
+
+def _png16(arr, color_type):
+    import struct
+    import zlib
+    h, w = arr.shape[:2]
+    raw = b"".join(b"\x00" + arr[y].astype(">u2").tobytes() for y in range(h))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def _bmp32(rgba, top_down=False, alpha_mask=None):
+    """A 32-bit BMP: 40-byte header (BI_RGB, as Pillow writes RGBA), or a V4 header with
+    bit fields and the given alpha mask."""
+    import struct
+    h, w = rgba.shape[:2]
+    bgra = rgba[:, :, [2, 1, 0, 3]]
+    data = (bgra if top_down else bgra[::-1]).tobytes()
+    hdr = 40 if alpha_mask is None else 108
+    info = struct.pack("<IiiHHIIiiII", hdr, w, -h if top_down else h, 1, 32, 0 if hdr == 40 else 3,
+                       len(data), 2835, 2835, 0, 0)
+    if hdr == 108:
+        info += struct.pack("<IIII", 0xff0000, 0xff00, 0xff, alpha_mask) + b"\0" * 52
+    off = 14 + len(info)
+    return b"BM" + struct.pack("<IHHI", off + len(data), 0, 0, off) + info + data
+
+
+def test_decode_16bit_gray_alpha_png_matches_tf():
+    """docs/ops.md channel rules: gray + alpha keeps 2 channels also at 16 bits (Pillow
+    opens it as RGBA), as tf.io.decode_png; values scaled to 8 bits as TF does."""
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    la16 = _png16(rng.integers(0, 65536, (4, 5, 2), dtype=np.uint16), 4)
+    for ch in (None, 1, 3, 4):  # TF has no channels=2
+        ref = tf.io.decode_png(la16, channels=0 if ch is None else ch).numpy()
+        out = images.decode(la16, ch)
+        assert out.shape == ref.shape and (ch is not None or out.shape == (4, 5, 2))
+        np.testing.assert_array_equal(out, ref)
+        np.testing.assert_array_equal(images.to_array(images.decode_image(la16, ch)), ref)
+
+
+def test_decode_32bit_bmp_keeps_alpha_as_tf():
+    """A 32-bit BMP's fourth byte is alpha for tf.io.decode_bmp, whatever the header says;
+    Pillow takes it as padding without an alpha bit mask (also in the BMPs it writes
+    itself), which gave 3 channels for channels=None and alpha 255 for channels=4."""
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    rgba = rng.integers(0, 256, (5, 7, 4), dtype=np.uint8)
+    pillow_bmp = _save(Image.fromarray(rgba, "RGBA"), "BMP")
+    for bmp in (pillow_bmp, _bmp32(rgba), _bmp32(rgba, top_down=True), _bmp32(rgba, alpha_mask=0),
+                _bmp32(rgba, alpha_mask=0xff000000)):
+        for ch in (None, 3, 4):
+            ref = tf.io.decode_image(bmp, channels=0 if ch is None else ch, expand_animations=False).numpy()
+            out = Decode("b", channels=ch).value(rec(b=bmp))
+            np.testing.assert_array_equal(out, ref)
+            np.testing.assert_array_equal(out, rgba if ch != 3 else rgba[:, :, :3])
+        assert Decode("b", channels=1).value(rec(b=bmp)).shape == (5, 7, 1)  # TF: no 1-channel BMP
+    with pytest.raises(images.ImageError, match="corrupt BMP"):
+        Decode("b", channels=None).value(rec(b=pillow_bmp[:-20]))

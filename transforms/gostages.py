@@ -14,6 +14,10 @@ callable ``x -> x | None`` (None filters, counted as ``filtered``), usable in
 * ``SampleToTFExample(type_map)`` is the sample -> Example step with go-tfdata's types
   (``INT64`` parses ASCII integers such as ``b"42\\n"``; a non-integer is a reject).
 
+On examples an array stored by an op (``x`` + ``x/shape`` + ``x/dtype``) is one entry,
+as in the sample (where it is one ndarray; sample stages run before encoding, so samples
+have no companions): selections match ``x`` and keep its companions, ``Rename`` moves them.
+
 ``as_stage`` adapts a Beam ``DoFn`` (anything with ``process``) to this callable shape.
 """
 
@@ -37,9 +41,27 @@ def _is_example(x: Any) -> bool:
     return not isinstance(x, dict) and hasattr(x, "features")
 
 
+# An array that an op produced is stored as three features (transforms.example): ``x``
+# (raw bytes), ``x/shape`` and ``x/dtype``.  In a sample it is one entry, so on examples
+# the stages treat it as one too: the companions are not entries of their own (a
+# selection matches ``x``, never ``x/shape``) and go wherever ``x`` goes -- kept with it,
+# renamed with it -- or parse_example / the record parsers could not rebuild the array.
+_COMPANIONS = ("/shape", "/dtype")
+
+
+def _companions(feats: Any, name: str) -> List[str]:
+    """The ``/shape`` and ``/dtype`` features of array feature ``name`` that exist."""
+    return [name + c for c in _COMPANIONS if name + c in feats]
+
+
+def _is_companion(feats: Any, name: str) -> bool:
+    return any(name.endswith(c) and name[:-len(c)] in feats for c in _COMPANIONS)
+
+
 def _names(x: Any) -> List[str]:
     if _is_example(x):
-        return [n for n in x.features.feature if n not in META_KEYS]
+        feats = x.features.feature
+        return [n for n in feats if n not in META_KEYS and not _is_companion(feats, n)]
     return [n for n in x if n not in META_KEYS]
 
 
@@ -56,6 +78,7 @@ def _keep(x: Any, keep: Iterable[str]):
     keep = set(keep)
     if _is_example(x):
         feats = x.features.feature
+        keep.update(c for n in list(keep) for c in _companions(feats, n))
         for n in [n for n in feats if n not in META_KEYS and n not in keep]:
             del feats[n]
         return x
@@ -171,8 +194,11 @@ class Rename:
         src = present[0]
         if _is_example(x):
             feats = x.features.feature
-            feats[self.dest].CopyFrom(feats[src])
-            del feats[src]
+            for c in _companions(feats, self.dest):  # dest's old array shape/dtype would
+                del feats[c]                          # describe the new value wrongly
+            for name in [src] + _companions(feats, src):
+                feats[self.dest + name[len(src):]].CopyFrom(feats[name])
+                del feats[name]
             return x
         out = dict(x)
         out[self.dest] = out.pop(src)

@@ -12,7 +12,10 @@ Channel rules of :func:`decode` (``channels`` = 3 by default):
 * ``channels=1``: luma ``L = 0.299 R + 0.587 G + 0.114 B`` (Pillow's ``convert("L")``).
 * ``channels=4``: RGBA; images without alpha get alpha 255.
 * ``channels=None``: keep what the file has: L -> 1, LA -> 2, RGB/CMYK/YCbCr -> 3,
-  RGBA -> 4, palette -> 3 (4 if the palette has transparency).
+  RGBA -> 4, palette -> 3 (4 if the palette has transparency).  16-bit gray+alpha PNGs
+  are LA (Pillow opens them as RGBA).  A 32-bit BMP is RGBA with its fourth byte as
+  alpha, as ``tf.io.decode_bmp`` reads it (Pillow drops that byte unless the header has
+  an alpha mask), even when the writer meant it as padding (then alpha is often 0).
 
 EXIF orientation (tag 274) is applied, so the array is upright as a viewer shows it.
 
@@ -103,13 +106,44 @@ def decode_image(data: bytes, channels: Optional[int] = 3, formats: Sequence[str
         if orient in _SWAPS_AXES:
             w, h = h, w
         img.draft(None, (max(1, int(w)), max(1, int(h))))
+    fmt = norm_format(img.format or "?")
     try:
+        img = _bmp_with_alpha(img, data)
         img.load()
     except (OSError, SyntaxError, ValueError) as e:
-        raise ImageError(f"corrupt {norm_format(img.format or '?')} image: {e}") from None
+        raise ImageError(f"corrupt {fmt} image: {e}") from None
+    if img.mode == "RGBA" and fmt == "PNG" and _png_color_type(data) == _PNG_GRAY_ALPHA:
+        # Pillow has no 16-bit LA mode and opens 16-bit gray+alpha as RGBA (gray in R, G
+        # and B, high bytes); libpng / tf.io.decode_png give 2 channels
+        img = Image.merge("LA", (img.getchannel("R"), img.getchannel("A")))
     if orient != 1:
         img = ImageOps.exif_transpose(img)
     return _to_channels(img, channels)
+
+
+_PNG_GRAY_ALPHA = 4  # IHDR colour type
+
+
+def _png_color_type(data: bytes) -> int:
+    """The IHDR colour type (byte 25: signature 8, length 4, "IHDR" 4, width, height, depth)."""
+    return data[25] if len(data) > 25 and bytes(data[12:16]) == b"IHDR" else -1
+
+
+def _bmp_with_alpha(img: Image.Image, data: bytes) -> Image.Image:
+    """A 32-bit BMP with its fourth byte as alpha, as ``tf.io.decode_bmp`` reads it.
+
+    Pillow takes that byte as padding ("BGRX", mode RGB) unless the header has an alpha
+    bit mask -- so not for the plain 40-byte header Pillow itself writes for RGBA -- and
+    Decode would drop the alpha TF keeps.  TF reads every 32-bit BMP as BGRA, so the same
+    pixel bytes are decoded again with Pillow's raw decoder as BGRA (same offset, row
+    stride and row order)."""
+    if img.format != "BMP" or img.mode != "RGB" or len(img.tile) != 1:
+        return img
+    codec, _extents, offset, args = img.tile[0]
+    if codec != "raw" or not isinstance(args, tuple) or len(args) != 3 or args[0] != "BGRX":
+        return img
+    _rawmode, stride, ystep = args
+    return Image.frombuffer("RGBA", img.size, bytes(data[offset:]), "raw", "BGRA", stride, ystep)
 
 
 def _check_png(data: bytes) -> None:
@@ -193,11 +227,52 @@ def convert_dtype(arr: np.ndarray, dtype) -> np.ndarray:
         return (arr.astype(np.int64) * ((dmax + 1) // (smax + 1))).astype(dst)
     if src_int:  # int -> float: cast, then multiply by 1/max in the target type (TF's exact formula)
         return arr.astype(dst) * np.asarray(1.0 / np.iinfo(src).max, dtype=dst)
-    if dst_int:  # float -> int: scale by max + 0.5 and truncate, like TF, but saturating
-        info = np.iinfo(dst)
-        scaled = arr.astype(np.float64) * (info.max + 0.5)
-        return np.clip(scaled, info.min, info.max).astype(dst)
+    if dst_int:
+        return _float_to_int(arr, dst)
     return arr.astype(dst)
+
+
+def _float_to_int(arr: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """float -> int exactly as ``tf.image.convert_image_dtype(saturate=True)``.
+
+    TF multiplies by ``max + 0.5`` *in the image's float type* (the Python scale becomes a
+    tensor of that type), clips to the largest/smallest value of that type that fits the
+    target (``saturate_cast``: float32 -> int32 saturates at 2147483520, not 2**31 - 1,
+    which float32 rounds up to 2**31) and truncates.  Scaling in float64 instead differs
+    by one for some values (float32 0.62021345 -> uint16: 40645 vs TF's 40646).
+
+    One exception: where ``max + 0.5`` overflows float16 (uint16, int32, uint32, int64,
+    uint64), TF's scale is inf and its output degenerate (float16 0.5 -> uint16 65504,
+    0 -> int32 -2**31 since 0 * inf is NaN); the float16 image is widened to float32
+    first, which is TF's result for ``tf.cast(image, tf.float32)``.
+    """
+    info = np.iinfo(dst)
+    src = arr.dtype
+    with np.errstate(over="ignore"):
+        scale = src.type(info.max + 0.5)
+    if not np.isfinite(scale):
+        return _float_to_int(arr.astype(np.float32), dst)
+    lo, hi = _saturate_limits(src, dst)
+    # NaN (no image value) casts as numpy casts it: TF's own result varies with the
+    # array's length (its scalar and vectorised casts differ), so there is none to match
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.clip(arr * scale, lo, hi).astype(dst)
+
+
+def _saturate_limits(src: np.dtype, dst: np.dtype):
+    """The clip bounds of TF's ``saturate_cast`` from float ``src`` to int ``dst``: the
+    target's min/max as ``src`` values, moved one step toward zero when ``src`` rounds
+    them outside the target range (compared in the promoted type, as TF does)."""
+    fi, ii = np.finfo(src), np.iinfo(dst)
+    promoted = np.promote_types(src, dst)
+    with np.errstate(over="ignore"):
+        lo = src.type(max(float(fi.min), ii.min))
+        hi = src.type(min(float(fi.max), float(ii.max)))
+    if np.array(lo, promoted) < np.array(ii.min, promoted):
+        lo = np.nextafter(lo, src.type(0))
+    if np.array(hi, promoted) > np.array(ii.max, promoted):
+        hi = np.nextafter(hi, src.type(0))
+    return lo, hi
 
 
 # -- geometry ---------------------------------------------------------------------------

@@ -53,14 +53,17 @@ class SelectJSON(Op):
 
     def value(self, record, size_hint=None):
         raw = evaluate(self.what, record)
-        if isinstance(raw, (bytes, bytearray)):
-            try:
-                raw = bytes(raw).decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise OpError(f"invalid JSON in '{self.what}': not UTF-8 ({e.reason} at byte {e.start})") from None
-        if isinstance(raw, str):
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            # json.loads on bytes, as the seed did: it detects UTF-8 (with or without a
+            # BOM, which RFC 8259 lets parsers ignore), UTF-16 and UTF-32; decoding as
+            # UTF-8 first rejected a BOM ("Unexpected UTF-8 BOM") and UTF-16/32 files
+            raw = bytes(raw)
+        if isinstance(raw, (str, bytes)):
             try:
                 doc = json.loads(raw)
+            except UnicodeDecodeError as e:
+                raise OpError(f"invalid JSON in '{self.what}': not UTF-8/16/32 ({e.encoding}: "
+                              f"{e.reason} at byte {e.start})") from None
             except json.JSONDecodeError as e:
                 raise OpError(f"invalid JSON in '{self.what}': {e.msg} at line {e.lineno} column {e.colno}") from None
         else:
