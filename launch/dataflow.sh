@@ -23,15 +23,9 @@
 # Python: $TAR2TF_PYTHON, else the bootstrap venv (launch/bootstrap.sh --core).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-dry=0
-rest=()
-for a in "$@"; do  # the script's own flags, wherever they are
-  case "$a" in
-    --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) rest+=("$a") ;;
-  esac
-done
+# shellcheck source=launch/script_flags.sh
+source "$ROOT/launch/script_flags.sh"
+script_flags "${BASH_SOURCE[0]}" "$@"
 set -- ${rest[@]+"${rest[@]}"}
 PROJECT=${PROJECT:-${GOOGLE_CLOUD_PROJECT:-}}
 REGION=${REGION:-us-central1}

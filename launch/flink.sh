@@ -26,15 +26,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export TAR2TF_CACHE=${TAR2TF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tar2tf}
-dry=0
-rest=()
-for a in "$@"; do  # the script's own flags, wherever they are
-  case "$a" in
-    --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) rest+=("$a") ;;
-  esac
-done
+# shellcheck source=launch/script_flags.sh
+source "$ROOT/launch/script_flags.sh"
+script_flags "${BASH_SOURCE[0]}" "$@"
 set -- ${rest[@]+"${rest[@]}"}
 if [[ -f "$TAR2TF_CACHE/flink.env" ]]; then
   # shellcheck disable=SC1091
