@@ -306,8 +306,11 @@ def counters_of(result) -> Dict[str, int]:
     return out
 
 
-def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> ConvertResult:
-    """Run the conversion; see the module docstring.  Raises OutputExistsError."""
+def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
+            flag_names: Tuple[str, str] = ("--overwrite", "--resume")) -> ConvertResult:
+    """Run the conversion; see the module docstring.  Raises OutputExistsError, whose
+    message names the overwrite / resume options as ``flag_names`` spell them (the CLI's
+    flags, or ``overwrite=True`` from the Python API)."""
     t0 = time.time()
     if "{}" in cfg.output and cfg.output.count("{}") > 1:
         raise ValueError("output may contain '{}' only once")
@@ -316,7 +319,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> Co
         raise ValueError("records_per_shard must be positive")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
-    check_outputs(cfg, work, "--overwrite", "--resume")
+    check_outputs(cfg, work, *flag_names)
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
     here = opts.dofns_run_here(args)

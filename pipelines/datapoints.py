@@ -147,8 +147,12 @@ def fit(element: Any, spec: Any) -> Any:
         return {k: fit(element[k], spec[k]) for k in spec}
     if isinstance(spec, tuple):
         return tuple(fit(e, s) for e, s in zip(element, spec))
-    if spec.numpy is None:
-        arr = np.asarray(element, dtype=object)
+    if spec.numpy is None:  # tf.string: bytes; a number or text asked for as a string is its text
+        arr = np.asarray(element)
+        if arr.dtype.kind in "biufU":
+            arr = np.vectorize(lambda v: str(v).encode(), otypes=[object])(arr) if arr.size else arr.astype(object)
+        else:
+            arr = np.asarray(element, dtype=object)
     else:
         arr = np.asarray(element)
         if arr.dtype.kind in "SO":

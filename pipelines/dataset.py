@@ -203,7 +203,7 @@ class Dataset:
             args = list(self.beam_args)
             if opts.is_local(opts.effective_args(args)) and not any(a.startswith("--direct_num_workers") for a in args):
                 args.append(f"--direct_num_workers={max(1, int(num_workers))}")
-            res = convert(cfg, args)
+            res = convert(cfg, args, ("overwrite=True", "resume=True"))
         else:
             from pipelines.local_convert import convert_in_process
             res = convert_in_process(cfg, num_workers)
@@ -214,14 +214,23 @@ class Dataset:
         return res
 
     def _to_tfrecords(self, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options):
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
         if isinstance(path, str):
             cfg = self._config(template, path, record_to_example, max_shard_size, options)
             return list(self._convert(cfg, num_workers, remote_exec, [record_to_example]).paths)
+        if callable(path):  # the original client took a generator function as well
+            path = path()
+        try:
+            names = iter(path)
+        except TypeError:
+            raise TypeError(f"path must be a file name, a template or an iterable (generator) of names, "
+                            f"not {type(path).__name__}") from None
         tmp = tempfile.mkdtemp(prefix="tar2tf-paths-")
         cfg = self._config(template, os.path.join(tmp, "part-{}.tfrecord"), record_to_example, max_shard_size,
                            options)
         res = self._convert(cfg, num_workers, remote_exec, [record_to_example])
-        return run_with_path_generator(res, iter(path), self.store, bool(options.get("overwrite")))
+        return run_with_path_generator(res, names, self.store, bool(options.get("overwrite")))
 
     # -- in memory: Beam job, then read its output ------------------------------------------
     def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):
@@ -229,6 +238,11 @@ class Dataset:
         from transforms.example import parse_example
         from transforms.tfrecord import read_records
         out_dir = self.remote_output or _scratch_dir()
+        scheme = out_dir.split("://", 1)[0] if "://" in out_dir else ""
+        if scheme not in ("", "gs"):
+            # the dataset is a tf.data.TFRecordDataset over the job's output
+            raise ValueError(f"remote_output {out_dir!r}: tf.data reads local paths and gs://, not {scheme}://; "
+                             f"convert with load(path=...) to write TFRecords there")
         cfg = self._config(template, out_dir.rstrip("/") + "/part-{}.tfrecord", None, "100MB",
                            {"overwrite": True}, stored=False)
         res = self._convert(cfg, num_workers, True)

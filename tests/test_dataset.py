@@ -196,6 +196,15 @@ def test_path_generator(data, tmp_path):
     assert precious.read_bytes() == b"keep me"
     assert dataset.load(TEMPLATE, path=iter([str(precious)]), overwrite=True) == [str(precious)]
     assert sum(1 for _ in read_records(str(precious))) == 12
+    # a generator function (the original client's form) and a pathlib.Path work too; a
+    # path of another kind fails before any conversion runs
+    assert dataset.load(TEMPLATE, path=lambda: iter([str(tmp_path / "f.rec")])) == [str(tmp_path / "f.rec")]
+    assert dataset.load(TEMPLATE, path=tmp_path / "p-{}.rec") == [str(tmp_path / "p-1.rec")]
+    with pytest.raises(TypeError, match="path must be a file name"):
+        dataset.load(TEMPLATE, path=42)
+    # the Beam path names the Python API's option, not the CLI flag
+    with pytest.raises(OutputExistsError, match="pass overwrite=True"):
+        dataset.load(TEMPLATE, path=str(tmp_path / "p-{}.rec"), remote_exec=True)
 
 
 def test_empty_path_means_in_memory(data, tmp_path, monkeypatch):
@@ -381,6 +390,15 @@ def test_a_spec_no_record_fits_is_an_error_not_an_empty_dataset(data):
     for bad in (0, -1, None, 1.5):
         with pytest.raises(ValueError, match="num_workers must be a positive integer"):
             Dataset(data, None, [Decode("jpg")]).load(TEMPLATE, num_workers=bad)
+
+
+def test_labels_asked_for_as_strings_and_remote_output_checks(data, tmp_path):
+    import tensorflow as tf
+    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 8))]).load(TEMPLATE, output_types=(tf.uint8, tf.string))
+    labels = [label for _, label in ds.as_numpy_iterator()]
+    assert len(labels) == 12 and all(isinstance(v, bytes) and int(v) >= 0 for v in labels)
+    with pytest.raises(ValueError, match="tf.data reads local paths and gs://, not ais://"):
+        Dataset(data, None, [Decode("jpg")], remote_output="ais://b/x").load(TEMPLATE, remote_exec=True)
 
 
 def test_empty_lists_stream_item_by_item(tmp_path):

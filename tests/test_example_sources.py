@@ -80,6 +80,13 @@ def test_resolve_local(tmp_path):
     assert "t-4.tar" in rej[0].reason
     urls, rej = resolve(str(tmp_path / "nothing-*.tar"))
     assert urls == [] and len(rej) == 1
+    # * stays within a path segment (as in a shell, gsutil, Beam); ** crosses them
+    (tmp_path / "sub" / "deeper").mkdir()
+    (tmp_path / "sub" / "deeper" / "t-8.tar").write_bytes(b"x")
+    assert resolve("*.tar", base=str(tmp_path))[0] == [str(tmp_path / f"t-{i}.tar") for i in (1, 2, 3)]
+    assert resolve("sub/*.tar", base=str(tmp_path))[0] == [str(tmp_path / "sub" / "t-9.tar")]
+    assert resolve("sub/**.tar", base=str(tmp_path))[0] == [str(tmp_path / "sub" / "deeper" / "t-8.tar"),
+                                                            str(tmp_path / "sub" / "t-9.tar")]
 
 
 def test_local_store_atomic_write(tmp_path):
@@ -100,3 +107,12 @@ def test_reject_validation():
     with pytest.raises(ValueError):
         Reject("s", None, "nowhere", "x")
     assert Reject("s", "k", "op", "Decode('jpg') failed: bad").kind == "Decode('jpg') failed"
+
+
+def test_ais_endpoint_without_scheme_is_http(monkeypatch):
+    from transforms.store_base import StoreConfig
+    monkeypatch.delenv("AIS_ENDPOINT", raising=False)
+    assert StoreConfig(ais_endpoint="127.0.0.1:51080/").resolved_ais_endpoint() == "http://127.0.0.1:51080"
+    assert StoreConfig(ais_endpoint="https://ais.example:443").resolved_ais_endpoint() == "https://ais.example:443"
+    monkeypatch.setenv("AIS_ENDPOINT", "localhost:8080")
+    assert StoreConfig().resolved_ais_endpoint() == "http://localhost:8080"

@@ -95,7 +95,7 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
                 (found if n in listed or _confirmed(store, n) else missing).append(n)
     for g in globs:
         try:
-            matches = sorted(u for u in store.list(_literal_prefix(g)) if fnmatch.fnmatchcase(u, g))
+            matches = sorted(u for u in store.list(_literal_prefix(g)) if glob_match(u, g))
         except Exception as e:  # noqa: BLE001 - as above
             failed.append((g, _listing_error(store, _literal_prefix(g), e)))
             continue
@@ -128,9 +128,18 @@ def _confirmed(store, url: str) -> bool:
         return False
 
 
+def glob_match(url: str, pattern: str) -> bool:
+    """Shell-style matching where ``*``, ``?`` and ``[...]`` stay within one path segment, as
+    in a shell, gsutil and Beam's filesystems; ``**`` crosses segments.  (``fnmatch`` alone
+    lets ``*`` match ``/``: ``data/*.tar`` would take ``data/old/x.tar`` too.)"""
+    if not fnmatch.fnmatchcase(url, pattern):
+        return False
+    return "**" in pattern or url.count("/") == pattern.count("/")
+
+
 def _glob_index(url, globs, order):
     for g in globs:
-        if fnmatch.fnmatchcase(url, g):
+        if glob_match(url, g):
             return order[g]
     return len(order)
 

@@ -38,6 +38,8 @@ class StoreConfig:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")
         if not ep:
             raise ValueError("no AIS endpoint: pass --ais-endpoint / proxy_url or set AIS_ENDPOINT")
+        if "://" not in ep:  # "localhost:8080", as AIS's own CLI config often holds it
+            ep = "http://" + ep
         return ep.rstrip("/")
 
 
