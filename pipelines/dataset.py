@@ -27,7 +27,7 @@ import tempfile
 import threading
 import uuid
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from pipelines import datapoints as dp
 from pipelines import options as opts
@@ -37,7 +37,8 @@ from pipelines.pathgen import run_with_path_generator
 from pipelines.shard_elements import ElementStage, describe as describe_reject, shard_elements
 from transforms import leaves
 from transforms.gostages import as_stage
-from transforms.ops import Convert, Decode, Resize, fuse, walk, with_seed
+from transforms.ops import Convert, Decode, Resize, Rotate, Select, SelectDict, SelectList, fuse, walk, with_seed
+from transforms.selections import as_selection
 from transforms.records import Reject
 from transforms.sources import resolve
 from transforms.stages import Stages, stage_name
@@ -232,6 +233,21 @@ class Dataset:
         res = self._convert(cfg, num_workers, remote_exec, [record_to_example])
         return run_with_path_generator(res, names, self.store, bool(options.get("overwrite")))
 
+    def _inferred_spec(self, el, output_shapes, output_types):
+        """The element spec taken from a first element.  Its shapes are kept only where the
+        ops fix them (a ``Resize``, possibly under ``Convert``/``Rotate``); elsewhere (a
+        ``Decode`` alone, JSON lists, ``Func``) the dimensions are left unknown (an
+        image's channel count excepted), or every record shaped unlike the first would be
+        rejected.  ``output_shapes`` given by the caller win."""
+        spec = dp.spec_of(el, output_shapes, output_types)
+        if output_shapes is not None:
+            return spec
+        fixed = _fixed_entries(self.conversions)
+        sels = self.selections
+        if len(sels) == 1:
+            return _relax(spec, sels[0], fixed)
+        return tuple(_relax(s, sel, fixed) for s, sel in zip(spec, sels))
+
     # -- in memory: Beam job, then read its output ------------------------------------------
     def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):
         import tensorflow as tf
@@ -253,7 +269,7 @@ class Dataset:
             first = parse_example(next(iter(read_records(res.paths[0]))))
             parts = tuple(leaves.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, leaves.NAMES))
             el = parts if len(parts) > 1 else parts[0]
-            spec = dp.spec_of(el, output_shapes, output_types)
+            spec = self._inferred_spec(el, output_shapes, output_types)
         self.element_spec = spec
         parser = make_record_parser(spec, with_label=len(self.selections) == 2)
         return tf.data.TFRecordDataset(res.paths).map(parser)
@@ -318,7 +334,7 @@ class Dataset:
                                  f"found); nothing to infer the element spec from") from None
             finally:
                 first.close()
-            spec = dp.spec_of(el, output_shapes, output_types)
+            spec = self._inferred_spec(el, output_shapes, output_types)
         self.element_spec = spec
         self.stats = LoadStats()
 
@@ -341,6 +357,45 @@ class Dataset:
                 lambda: dp.stacked(gen(), spec, _CROSSING_BATCH),
                 output_signature=dp.batched_spec(spec)).unbatch()
         return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+def _fixed_entries(conversions) -> Dict[str, bool]:
+    """Entry -> whether the conversion that writes it last gives every record the same
+    shape."""
+    fixed: Dict[str, bool] = {}
+    for op in conversions:
+        name = getattr(op, "ext_name", None)
+        if name:
+            fixed[name] = _op_fixed(op, fixed)
+    return fixed
+
+
+def _op_fixed(op, fixed: Dict[str, bool]) -> bool:
+    if isinstance(op, Resize):
+        return True
+    if isinstance(op, (Convert, Rotate)):  # same shape out as in
+        inner = op.what
+        return fixed.get(inner, False) if isinstance(inner, str) else _op_fixed(inner, fixed)
+    if isinstance(op, Select):
+        return fixed.get(op.what, False)
+    return False
+
+
+def _relax(spec, sel, fixed: Dict[str, bool]):
+    """``spec`` (following the selection's structure) with unknown dimensions where the ops
+    do not fix the shape; rank-3 leaves (images) keep their channel count."""
+    import tensorflow as tf
+    if isinstance(sel, SelectDict):
+        return {k: _relax(spec[k], s, fixed) for k, s in sel.items.items()}
+    if isinstance(sel, SelectList):
+        return tuple(_relax(x, s, fixed) for x, s in zip(spec, sel.items))
+    rank = spec.shape.rank
+    if not rank or _op_fixed(as_selection(sel), fixed):
+        return spec
+    dims = [None] * rank
+    if rank == 3:
+        dims[2] = spec.shape[2]
+    return tf.TensorSpec(dims, spec.dtype)
 
 
 def _unflatten(sel, name, record):
