@@ -43,6 +43,7 @@ import collections
 import contextlib
 import dataclasses
 import queue
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -247,6 +248,10 @@ class Pool:
             w.end_input()
             if w not in idle:
                 w.proc.kill()
+        if sys.is_finalizing():
+            # the interpreter is shutting down (a stream left open by a script that ended):
+            # a new thread would never start, and Thread.start() would wait for it for ever
+            return
         threading.Thread(target=self._reap, daemon=True, name="tar2tf-pool-reaper").start()
 
     def _reap(self) -> None:

@@ -46,12 +46,16 @@ def _task_loop(inp, out) -> None:
 
     def send(reply) -> None:
         with lock:
-            pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
-            out.flush()
+            try:
+                pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+                out.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                os._exit(0)  # the parent is gone: nobody reads the answer (and no traceback)
 
     held = collections.deque()  # (frames, info) of sized pieces, oldest first, awaiting runs
     inbox = collections.deque()  # the other messages, for this thread; None: input closed
     arrived = threading.Condition()
+    idle = [False]  # the task loop is waiting for a message
 
     def read() -> None:
         """Every message from the parent: runs are written here as soon as they come
@@ -71,13 +75,21 @@ def _task_loop(inp, out) -> None:
             with arrived:
                 inbox.append(msg)
                 arrived.notify()
+                busy = not idle[0]
             if msg is None:
+                if busy:
+                    # the input closed under a task: the parent died (or closed the pool,
+                    # which ends busy workers anyway); nobody will take the result, and an
+                    # op that hangs would keep this process alive for ever
+                    os._exit(0)
                 return
 
     def recv():
         with arrived:
+            idle[0] = True
             while not inbox:
                 arrived.wait()
+            idle[0] = False
             return inbox.popleft()
 
     threading.Thread(target=read, daemon=True).start()

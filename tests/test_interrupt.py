@@ -70,6 +70,45 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     assert output_digest(str(tmp_path / "o")) == output_digest(str(tmp_path / "ref"))
 
 
+def test_busy_workers_end_with_a_killed_parent(tmp_path):
+    """kill -9 of the CLI while its workers sit in a slow (or hung) op: they must not
+    keep converting for nobody, or live for ever."""
+    shardgen.make_shards(str(tmp_path / "in"), 4, 2, size=(32, 24))
+    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "120"}
+    args = ["convert", str(tmp_path / "in" / "train-{0000..0003}.tar"), "--output", str(tmp_path / "o" / "t-{}.record"),
+            "--ops", "slow_ops:slow_ops", "--no-progress", "--direct_num_workers=2"]
+    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, start_new_session=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list = []
+    deadline = time.time() + 120
+    while time.time() < deadline and len(workers) < 2:  # the pool's processes, once they run a task
+        time.sleep(0.2)
+        workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+    assert len(workers) == 2, "the job's worker processes did not start"
+    time.sleep(3)  # into their first (two-minute) record
+    proc.kill()
+    proc.wait(timeout=30)
+    for _ in range(100):
+        if not any(_parent(w) is not None for w in workers):
+            break
+        time.sleep(0.1)
+    left = [w for w in workers if _parent(w) is not None]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert not left, "a busy worker outlived its killed parent"
+
+
+def _parent(pid: int):
+    """The parent pid of a live process (None if it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
 def _run_in_memory(fn):
     import apache_beam as beam
     from pipelines import options as opts

@@ -3,6 +3,8 @@ worker processes: ops that do real work per record, more than one worker and sha
 (``Dataset.elements``, ``pipelines.shard_elements``, ``Pool.elements``)."""
 
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -126,3 +128,28 @@ def test_an_op_that_cannot_be_pickled_streams_on_threads(shards):
     ds = Dataset(shards, conversions=[Decode("jpg"), Func(pid_under_lock, "pid")], selections=["jpg", "pid"])
     got = list(ds.elements(TEMPLATE, 2))
     assert len(got) == 18 and {int(p) for _, p in got} == {os.getpid()}
+
+
+def test_script_ending_with_a_worker_stream_open_exits(tmp_path):
+    """A script that takes one element of a stream converted in worker processes and ends:
+    the stream is closed during interpreter shutdown, where no thread can start any more
+    (the pool's reaper thread hung the exit for ever)."""
+    import textwrap
+    shardgen.make_shards(str(tmp_path / "d"), 4, 20)
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from pipelines.dataset import Dataset
+        from transforms.ops import Decode, Func
+        def slow(r):
+            time.sleep(0.05)
+            return r
+        d = Dataset({str(tmp_path / 'd')!r}, conversions=[Decode("jpg"), Func(slow)], selections=["jpg", "cls"])
+        g = d.elements("train-{{0000..0003}}.tar", num_workers=2)
+        next(g)
+        print("ok", flush=True)
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
