@@ -177,7 +177,7 @@ class ShardFile:
         self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
         self._cv = threading.Condition()
         self._failed: Optional[BaseException] = None
-        self._fd = self.f.fileno() if self.local_path is not None else None
+        self._local = self.local_path is not None
         self._flushed = 0  # writeback started for the bytes before this offset
 
     @property
@@ -210,9 +210,9 @@ class ShardFile:
         """Every :data:`WRITEBACK_CHUNK` bytes, have the kernel start writing the new ones
         to the device (a head start for :meth:`close`'s fsync; local shards only).
         Reserved ranges inside them are started by their writers."""
-        if self._fd is not None and self.bytes - self._flushed >= WRITEBACK_CHUNK:
+        if self._local and self.bytes - self._flushed >= WRITEBACK_CHUNK:
             self.f.flush()
-            writeback.start(self._fd, self._flushed, self.bytes - self._flushed)
+            writeback.start(self.f.fileno(), self._flushed, self.bytes - self._flushed)
             self._flushed = self.bytes
 
     def reserve(self, length: int, sizes: Sequence[int]) -> int:
@@ -227,6 +227,13 @@ class ShardFile:
         self._start = self.bytes
         self.f.seek(self.bytes)
         return offset
+
+    def park(self) -> None:
+        """Nothing more is appended here before :meth:`close`: give the file descriptor
+        back while the shard waits (local files; see ``transforms.stores.ParkableFile``)."""
+        park = getattr(self.f, "park", None)
+        if park is not None:
+            park()
 
     def filled(self, offset: int, crc: int) -> None:
         """The range reserved at ``offset`` is written; ``crc``: its CRC-32C."""

@@ -81,6 +81,7 @@ class ShardStream:
         record within the piece) is where the next shard starts."""
         if self.current is not None:
             entry = {"pieces": self._ended, "next": list(position)}
+            self.current.park()  # it may wait long (for the closer, for workers' ranges)
             self._open.append(self.current)
             self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
             self._ended = []

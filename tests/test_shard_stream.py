@@ -438,3 +438,26 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     ref = convert_in_process(cfg("ref"), num_workers=1)
     assert res.totals == ref.totals and res.totals["records_written"] == 24
     assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
+
+
+@pytest.mark.parametrize("processes", ["2", "0"])
+def test_many_small_shards_fit_in_a_small_descriptor_limit(tmp_path, processes):
+    """One input shard of 600 records, --records-per-shard 1, 256 open files (macOS's
+    default): the shards waiting for worker ranges or for the closer hold no descriptor
+    (EMFILE before: every waiting output shard kept its file open)."""
+    import resource
+    import subprocess
+    import sys
+    from ops_fixtures import ROOT
+    shardgen.make_shards(str(tmp_path / "d"), 1, 600, size=(16, 16))
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    out = str(tmp_path / "o" / "t-{}.record")
+    p = subprocess.run([sys.executable, "-m", "launch.cli", "convert", str(tmp_path / "d" / "train-0000.tar"), "-o", out,
+                        "--no-progress", "--records-per-shard", "1", "--processes", processes,
+                        "--ops", '{conversions: ["Resize(jpg, (8, 8))"]}'],
+                       cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True, text=True,
+                       preexec_fn=limit, timeout=300)
+    assert p.returncode == 0, p.stderr[-1500:]
+    assert len(os.listdir(tmp_path / "o")) == 600 + 2  # the shards, manifest and rejects

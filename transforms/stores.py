@@ -68,7 +68,7 @@ class LocalStore(Store):
         d = os.path.dirname(path) or "."
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, local_temp_name(os.path.basename(path)))
-        f = open(tmp, "wb", buffering=1 << 20)
+        f = ParkableFile(tmp)
         try:
             yield f
             f.flush()
@@ -95,6 +95,64 @@ class LocalStore(Store):
 
     def size(self, url: str) -> int:
         return os.path.getsize(self._path(url))
+
+
+class ParkableFile:
+    """A local file being written (1 MB buffer) that can give its descriptor back while it
+    waits (:meth:`park`) and takes a new one when it is used again.  A job writing many
+    small final shards has many of them waiting at once -- for the ranges worker processes
+    fill, or for the one thread that makes them durable -- and open descriptors are few
+    (1024 by default on Linux, 256 on macOS): a parked file holds none."""
+
+    def __init__(self, path: str):
+        self.name = path
+        self._f: Optional[BinaryIO] = open(path, "wb", buffering=1 << 20)
+        self._pos = 0
+        self._closed = False
+
+    def _file(self) -> BinaryIO:
+        if self._f is None:
+            if self._closed:
+                raise ValueError(f"I/O operation on closed file {self.name}")
+            self._f = open(self.name, "r+b", buffering=1 << 20)
+            self._f.seek(self._pos)
+        return self._f
+
+    def write(self, data) -> int:
+        return self._file().write(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file().seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file().tell() if self._f is not None else self._pos
+
+    def fileno(self) -> int:
+        return self._file().fileno()
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def park(self) -> None:
+        """Flush and close the descriptor; the next use reopens the file where it was."""
+        if self._f is not None:
+            self._pos = self._f.tell()
+            self._f.close()
+            self._f = None
+
+    def close(self) -> None:
+        self._closed = True
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __getattr__(self, name):  # anything else a writer may use (writelines, truncate...)
+        return getattr(self._file(), name)
 
 
 def local_temp_name(name: str) -> str:
