@@ -68,8 +68,11 @@ def check_paths(args) -> None:
     launch/local_paths.py); creates a missing local output directory, as the job would."""
     from launch import local_paths
     from launch.cli import UsageError
-    if args.output.rsplit("/", 1)[-1] in ("", "{}"):
+    from pipelines.finalize import companion
+    name = args.output.rsplit("/", 1)[-1]
+    if name in ("", "{}") or companion(name, "").startswith("."):
         # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
+        # (also "{}.record": its manifest would be ".record.manifest.json")
         raise UsageError("--output needs a file name (e.g. out/train-{}.record)")
     if args.work_dir:
         local_paths.check_dir_to_be("--work-dir", args.work_dir)

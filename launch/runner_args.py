@@ -153,6 +153,9 @@ def problems(d: Dict[str, Any]) -> List[str]:
             found.append(f"--setup_file {setup['setup_file']!r} does not exist")
     if setup["requirements_file"] and not os.path.isfile(setup["requirements_file"]):
         found.append(f"--requirements_file {setup['requirements_file']!r} does not exist")
+    for pkg in setup["extra_packages"] or []:
+        if split_url(pkg)[0] == "" and not os.path.isfile(pkg):
+            found.append(f"--extra_package {pkg!r} does not exist (build it first: python -m build --sdist)")
     if runner == "FlinkRunner":
         jar = d["flink"]["flink_job_server_jar"]
         if not jar:

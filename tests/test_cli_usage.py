@@ -198,7 +198,7 @@ def test_argparse_errors_are_one_line_and_returned(capfd):
 
 # -- 4. --output without a file name ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["", "{}"])
+@pytest.mark.parametrize("name", ["", "{}", "{}.record"])
 def test_output_needs_a_file_name(tmp_path, capfd, name):
     """``out/`` wrote ``out/-00000-of-00001`` and a hidden ``out/.manifest.json``."""
     out = tmp_path / "out"

@@ -45,11 +45,15 @@ def test_dataflow_script_options_parse():
     assert p.returncode == 0 and d["worker"]["sdk_container_image"] == "eu.gcr.io/p/tar2tf:1"
     assert d["setup"]["setup_file"] is None
     req = os.path.join(ROOT, "pyproject.toml")   # any existing file stands in for requirements.txt
-    p = _dry_run(src, "--output", out, DEPS="requirements", REQUIREMENTS_FILE=req, EXTRA_PACKAGE="dist/t.tar.gz",
+    pkg = os.path.join(ROOT, "setup.py")  # any existing file stands in for the built sdist
+    p = _dry_run(src, "--output", out, DEPS="requirements", REQUIREMENTS_FILE=req, EXTRA_PACKAGE=pkg,
                  **DATAFLOW_ENV)
     d = json.loads(p.stdout)
     assert p.returncode == 0 and d["setup"]["requirements_file"] == req
-    assert d["setup"]["extra_packages"] == ["dist/t.tar.gz"]
+    assert d["setup"]["extra_packages"] == [pkg]
+    p = _dry_run(src, "--output", out, DEPS="requirements", REQUIREMENTS_FILE=req, EXTRA_PACKAGE="dist/t.tar.gz",
+                 **DATAFLOW_ENV)
+    assert p.returncode == 2 and "--extra_package 'dist/t.tar.gz' does not exist" in p.stderr
     # mistakes are caught before submitting
     p = _dry_run(src, "--output", out)
     assert p.returncode == 2 and "set PROJECT TEMP_LOCATION" in p.stderr
