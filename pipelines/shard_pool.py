@@ -140,7 +140,9 @@ class Pool:
                             index, url, fut = task
                             w.post((index, url, True), f"converting {url}")
                         if held is not None:
-                            sent = w.send_runs(held[2], self._place, held[0])
+                            # a worker found dead here died in the task just posted, if any
+                            doing = f"converting {url}" if task is not None else f"writing {held[0]}"
+                            sent = w.send_runs(held[2], self._place, doing)
                         sized, converting = None, task is not None
                         while converting or sent is not None:  # the two answers, in either order
                             reply = w.recv(f"converting {url if converting else held[0]}")

@@ -70,16 +70,17 @@ class Worker:
             raise failed(url, value)
         return value
 
-    def send_runs(self, info: Dict[str, Any], place: Callable, url: str) -> Tuple[list, Optional[BaseException]]:
+    def send_runs(self, info: Dict[str, Any], place: Callable, doing: str) -> Tuple[list, Optional[BaseException]]:
         """Wait for ``place`` to settle where the piece the worker holds goes, and send the
         worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
-        and what ``place`` raised.  The worker's answer is :meth:`report_written`'s."""
+        and what ``place`` raised.  The worker's answer is :meth:`report_written`'s.
+        ``doing``: what the worker is busy with, for the message if it is found dead."""
         try:
             runs, error = place(info) or [], None
         except BaseException as e:  # noqa: BLE001 - raised by report_written
             runs, error = [], e
         try:
-            self.post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], f"converting {url}")
+            self.post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], doing)
         except BaseException as e:
             cancel(runs, e)
             raise
