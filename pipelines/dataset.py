@@ -42,7 +42,7 @@ from transforms.selections import as_selection
 from transforms.records import Reject
 from transforms.sources import resolve
 from transforms.stages import Stages, stage_name
-from transforms.stores import StoreConfig
+from transforms.stores import StoreConfig, split_url
 from transforms.tar_records import DEFAULT_MAX_MEMBER_SIZE
 
 log = logging.getLogger("tar2tf")
@@ -254,7 +254,7 @@ class Dataset:
         from transforms.example import parse_example
         from transforms.tfrecord import read_records
         out_dir = self.remote_output or _scratch_dir()
-        scheme = out_dir.split("://", 1)[0] if "://" in out_dir else ""
+        scheme = split_url(out_dir)[0]
         if scheme not in ("", "gs"):
             # the dataset is a tf.data.TFRecordDataset over the job's output
             raise ValueError(f"remote_output {out_dir!r}: tf.data reads local paths and gs://, not {scheme}://; "

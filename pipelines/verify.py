@@ -297,20 +297,22 @@ def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, 
                 report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
 
 
-def _verify_pcr(m: Dict[str, Any], manifest_path: str, report: VerifyReport, config: StoreConfig) -> None:
+def _verify_pcr(m: Dict[str, Any], manifest_path: str, recorded: str, report: VerifyReport,
+                config: StoreConfig) -> None:
+    """``recorded``: where the manifest was written (files beside it are looked for beside
+    ``manifest_path`` now, :func:`_locate`)."""
     from transforms.pcr_verify import verify_pcr
     directory = dirname(manifest_path) or "."
-    recorded = m.get("index") or {}
-    if recorded.get("sha256"):
-        index_path = _locate(recorded.get("path", ""), manifest_path,
-                             finalize.companion(m.get("output", "") + "/PCR", ".manifest.json"))
+    index = m.get("index") or {}
+    if index.get("sha256"):
+        index_path = _locate(index.get("path", ""), manifest_path, recorded)
         store = get_store(index_path, config)
         if store.exists(index_path):
             data = store.read_bytes(index_path)
-            if hashlib.sha256(data).hexdigest() != recorded["sha256"]:
+            if hashlib.sha256(data).hexdigest() != index["sha256"]:
                 report.problems.append(Problem("index", "PCR index's sha256 differs from the manifest's "
                                                         f"({len(data)} bytes, manifest says "
-                                                        f"{recorded.get('bytes')})", index_path))
+                                                        f"{index.get('bytes')})", index_path))
     counts: Dict[str, int] = {}
     try:
         found = verify_pcr(directory, config=config, counts=counts)
@@ -332,15 +334,16 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
         recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
         for row in m.get("shards", []):
             _check_file(row, _locate(row["path"], mpath, recorded), report, config)
-        _verify_pcr(m, mpath, report, config)
+        _verify_pcr(m, mpath, recorded, report, config)
         return report
     schema = m.get("schema", {})
     dali = bool(m.get("options", {}).get("dali_index"))
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
     listed = set()
     for row in m.get("shards", []):
-        listed.add(_locate(row["path"], mpath, recorded))
-        verify_shard(row, _locate(row["path"], mpath, recorded), schema, report, config, decode_images, dali)
+        path = _locate(row["path"], mpath, recorded)
+        listed.add(path)
+        verify_shard(row, path, schema, report, config, decode_images, dali)
     output = m.get("output", "")
     if output and output != "<generator>":
         # a shard name the output template makes that the manifest does not list: a stale

@@ -422,16 +422,15 @@ def parse_example(serialized: bytes) -> Record:
         vals = list(getattr(f, kind).value) if kind else []
         has_companions = name + "/shape" in fmap and name + "/dtype" in fmap  # (indexing would add them)
         stored = fmap[name + "/dtype"].bytes_list.value[:1] if has_companions else []
+        shape = tuple(fmap[name + "/shape"].int64_list.value) if stored else ()
         if stored and stored[0] == b"string" and kind == "bytes_list":
-            shape = tuple(fmap[name + "/shape"].int64_list.value)
             arr = np.empty(len(vals), dtype=object)
             arr[:] = vals
             rec[name] = arr.reshape(shape)
         elif stored and stored[0] == b"bool" and kind == "int64_list":
-            rec[name] = np.asarray(vals, dtype=bool).reshape(tuple(fmap[name + "/shape"].int64_list.value))
+            rec[name] = np.asarray(vals, dtype=bool).reshape(shape)
         elif stored and kind == "bytes_list":
             dtype = np.dtype(stored[0].decode()).newbyteorder("<")
-            shape = tuple(fmap[name + "/shape"].int64_list.value)
             rec[name] = np.frombuffer(vals[0], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
         elif name == KEY:
             rec[name] = vals[0].decode("utf-8") if vals else ""
