@@ -3,6 +3,9 @@
 #   org.apache.beam:beam-runners-flink-<flink>-job-server:<beam>   (mvn dependency:get)
 # <beam> is the apache-beam installed in the venv; <flink> is tried from the newest Flink
 # that Beam publishes a job server for (FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS) down.
+# Where Maven serves no such jar, the same server is assembled from its parts:
+# beam-runners-flink-<flink>:<beam'> and its dependencies (the newest <beam'> <= <beam> that
+# resolves), started through a manifest-only jar (launch/flink_job_server.py).
 # $TAR2TF_FLINK_JOB_SERVER_JAR (+ $TAR2TF_FLINK_VERSION) may name a jar you already have.
 # Result, read by launch/flink.sh and tests/test_flink.py:
 #   $TAR2TF_CACHE/flink.env  with FLINK_VERSION=, FLINK_JOB_SERVER_JAR=, BEAM_VERSION=
@@ -12,9 +15,11 @@ set -uo pipefail
 : "${TAR2TF_CACHE:?}"
 envfile="$TAR2TF_CACHE/flink.env"
 marker="$TAR2TF_CACHE/flink.unavailable"
+# what a remembered failure covers: a marker written before the assembly step existed is stale
+TRIED="tried=job-server-jar,assembled"
 warn() {  # message; remembered with the Beam version it was for
   echo "WARNING [50-flink]: $* -- the Flink runner test will be SKIPPED" >&2
-  printf '%s\nbeam=%s\n' "$*" "${BEAM:-}" > "$marker"
+  printf '%s\nbeam=%s\n%s\n' "$*" "${BEAM:-}" "$TRIED" > "$marker"
   exit 0
 }
 PY=$(cat "$TAR2TF_CACHE/venv-current" 2>/dev/null) || PY=""
@@ -33,6 +38,7 @@ write_env() {  # flink version, jar
   mv "$envfile.tmp" "$envfile"
   rm -f "$marker"
 }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 if [[ -n "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" ]]; then
   [[ -s "$TAR2TF_FLINK_JOB_SERVER_JAR" ]] || warn "TAR2TF_FLINK_JOB_SERVER_JAR=$TAR2TF_FLINK_JOB_SERVER_JAR does not exist"
@@ -51,6 +57,11 @@ if [[ -n "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" ]]; then
   write_env "$v" "$TAR2TF_FLINK_JOB_SERVER_JAR"
   exit 0
 fi
+# already set up for this Beam (a fetched or an assembled jar)?
+if [[ -z "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" && -f "$envfile" ]] && grep -qx "BEAM_VERSION=$BEAM" "$envfile"; then
+  jar=$(sed -n 's/^FLINK_JOB_SERVER_JAR=//p' "$envfile")
+  [[ -s "$jar" ]] && exit 0
+fi
 # already fetched? the newest Flink first
 for jar in $(ls "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar 2>/dev/null | sort -V -r); do
   if [[ -s "$jar" ]]; then
@@ -60,7 +71,7 @@ for jar in $(ls "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar
   fi
 done
 # a failure less than a day old for this Beam version: do not ask Maven again
-if [[ -f "$marker" ]] && grep -qx "beam=$BEAM" "$marker" && [[ -n $(find "$marker" -mmin -1440) ]]; then
+if [[ -f "$marker" ]] && grep -qx "beam=$BEAM" "$marker" && grep -qx "$TRIED" "$marker" && [[ -n $(find "$marker" -mmin -1440) ]]; then
   echo "WARNING [50-flink]: $(head -n1 "$marker") (cached; rm $marker to retry) -- the Flink runner test will be SKIPPED" >&2
   exit 0
 fi
@@ -86,5 +97,12 @@ for v in $FLINKS; do
     fi
   fi
 done
-grep -m1 "Could not find\|ERROR" "$log" >&2
-warn "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log; or set TAR2TF_FLINK_JOB_SERVER_JAR)"
+echo "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log)" >&2
+# shellcheck disable=SC2086
+if got=$("$PY" "$ROOT/launch/flink_job_server.py" --cache "$TAR2TF_CACHE" --beam "$BEAM" --flink $FLINKS); then
+  read -r v jar <<<"$got"
+  write_env "$v" "$jar"
+  echo "Flink $v job server assembled: $jar" >&2
+  exit 0
+fi
+warn "no Flink job server: no org.apache.beam:beam-runners-flink-<flink>-job-server:$BEAM jar, and none could be assembled from beam-runners-flink-<flink> (logs: $log, $TAR2TF_CACHE/mvn-flink-assemble.log; or set TAR2TF_FLINK_JOB_SERVER_JAR)"
