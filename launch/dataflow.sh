@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Run `tar2tf convert` on Google Cloud Dataflow.  See docs/runners.md.
+# Run `tar2tf convert` (or, with a first argument `pcr`, `tar2tf pcr`) on Google Cloud
+# Dataflow.  See docs/runners.md.
 #
 #   PROJECT=my-project REGION=europe-west4 TEMP_LOCATION=gs://my-bucket/tmp \
 #     launch/dataflow.sh 'gs://my-bucket/train-{0000..0147}.tar' \
 #       --output gs://my-bucket/tfrecords/train-{}.record --max-shard-size 100MB --type-map cls:int64
 #
-# Everything after the script name is passed to `tar2tf convert` (tar2tf options and extra
+# Everything after the script name (and an optional first `convert` or `pcr`) is passed to
+# `tar2tf convert` (`tar2tf pcr`) (tar2tf options and extra
 # Beam options such as --max_num_workers=50 or --machine_type=n2-standard-4).  Added here:
 #   --runner=DataflowRunner --project=$PROJECT --region=$REGION --temp_location=$TEMP_LOCATION
 # and how workers get tar2tf, chosen by DEPS:
@@ -52,6 +54,6 @@ esac
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 if ((dry)); then
-  exec "$PY" -m launch.runner_args convert "$@" "${args[@]}"
+  exec "$PY" -m launch.runner_args "$cmd" "$@" "${args[@]}"
 fi
-exec "$PY" -m launch.cli convert "$@" "${args[@]}"
+exec "$PY" -m launch.cli "$cmd" "$@" "${args[@]}"

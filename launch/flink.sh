@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Run `tar2tf convert` on Apache Flink through Beam's portable Flink runner.  See docs/runners.md.
+# Run `tar2tf convert` (or `tar2tf pcr`) on Apache Flink through Beam's portable Flink
+# runner.  See docs/runners.md.
 #
 #   launch/flink.sh 'data/train-{0000..0147}.tar' --output out/train-{}.record --max-shard-size 100MB
+#   launch/flink.sh pcr 'data/train-{0000..0147}.tar' --output out/pcr --images-per-record 1024
 #
-# Everything after the script name goes to `tar2tf convert`.  Added here:
+# Everything after the script name (and an optional first `convert` or `pcr`) goes to
+# `tar2tf convert` (`tar2tf pcr`).  Added here:
 #   --runner=FlinkRunner --flink_master=$FLINK_MASTER --flink_version=<v>
 #   --flink_job_server_jar=<jar> --environment_type=$ENVIRONMENT_TYPE [--environment_config=...]
 # The job server jar and its Flink version come from launch/setup.d/50-flink.sh
@@ -50,7 +53,7 @@ args=(--runner=FlinkRunner "--flink_master=$FLINK_MASTER" "--flink_version=$FLIN
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 if ((dry)); then
-  exec "$PY" -m launch.runner_args convert "$@" "${args[@]}"
+  exec "$PY" -m launch.runner_args "$cmd" "$@" "${args[@]}"
 fi
 command -v java >/dev/null || { echo "launch/flink.sh: java is not on PATH (Java 11+ needed)" >&2; exit 2; }
-exec "$PY" -m launch.cli convert "$@" "${args[@]}"
+exec "$PY" -m launch.cli "$cmd" "$@" "${args[@]}"

@@ -2,7 +2,8 @@
 # among the arguments (a misplaced --dry-run must never reach Beam and submit a job):
 #   script_flags "${BASH_SOURCE[0]}" "$@"; set -- ${rest[@]+"${rest[@]}"}
 # sets dry=1 for --dry-run, prints the calling script's header comment for -h/--help and
-# exits, and leaves every other argument, in order, in the array rest.
+# exits, sets cmd to the tar2tf subcommand (a first argument `convert` or `pcr`; default
+# convert), and leaves every other argument, in order, in the array rest.
 script_flags() {
   local script=$1 a
   shift
@@ -15,4 +16,9 @@ script_flags() {
       *) rest+=("$a") ;;
     esac
   done
+  cmd=convert
+  if ((${#rest[@]})) && [[ "${rest[0]}" == convert || "${rest[0]}" == pcr ]]; then
+    cmd=${rest[0]}
+    rest=("${rest[@]:1}")
+  fi
 }

@@ -43,7 +43,7 @@ def normalized_manifest(path: str) -> dict:
     """The manifest with the output location made relative (it names its own paths)."""
     m = json.load(open(path))
     out_dir = os.path.dirname(os.path.abspath(path))
-    text = json.dumps(m, sort_keys=True).replace(out_dir + "/", "<out>/")
+    text = json.dumps(m, sort_keys=True).replace(out_dir + "/", "<out>/").replace(f'"{out_dir}"', '"<out>"')
     return json.loads(text)
 
 

@@ -1,5 +1,6 @@
-"""The real pipeline on Apache Flink (Beam's portable Flink runner, embedded cluster,
-LOOPBACK workers) through launch/flink.sh: output byte-identical to the local runner's."""
+"""The real pipelines on Apache Flink (Beam's portable Flink runner, embedded cluster,
+LOOPBACK workers) through launch/flink.sh: TFRecords (plain and --shuffle) and PCR,
+each byte-identical to the local runner's output."""
 
 import json
 import os
@@ -9,7 +10,8 @@ import sys
 
 import pytest
 
-from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, output_digest
+from ops_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, cli, output_digest
+from pcr_fixtures import bad_files, make_image_folder, requires_jpegtran, sample_images
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
 FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")
@@ -58,9 +60,9 @@ def test_flink_script_options(tmp_path):
     assert p.returncode == 2 and "does not match the jar" in p.stderr
 
 
-@pytest.mark.flink
-@pytest.mark.slow
-def test_flink_output_equals_local_runner(demo_output, tmp_path):
+@pytest.fixture(scope="module")
+def flink():
+    """The job server jar and Flink version (launch/setup.d/50-flink.sh), or a loud skip."""
     env = _flink_env()
     if not shutil.which("java"):
         pytest.skip("FLINK TEST SKIPPED: java is not on PATH (apt-get install openjdk-17-jre-headless)")
@@ -71,15 +73,60 @@ def test_flink_output_equals_local_runner(demo_output, tmp_path):
             why = ": " + open(marker).readline().strip()
         pytest.skip("FLINK TEST SKIPPED: no Beam Flink job server jar (launch/setup.d/50-flink.sh; "
                     f"or set FLINK_JOB_SERVER_JAR and FLINK_VERSION){why}")
-    summary = tmp_path / "summary.json"
-    p = _run(DEMO_SOURCES, "--output", str(tmp_path / "out" / "demo-{}.record"), *DEMO_ARGS, "--no-progress",
-             "--summary-json", str(summary), "--parallelism=2",
-             FLINK_JOB_SERVER_JAR=env["FLINK_JOB_SERVER_JAR"], FLINK_VERSION=env["FLINK_VERSION"])
+    return {"FLINK_JOB_SERVER_JAR": env["FLINK_JOB_SERVER_JAR"], "FLINK_VERSION": env["FLINK_VERSION"]}
+
+
+def _on_flink(flink, *args):
+    p = _run(*args, "--no-progress", "--parallelism=2", **flink)
     assert p.returncode == 0, p.stderr[-5000:]
+    assert "FlinkJobServerDriver" in p.stderr or "job-server" in p.stderr  # Beam started the job server
+    return p
+
+
+@pytest.mark.flink
+@pytest.mark.slow
+def test_flink_output_equals_local_runner(flink, demo_output, tmp_path):
+    summary = tmp_path / "summary.json"
+    _on_flink(flink, DEMO_SOURCES, "--output", str(tmp_path / "out" / "demo-{}.record"), *DEMO_ARGS,
+              "--summary-json", str(summary))
     assert output_digest(str(tmp_path / "out")) == output_digest(demo_output[0])
     rep = json.load(open(summary))
     assert rep["counters_reported"] and rep["counter_mismatches"] == []
     assert rep["counters"]["records_written"] == 96
+
+
+@pytest.mark.flink
+@pytest.mark.slow
+def test_flink_shuffle_equals_local_runner(flink, tmp_path):
+    """--shuffle moves records through the runner's GroupByKey: Flink's shuffle must give
+    the local runner's bytes, and a different order than no shuffle."""
+    args = ("--type-map", "cls:int64", "--records-per-shard", "20", "--seed", "3")
+    _on_flink(flink, DEMO_SOURCES, "--output", str(tmp_path / "f" / "s-{}.record"), "--shuffle", *args)
+    for name, extra in (("l", ("--shuffle",)), ("n", ())):
+        p = cli("convert", DEMO_SOURCES, "--output", str(tmp_path / name / "s-{}.record"), *args, *extra,
+                "--no-progress")
+        assert p.returncode == 0, p.stderr
+    flinked, local = output_digest(str(tmp_path / "f")), output_digest(str(tmp_path / "l"))
+    assert len(flinked) == 7 and flinked == local  # 5 shards of <= 20 of the 96 records, manifest, rejects
+    assert flinked["s-1.record"] != output_digest(str(tmp_path / "n"))["s-1.record"]
+
+
+@requires_jpegtran
+@pytest.mark.flink
+@pytest.mark.slow
+def test_flink_pcr_equals_local_runner(flink, tmp_path):
+    """The PCR pipeline on Flink (`launch/flink.sh pcr ...`): same .db files and index as
+    the local runner's, the same rejects for the broken files."""
+    folder = make_image_folder(str(tmp_path / "folder"), dict(sample_images(), **bad_files()))
+    args = ("--output",), ("--images-per-record", "4", "--seed", "5", "--max-rejects", "10")
+    _on_flink(flink, "pcr", folder, args[0][0], str(tmp_path / "f"), *args[1])
+    p = cli("pcr", folder, args[0][0], str(tmp_path / "l"), *args[1], "--no-progress")
+    assert p.returncode == 0, p.stderr
+    flinked = output_digest(str(tmp_path / "f"))
+    assert flinked == output_digest(str(tmp_path / "l"))
+    assert "PCR_index.pb" in flinked and "PCR_0.db" in flinked
+    rejects = open(tmp_path / "f" / "PCR.rejects.jsonl").read().splitlines()
+    assert len(rejects) == len(bad_files())
 
 
 def test_setup_step_takes_the_flink_version_from_a_given_jar(tmp_path):
