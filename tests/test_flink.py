@@ -58,6 +58,14 @@ def test_flink_script_options(tmp_path):
                                                 "job_endpoint": None}
     p = _run("--dry-run", DEMO_SOURCES, "--output", "o", FLINK_VERSION="1.19", FLINK_JOB_SERVER_JAR=str(jar))
     assert p.returncode == 2 and "does not match the jar" in p.stderr
+    # a first argument `pcr` runs `tar2tf pcr`; its own options parse, convert's do not
+    p = _run("pcr", DEMO_SOURCES, "--output", str(tmp_path / "pcr"), "--images-per-record", "8", "--dry-run", **fake)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["command"] == "pcr"
+    p = _run("pcr", DEMO_SOURCES, "--output", str(tmp_path / "pcr"), "--max-shard-size", "1MB", "--dry-run", **fake)
+    assert p.returncode == 2 and "--max-shard-size" in p.stderr
+    p = _run("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), **fake)
+    assert json.loads(p.stdout)["command"] == "convert"
 
 
 @pytest.fixture(scope="module")

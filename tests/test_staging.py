@@ -65,6 +65,12 @@ def test_dataflow_script_options_parse():
     assert p.returncode == 0, p.stderr
     p = _dry_run(src, "--output", out, "--work-dir", "/tmp/localwork", **DATAFLOW_ENV)
     assert p.returncode == 2 and "--work-dir '/tmp/localwork' is a local path" in p.stderr
+    # a first argument `pcr` submits `tar2tf pcr` (its own checks: remote output here too)
+    p = _dry_run("pcr", src, "--output", "gs://my-bucket/pcr", "--images-per-record", "1024", **DATAFLOW_ENV)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["command"] == "pcr"
+    p = _dry_run("pcr", src, "--output", "pcr-local", **DATAFLOW_ENV)
+    assert p.returncode == 2 and "--output 'pcr-local' is a local path" in p.stderr
     # --dry-run is the script's flag wherever it stands (a misplaced one must not submit);
     # --help shows the script's usage
     e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3", **DATAFLOW_ENV)
