@@ -2,7 +2,7 @@
 # Set up everything tar2tf needs on a fresh machine, idempotently and with caches:
 #   - a virtualenv keyed by the dependency list, under ${TAR2TF_CACHE:-~/.cache/tar2tf}
 #   - the steps in launch/setup.d/*.sh, in name order (system packages, aisnode, emulators,
-#     the Flink job server jar).  Each step is cached and skips itself when done.
+#     the Flink job server).  Each step is cached and skips itself when done.
 # Prints the path of the venv's python on its last line.  Usage: launch/bootstrap.sh [--core]
 #   --core   only the venv (enough for the demo); the test command runs everything.
 set -euo pipefail
