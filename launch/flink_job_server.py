@@ -52,7 +52,7 @@ def version_key(v: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", v.split("-")[0]))
 
 
-def published_versions(flink: str, repo: str = DEFAULT_REPO, timeout: float = 30) -> List[str]:
+def published_versions(flink: str, repo: str = DEFAULT_REPO, timeout: float = 15) -> List[str]:
     """Beam versions of beam-runners-flink-<flink> that the repository lists (maven-metadata.xml)."""
     url = f"{repo.rstrip('/')}/org/apache/beam/beam-runners-flink-{flink}/maven-metadata.xml"
     try:
