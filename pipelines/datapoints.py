@@ -142,7 +142,9 @@ def plain_spec(spec: Any) -> Any:
 
 def fit(element: Any, spec: Any) -> Any:
     """Cast an element's leaves to the spec (:class:`LeafSpec` leaves, see
-    :func:`plain_spec`); raise OpError if a shape does not fit."""
+    :func:`plain_spec`); raise OpError if a shape does not fit.  A uint8 array (an
+    image) under a float spec is scaled to [0, 1] as ``tf.image.convert_image_dtype``
+    scales it, as the record parsers read stored uint8 pixels; other dtypes are cast."""
     if isinstance(spec, dict):
         return {k: fit(element[k], spec[k]) for k in spec}
     if isinstance(spec, tuple):
@@ -157,7 +159,13 @@ def fit(element: Any, spec: Any) -> Any:
         arr = np.asarray(element)
         if arr.dtype.kind in "SO":
             raise OpError(f"value {str(element)[:40]} is not {spec.dtype}")
-        arr = arr.astype(spec.numpy, copy=False)
+        if arr.dtype == np.uint8 and spec.numpy.kind == "f":
+            # pixels asked for as floats: scaled to [0, 1] as tf.image.convert_image_dtype
+            # (what make_record_parser gives for the same load written with path=)
+            from transforms.images import convert_dtype
+            arr = convert_dtype(arr, spec.numpy)
+        else:
+            arr = arr.astype(spec.numpy, copy=False)  # any other dtype: a cast (as from_generator's)
     if not spec.fits(arr.shape):
         raise OpError(f"shape {tuple(arr.shape)} does not fit the output shape {spec.shape_text()}")
     return arr

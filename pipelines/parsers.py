@@ -10,10 +10,12 @@ into the same datapoints as in-memory mode.
   ``Dataset.element_spec``) and returns exactly those dtypes and shapes, for any
   selections (dict / tuple values become ``value.<name>`` features).  An array's stored
   ``<name>/dtype`` is checked against the spec: raw bytes are only ever read as the dtype
-  they were written as.  The one difference it bridges is the default dataset's: its
-  image is float32 in memory but stored as uint8 (4x smaller), and is converted as
-  :func:`default_record_parser` converts it; any other difference fails, naming both
-  dtypes (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
+  they were written as.  The one difference it bridges is uint8 pixels under a float
+  spec: the default dataset's image (float32 in memory, stored as uint8, 4x smaller), or
+  an image whose dtype ``output_types`` changed; both are converted with
+  ``tf.image.convert_image_dtype``, as the in-memory element is
+  (``pipelines.datapoints.fit``); any other difference fails, naming both dtypes
+  (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
   reshape error far from its cause).  Arrays of strings (a bytes list) and bools (an
   int64 list of 0/1) are stored as values, not bytes: see ``transforms.example``.
 """
@@ -113,17 +115,17 @@ def _leaf(f, name, s):
 
 def _raw_array(data, stored, shape, name, dtype):
     """Raw array bytes read as the dtype they were stored as, which must be the spec's
-    ``dtype`` -- or uint8 under a float32 spec, converted (see the module docstring)."""
+    ``dtype`` -- or uint8 under a float spec, converted (see the module docstring)."""
     tf = _tf()
 
     def same():
         return tf.reshape(tf.io.decode_raw(data, dtype, little_endian=True), shape)
 
     branches = [(tf.equal(stored, dtype.name), same)]
-    if dtype == tf.float32:
+    if dtype.is_floating:
         def image():
             arr = tf.reshape(tf.io.decode_raw(data, tf.uint8, little_endian=True), shape)
-            return tf.image.convert_image_dtype(arr, tf.float32)
+            return tf.image.convert_image_dtype(arr, dtype)
         branches.append((tf.equal(stored, "uint8"), image))
 
     def mismatch():
