@@ -17,7 +17,8 @@ into the same datapoints as in-memory mode.
   (``pipelines.datapoints.fit``); any other difference fails, naming both dtypes
   (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
   reshape error far from its cause).  Arrays of strings (a bytes list) and bools (an
-  int64 list of 0/1) are stored as values, not bytes: see ``transforms.example``.
+  int64 list of 0/1) are stored as values, not bytes: see ``transforms.example``.  A
+  rank-0 number may be stored as one feature value or as a 0-d array; both are read.
 """
 
 from __future__ import annotations
@@ -86,8 +87,18 @@ def _scalar(s) -> bool:
                                   or s.dtype == _tf().string)
 
 
+def _either_form(s) -> bool:
+    """A rank-0 integer or float, stored either as one feature value (from a Python or
+    numpy scalar) or as a 0-d array (raw bytes + ``/dtype`` + an empty ``/shape``): the
+    two differ in wire type, so each record's ``/dtype`` says which to read.  (A rank-0
+    bool or string needs no choice: both forms are one int64 / bytes value.)"""
+    return s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating) and not s.dtype.is_bool
+
+
 def _feature_spec(name: str, s) -> Dict[str, Any]:
     tf = _tf()
+    if _either_form(s):  # the value itself is parsed once its form is known (_leaf)
+        return {name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value="")}
     if s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_bool):  # a bool is an int64 0/1
         return {name: tf.io.FixedLenFeature([], tf.int64)}
     if s.shape.rank == 0 and s.dtype.is_floating:
@@ -102,11 +113,23 @@ def _feature_spec(name: str, s) -> Dict[str, Any]:
             name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value=s.dtype.name), **shape}
 
 
-def _leaf(f, name, s):
+def _leaf(f, name, s, serialized):
     tf = _tf()
+    if _either_form(s):
+        stored = f[name + "/dtype"]
+
+        def scalar():
+            typ = tf.float32 if s.dtype.is_floating else tf.int64
+            return tf.cast(tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], typ)})[name],
+                           s.dtype)
+
+        def array():  # one value, whatever shape it was stored with (older files: [1])
+            data = tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], tf.string)})[name]
+            return _raw_array(data, stored, [], name, s.dtype)
+        return tf.cond(tf.equal(stored, ""), scalar, array)
     if _scalar(s):
         return tf.cast(f[name], s.dtype) if s.dtype != tf.string else f[name]
-    shape = tf.sparse.to_dense(f[name + "/shape"])
+    shape = tf.sparse.to_dense(f[name + "/shape"]) if s.shape.rank != 0 else []
     if s.dtype == tf.string or s.dtype.is_bool:
         values = tf.reshape(tf.sparse.to_dense(f[name]), shape)
         return tf.ensure_shape(values if s.dtype == tf.string else tf.not_equal(values, 0), s.shape)
@@ -135,12 +158,12 @@ def _raw_array(data, stored, shape, name, dtype):
     return tf.case(branches, default=mismatch, exclusive=True)
 
 
-def _rebuild(spec, name, f):
+def _rebuild(spec, name, f, serialized):
     if isinstance(spec, dict):
-        return {k: _rebuild(spec[k], f"{name}.{k}", f) for k in spec}
+        return {k: _rebuild(spec[k], f"{name}.{k}", f, serialized) for k in spec}
     if isinstance(spec, (tuple, list)):
-        return tuple(_rebuild(s, f"{name}.{i}", f) for i, s in enumerate(spec))
-    return _leaf(f, name, spec)
+        return tuple(_rebuild(s, f"{name}.{i}", f, serialized) for i, s in enumerate(spec))
+    return _leaf(f, name, spec, serialized)
 
 
 def make_record_parser(element_spec, with_label: bool = None):
@@ -157,7 +180,7 @@ def make_record_parser(element_spec, with_label: bool = None):
 
     def parse(serialized):
         f = _tf().io.parse_single_example(serialized, fspec)
-        out = tuple(_rebuild(s, name, f) for name, s in zip(names, parts))
+        out = tuple(_rebuild(s, name, f, serialized) for name, s in zip(names, parts))
         return out if pair else out[0]
     return parse
 

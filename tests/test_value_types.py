@@ -243,3 +243,76 @@ def test_output_types_asking_floats_of_uint8_pixels_scale_alike_in_memory_and_fr
     if float_dtype == "float32":  # the remote in-memory load parses the records its Beam job wrote
         remote = Dataset(str(tmp_path), conversions=conv, remote_output=str(tmp_path / "remote"))
         _assert_same(want, list(remote.load("t-0.tar", output_types=types, remote_exec=True).as_numpy_iterator()))
+
+
+# -- 0-d arrays -------------------------------------------------------------------------------
+
+ZERO_D = [np.asarray(2.5, np.float32), np.asarray(0.1, np.float64), np.asarray(-7, np.int32),
+          np.asarray(200, np.uint8), np.asarray(2 ** 40, np.int64), np.asarray(True),
+          np.asarray(b"ab", dtype=object), np.asarray("é")]
+
+
+@pytest.mark.parametrize("arr", ZERO_D, ids=lambda a: a.dtype.name)
+def test_0d_arrays_keep_shape_through_examples(arr):
+    """A 0-d array was stored with ``/shape`` [1] (``np.ascontiguousarray`` made it 1-d),
+    read back with shape (1,), and ``make_record_parser`` of its rank-0 spec failed on
+    the raw bytes ("Data types don't match")."""
+    import tensorflow as tf
+    from pipelines import make_record_parser
+    from tensorflow.core.example import example_pb2
+    record = {"__key__": "k", "value": arr, "label": 3}
+    data = ex.encode_record(record)
+    assert data == ex.serialize(ex.record_to_example(record))
+    f = example_pb2.Example.FromString(data).features.feature
+    assert f["value/shape"].WhichOneof("kind") == "int64_list" and list(f["value/shape"].int64_list.value) == []
+    want = arr.astype(object) if arr.dtype.kind == "U" else arr
+    want = np.asarray(want.item().encode(), dtype=object) if arr.dtype.kind == "U" else want
+    back = ex.parse_example(data)["value"]
+    assert back.shape == () and back.dtype == want.dtype and back.item() == want.item()
+    spec = tf.TensorSpec((), tf.string if arr.dtype.kind in "OU" else tf.as_dtype(arr.dtype))
+    value, label = make_record_parser((spec, tf.TensorSpec((), tf.int32)))(tf.constant(data))
+    assert value.shape == () and value.dtype == spec.dtype and value.numpy() == want.item() and label == 3
+
+
+def test_0d_arrays_of_older_files_and_custom_encoders_still_parse():
+    """Files written before stored a 0-d array's shape as [1]: ``parse_example`` still
+    gives the (1,) array they say, and a rank-0 spec reads their one value; a custom
+    encoder's raw value without ``/shape`` reads under a rank-0 spec too, and scalars
+    stored as one feature value read as before."""
+    import tensorflow as tf
+    from pipelines import make_record_parser
+
+    def example(**feats):
+        def feat(v):
+            if isinstance(v, bytes):
+                return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+            if isinstance(v, float):
+                return tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=list(v) if isinstance(v, list) else [v]))
+        return tf.train.Example(features=tf.train.Features(feature={
+            k.replace("_", "/"): feat(v) for k, v in feats.items()})).SerializeToString()
+
+    raw = np.asarray([1.25], "<f8").tobytes()
+    old = example(value=raw, value_shape=[1], value_dtype=b"float64", label=2)
+    assert ex.parse_example(old)["value"].shape == (1,)
+    spec = (tf.TensorSpec((), tf.float64), tf.TensorSpec((), tf.int32))
+    parse = make_record_parser(spec)
+    for data in (old, example(value=raw, value_dtype=b"float64", label=2), example(value=1.25, label=2)):
+        value, label = parse(tf.constant(data))
+        assert value.shape == () and value.numpy() == 1.25 and label == 2
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"stored as[\s\S]*int32[\s\S]*spec says float64"):
+        parse(tf.constant(example(value=np.asarray([1], "<i4").tobytes(), value_dtype=b"int32", label=2)))
+
+
+def _zero_d(record):
+    return np.asarray(int(json.loads(record["json"])["id"][-3:]) / 7, dtype=np.float64)  # a 0-d array
+
+
+def test_0d_array_values_round_trip_in_memory_and_through_records(tmp_path):
+    import tensorflow as tf
+    from transforms.ops import Func
+    mem, parsed, examples, ds = _round_trip(tmp_path, [Func(_zero_d), "cls"])
+    assert ds.element_spec == (tf.TensorSpec((), tf.float64), tf.TensorSpec((), tf.int32))
+    assert [float(v) for v, _ in mem] == [int(str(12345678901234567890 + i)[-3:]) / 7 for i in range(3)]
+    _assert_same(mem, parsed)
+    assert list(examples[0].features.feature["value/shape"].int64_list.value) == []

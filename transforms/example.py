@@ -7,9 +7,10 @@ raises :class:`EncodeError`, which drivers turn into an ``encode`` reject -- it 
 becomes a silently wrong number.
 
 Arrays (what ``Decode``/``Resize`` produce) are stored as three features:
-``<name>`` raw little-endian bytes, ``<name>/shape`` int64 list, ``<name>/dtype`` bytes
-(numpy's dtype name, which is TensorFlow's).  Two kinds of array have no raw bytes that
-mean anything outside the process, so their values are listed instead, in C order:
+``<name>`` raw little-endian bytes, ``<name>/shape`` int64 list (empty for a 0-d
+array), ``<name>/dtype`` bytes (numpy's dtype name, which is TensorFlow's).  Two kinds of
+array have no raw bytes that mean anything outside the process, so their values are
+listed instead, in C order:
 arrays of bytes or str (numpy ``object``/``S``/``U``: ``tobytes()`` would write pointers)
 as a bytes list (str as UTF-8) with ``<name>/dtype`` ``b"string"`` (TensorFlow's name for
 the ``tf.string`` they are in memory), and bool arrays as an int64 list of 0/1 with
@@ -170,7 +171,8 @@ def _features(record: Record, type_map: Mapping[str, str]):
             continue
         value = record[name]
         if np is not None and isinstance(value, np.ndarray) and name not in type_map:
-            arr = np.ascontiguousarray(value)
+            # (ascontiguousarray makes a 0-d array 1-d: its shape is stored as [], not [1])
+            arr = np.ascontiguousarray(value) if value.ndim else value
             kind = arr.dtype.kind
             if kind in "OSU":
                 yield name, BYTES, [_element_bytes(name, v) for v in arr.reshape(-1).tolist()]
@@ -426,12 +428,12 @@ def parse_example(serialized: bytes) -> Record:
         if stored and stored[0] == b"string" and kind == "bytes_list":
             arr = np.empty(len(vals), dtype=object)
             arr[:] = vals
-            rec[name] = arr.reshape(shape)
+            rec[name] = _shaped(arr, shape)
         elif stored and stored[0] == b"bool" and kind == "int64_list":
-            rec[name] = np.asarray(vals, dtype=bool).reshape(shape)
+            rec[name] = _shaped(np.asarray(vals, dtype=bool), shape)
         elif stored and kind == "bytes_list":
             dtype = np.dtype(stored[0].decode()).newbyteorder("<")
-            rec[name] = np.frombuffer(vals[0], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+            rec[name] = _shaped(np.frombuffer(vals[0], dtype=dtype), shape).astype(dtype.newbyteorder("="))
         elif name == KEY:
             rec[name] = vals[0].decode("utf-8") if vals else ""
         elif kind == "bytes_list":
@@ -439,6 +441,16 @@ def parse_example(serialized: bytes) -> Record:
         else:
             rec[name] = vals[0] if len(vals) == 1 else np.asarray(vals)
     return rec
+
+
+def _shaped(flat, shape: Tuple[int, ...]):
+    """The flat values of an array feature in their stored shape.  An empty shape is a
+    0-d array's (one value); older files stored a 0-d array's shape as ``[1]``, which
+    still reads back as the 1-element array it says.  An empty shape over other than one
+    value (a custom encoder's) leaves the values flat."""
+    if not shape and flat.size != 1:
+        return flat
+    return flat.reshape(shape)
 
 
 def tf_feature_spec(schema: Mapping[str, Mapping[str, Any]]):
