@@ -190,7 +190,8 @@ class Dataset:
     def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
         from pipelines.convert import ConvertConfig
         sels = self._stored_selections() if stored else self.selections
-        stages = list(self.sample_stages) + list(self.conversions) + [leaves.selection_stage(sels)]
+        # read back by _remote_dataset (stored=False), a single bool must say it is one
+        stages = list(self.sample_stages) + list(self.conversions) + [leaves.selection_stage(sels, not stored)]
         if record_to_example is not None:  # the seed's record_to_example sees the raw converted record
             stages = stages[:-1]
         return ConvertConfig(sources=template, output=output, base=self.base, max_shard_size=max_shard_size,

@@ -316,3 +316,25 @@ def test_0d_array_values_round_trip_in_memory_and_through_records(tmp_path):
     assert [float(v) for v, _ in mem] == [int(str(12345678901234567890 + i)[-3:]) / 7 for i in range(3)]
     _assert_same(mem, parsed)
     assert list(examples[0].features.feature["value/shape"].int64_list.value) == []
+
+
+def test_remote_in_memory_load_gives_the_local_elements_bools_and_0d_arrays_included(tmp_path):
+    """The remote load infers its element spec from the records its Beam job wrote: a
+    single bool (an int64 0/1 feature, like an integer) came back as int32, and a 0-d
+    array (stored with shape [1]) as (None,)."""
+    import tensorflow as tf
+    from pipelines import Dataset
+    from transforms.ops import Func, SelectDict, SelectJSON
+    _shard(tmp_path / "t-0.tar")
+    sels = [SelectDict({"flag": SelectJSON("json", "flag"), "flags": SelectJSON("json", "flags"),
+                        "x": Func(_zero_d)}), SelectJSON("json", "flag")]
+    local = Dataset(str(tmp_path), selections=sels, remote_exec=False)
+    remote = Dataset(str(tmp_path), selections=sels, remote_output=str(tmp_path / "remote"))
+    a = list(local.load("t-0.tar").as_numpy_iterator())
+    b = list(remote.load("t-0.tar", remote_exec=True).as_numpy_iterator())
+    assert remote.last_result is not None  # a Beam job wrote what it read
+    assert local.element_spec == ({"flag": tf.TensorSpec((), tf.bool), "flags": tf.TensorSpec((None,), tf.bool),
+                                   "x": tf.TensorSpec((), tf.float64)}, tf.TensorSpec((), tf.bool))
+    assert remote.element_spec == local.element_spec
+    _assert_same(a, b)
+    assert [bool(label) for _, label in b] == [False, True, False]

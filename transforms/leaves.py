@@ -138,11 +138,17 @@ def entry_value(v: Any) -> Any:
 
 
 class SelectionStage:
-    """Sample stage: record -> ``{__key__, __shard__, value[...], label[...]}``."""
+    """Sample stage: record -> ``{__key__, __shard__, value[...], label[...]}``.
 
-    def __init__(self, selections: Sequence[Any]):
+    ``bool_arrays``: write a bool leaf as a 0-d bool array, whose ``/dtype`` feature says
+    ``bool`` (the default encoding stores a single bool as an int64 0/1, like an integer):
+    for records read back into elements without their element spec (a remote in-memory
+    load infers it from its first record)."""
+
+    def __init__(self, selections: Sequence[Any], bool_arrays: bool = False):
         self.sels = normalize_selections(selections)
         self.light = all(s.light for s in self.sels)  # see transforms.opbase.Op.light
+        self.bool_arrays = bool_arrays
 
     def __call__(self, record: Record) -> Record:
         out = {KEY: record.get(KEY), SHARD: record.get(SHARD, "")}
@@ -152,11 +158,15 @@ class SelectionStage:
                 out.update(flatten(name, structured(sel, v)))
             else:
                 out[name] = entry_value(v)
+        if self.bool_arrays:
+            for name, v in out.items():
+                if type(v) is bool:
+                    out[name] = np.asarray(v)
         return out
 
     def describe(self) -> str:
         return "Select[" + ", ".join(s.describe() for s in self.sels) + "]"
 
 
-def selection_stage(selections: Sequence[Any]) -> SelectionStage:
-    return SelectionStage(selections)
+def selection_stage(selections: Sequence[Any], bool_arrays: bool = False) -> SelectionStage:
+    return SelectionStage(selections, bool_arrays)
