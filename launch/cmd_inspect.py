@@ -109,7 +109,7 @@ def arrow_schema(payloads: List[bytes]):
 def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str] = None,
             config: Optional[StoreConfig] = None, out=sys.stdout) -> List[Tuple[Any, str]]:
     """Print schema + records of ``shard``; return (image, caption) pairs for the sheet."""
-    from transforms import example as ex
+    from transforms import example as ex, example_schema as exs
     from transforms.tfrecord import read_records
     schema: Dict[str, Any] = {}
     shown, count, sheet_items, head = [], 0, [], []
@@ -118,8 +118,8 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
             count += 1
             if len(head) < ARROW_SAMPLE:
                 head.append(payload)
-            s = ex.schema_of(payload)
-            schema = ex.merge_schema(schema, s) if schema else s
+            s = exs.schema_of(payload)
+            schema = exs.merge_schema(schema, s) if schema else s
             if len(shown) < records or len(sheet_items) < images:
                 rec = ex.parse_example(payload)
                 if len(shown) < records:

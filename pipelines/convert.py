@@ -43,7 +43,7 @@ import transforms
 from pipelines import beam_sampler, finalize, interrupts, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
-from transforms import example as ex
+from transforms import example_schema as exs
 from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.sources import resolve
@@ -208,8 +208,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     schema: Dict[str, Any] = {}
     for p in sorted(pieces, key=lambda p: p["index"]):
         if p["schema"]:
-            schema = ex.merge_schema(schema, p["schema"]) if schema else p["schema"]
-    unmatched = ex.unmatched_types(ex.parse_type_map(cfg.type_map), schema) if schema else []
+            schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
         log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
                     ", ".join(unmatched), ", ".join(sorted(schema)))

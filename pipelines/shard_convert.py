@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from pipelines import workfiles
-from transforms import digests, example as ex
+from transforms import digests, example_schema as exs
 from transforms.fetch import read_shard
 from transforms.records import Reject, is_reject
 from transforms.sizes import parse_size
@@ -55,7 +55,7 @@ class ConvertConfig:
     def stages(self) -> Stages:
         from transforms.gostages import as_stage  # user stages may be Beam DoFns
         return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
-                      tuple(as_stage(s) for s in self.example_stages), ex.parse_type_map(self.type_map))
+                      tuple(as_stage(s) for s in self.example_stages), exs.parse_type_map(self.type_map))
 
     def has_heavy_ops(self) -> bool:
         """Whether records go through ops that do real work per record (decode, resize,
@@ -66,7 +66,7 @@ class ConvertConfig:
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""
         return {"max_shard_size": parse_size(self.max_shard_size), "records_per_shard": self.records_per_shard,
-                "type_map": ex.parse_type_map(self.type_map),
+                "type_map": exs.parse_type_map(self.type_map),
                 "sample_stages": [stage_name(s) for s in self.sample_stages],
                 "record_to_example": stage_name(self.record_to_example) if self.record_to_example else None,
                 "example_stages": [stage_name(s) for s in self.example_stages],
@@ -175,7 +175,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             # without false alarms on features that appear late; merging is idempotent, so
             # a run of records with the same features merges once
             if rec_schema != last_schema:
-                schema = ex.merge_schema(schema, rec_schema) if schema else rec_schema
+                schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
                 last_schema = rec_schema
     except BaseException as e:
         out.abort(e)

@@ -26,15 +26,15 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, List
 
-from transforms import example as ex
+from transforms import example as ex, example_schema as exs
 from transforms.records import META_KEYS, Record
 
-BYTES, INT64, FLOAT = ex.BYTES, ex.INT64, ex.FLOAT
+BYTES, INT64, FLOAT = exs.BYTES, exs.INT64, exs.FLOAT
 
 
 class FeatureType:
     """go-tfdata's ``core.FeatureType`` names."""
-    BYTES, INT64, FLOAT = ex.BYTES, ex.INT64, ex.FLOAT
+    BYTES, INT64, FLOAT = exs.BYTES, exs.INT64, exs.FLOAT
 
 
 def _is_example(x: Any) -> bool:
@@ -255,7 +255,7 @@ class SampleToTFExample:
     """The sample -> Example step with a type map (``{"cls": INT64}`` or ``"cls:int64"``)."""
 
     def __init__(self, type_map: Any = None):
-        self.type_map = ex.parse_type_map(type_map)
+        self.type_map = exs.parse_type_map(type_map)
 
     def __call__(self, record: Record):
         return ex.record_to_example(record, self.type_map)

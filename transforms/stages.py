@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from transforms import example as ex
+from transforms import example as ex, example_schema as exs
 from transforms.records import KEY, SHARD, Record, Reject, is_reject
 
 FILTERED = object()
@@ -79,7 +79,7 @@ class Stages:
                 return FILTERED, None
         try:
             data = ex.serialize(example)
-            return ([data] if parts else data), (ex.schema_of_message(example) if want_schema else None)
+            return ([data] if parts else data), (exs.schema_of_message(example) if want_schema else None)
         except Exception as e:  # noqa: BLE001
             return Reject(shard, key, "encode", f"encode failed: {_msg(e)}"), None
 
@@ -88,7 +88,7 @@ class Stages:
 
     def process_with_schema(self, record: Record, want_schema: bool = True, parts: bool = False
                             ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
-        """:meth:`process`, plus the written Example's schema (``example.schema_of``)
+        """:meth:`process`, plus the written Example's schema (``example_schema.schema_of``)
         taken from the message before serialization: None unless bytes are returned.
         ``parts=True``: the Example as a list of bytes to concatenate
         (``example.encode_with_schema``), for a writer that frames it in one copy."""
