@@ -14,21 +14,25 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from launch.cli import int_in
 from transforms.stores import StoreConfig, basename, get_store
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
 LABEL_NAMES = ("cls", "label", "class", "txt")
 THUMB = 128
 ARROW_SAMPLE = 256
+MAX_SHEET_IMAGES = 1024  # 8 x 128 thumbnails: a 1060 x 19k pixel PNG, already more than one looks at
 
 
 def register(sub) -> None:
     p = sub.add_parser("inspect", help="print a shard's schema and records; PNG contact sheet of its images",
                        description=__doc__)
     p.add_argument("shard", help="a TFRecord file (local path, gs://, ais://)")
-    p.add_argument("-n", "--records", type=int, default=3, help="records to print (default 3)")
+    p.add_argument("-n", "--records", type=int_in(0), default=3,
+                   help="records to print (default 3; 0: the schema only; more than the shard has: all)")
     p.add_argument("--sheet", help="contact sheet PNG path (default ./<shard name>.contact.png)")
-    p.add_argument("--images", type=int, default=16, help="images on the contact sheet (default 16)")
+    p.add_argument("--images", type=int_in(1, MAX_SHEET_IMAGES), default=16,
+                   help=f"images on the contact sheet (1..{MAX_SHEET_IMAGES}, default 16; none: --no-sheet)")
     p.add_argument("--label", help="feature to print under each image (default cls/label/class/txt)")
     p.add_argument("--no-sheet", action="store_true", help="do not write a contact sheet")
     p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
@@ -107,8 +111,11 @@ def arrow_schema(payloads: List[bytes]):
 
 
 def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str] = None,
-            config: Optional[StoreConfig] = None, out=sys.stdout) -> List[Tuple[Any, str]]:
-    """Print schema + records of ``shard``; return (image, caption) pairs for the sheet."""
+            config: Optional[StoreConfig] = None, out=None) -> List[Tuple[Any, str]]:
+    """Print schema + records of ``shard`` to ``out`` (default: ``sys.stdout`` at the time
+    of the call, not at import, so that a redirected stdout is honoured); return (image,
+    caption) pairs for the sheet."""
+    out = out if out is not None else sys.stdout
     from transforms import example as ex, example_schema as exs
     from transforms.tfrecord import read_records
     schema: Dict[str, Any] = {}

@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
+from launch.cli import int_in
+
 
 def register(sub) -> None:
     p = sub.add_parser("pcr-report", help="quality and bytes per scan group of a PCR dataset",
                        description=__doc__)
     p.add_argument("directory", help="PCR dataset directory (PCR_index.pb + record files)")
-    p.add_argument("--sample", type=int, default=32, help="images compared (evenly spaced; default 32)")
+    p.add_argument("--sample", type=int_in(0), default=32,
+                   help="images compared (evenly spaced; default 32; 0: bytes per group only; "
+                        "more than the dataset has: all)")
     p.add_argument("--json", help="where to save the JSON report (default DIR/PCR_report.json)")
     p.add_argument("--png", help="where to save the plot (default DIR/PCR_report.png)")
     p.set_defaults(func=run)

@@ -238,3 +238,45 @@ def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
         assert p.returncode == 2 and [line for line in p.stderr.splitlines() if line.strip()] == [
             f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a Beam pipeline option)"]
     assert not os.path.exists(tmp_path / "d-1.record")
+
+
+# -- 6. inspect and pcr-report counts -------------------------------------------------------------------
+
+@pytest.fixture
+def one_record(tmp_path):
+    from transforms.tfrecord import frame
+    path = tmp_path / "one.record"
+    path.write_bytes(frame(b""))  # one empty Example: a readable shard with no images
+    return str(path)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["-n", "-1"], "argument -n/--records: must be >= 0, got -1"),
+    (["--records", "3x"], "argument -n/--records: not an integer: '3x'"),
+    (["--images", "0"], "argument --images: must be 1..1024, got 0"),
+    (["--images", "-4"], "argument --images: must be 1..1024, got -4"),
+    (["--images", "100000000000"], "argument --images: must be 1..1024, got 100000000000"),
+])
+def test_inspect_count_out_of_range_is_a_usage_error(one_record, tmp_path, capfd, args, says):
+    """-n -1 printed no records and --images 0 or -4 said "no images found" (exit 0); a
+    huge --images would have kept every image of the shard for one giant sheet."""
+    sheet = tmp_path / "sheet.png"
+    assert cli.main(["inspect", one_record, "--sheet", str(sheet), *args]) == 2
+    assert _one_line(capfd) == f"tar2tf inspect: {says}"
+    assert not sheet.exists()
+
+
+def test_inspect_counts_that_make_sense_still_pass(one_record, capfd):
+    for n in ("0", "100000000000000000000"):  # the schema only; every record
+        assert cli.main(["inspect", one_record, "-n", n, "--no-sheet"]) == 0
+        out = capfd.readouterr().out
+        assert f"{one_record}: 1 records" in out and ("record 0:" in out) == (n != "0")
+
+
+@pytest.mark.parametrize("sample", ["-1", "-32"])
+def test_pcr_report_negative_sample_is_a_usage_error(tmp_path, capfd, sample):
+    """--sample -1 ran the report as --sample 0 (bytes only) would; 0 stays: bytes only."""
+    (tmp_path / "PCR_index.pb").write_bytes(b"")  # an empty index: a dataset the report would read
+    assert cli.main(["pcr-report", str(tmp_path), "--sample", sample]) == 2
+    assert _one_line(capfd) == f"tar2tf pcr-report: argument --sample: must be >= 0, got {sample}"
+    assert not (tmp_path / "PCR_report.json").exists()
