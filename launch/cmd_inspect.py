@@ -129,11 +129,12 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
             schema = exs.merge_schema(schema, s) if schema else s
             if len(shown) < records or len(sheet_items) < images:
                 rec = ex.parse_example(payload)
-                if len(shown) < records:
-                    shown.append(rec)
+                if len(shown) < records:  # kept as text: -n larger than the shard prints all of it
+                    shown.append([f"  {name:24s} {_value_text(rec[name])}" for name in sorted(rec)])
                 if len(sheet_items) < images:
                     im = _image_of(rec)
                     if im is not None:
+                        im.thumbnail((THUMB, THUMB))  # what the sheet shows; a full image per tile is MBs
                         sheet_items.append((im, f"{_label_of(rec, label)} {rec.get('__key__', '')}"[:24]))
     print(f"{shard}: {count} records", file=out)
     print("schema:", file=out)
@@ -144,10 +145,10 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
         print(f"arrow schema (tfx-bsl, as TFX components see it; first {len(head)} records):", file=out)
         for field in arrow_schema(head):
             print(f"  {field.name:24s} {field.type}", file=out)
-    for i, rec in enumerate(shown):
+    for i, lines in enumerate(shown):
         print(f"record {i}:", file=out)
-        for name in sorted(rec):
-            print(f"  {name:24s} {_value_text(rec[name])}", file=out)
+        for line in lines:
+            print(line, file=out)
     return sheet_items
 
 

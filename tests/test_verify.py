@@ -169,6 +169,8 @@ def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp
     # captions carry the labels
     items = inspect(shard, records=0, images=3, out=io.StringIO())
     assert [c for _, c in items] == [f"{r['cls']} {r['__key__']}" for r in first[:3]]
+    # kept as thumbnails (160x120 here), not whole images: --images up to 1024 stays small
+    assert [im.size for im, _ in items] == [(128, 96)] * 3
     bad = tmp_path / "bad.record"
     bad.write_bytes(b"not a tfrecord at all")
     assert cli("inspect", str(bad), "--no-sheet").returncode == 1
