@@ -308,5 +308,9 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
     want = dict(members(1))
     assert 0 < len(records) < 8
     assert all(r["bin"] == want[r["__key__"] + ".bin"] for r in records)  # the old version's, whole
+    # a fetch problem, not damage in the tar: every reject (the record being read when the
+    # read broke, and the shard's) is a `fetch` one, naming the object and what changed
     assert rejects and rejects[-1].key is None
-    assert "object changed while being read" in rejects[-1].reason and "\n" not in rejects[-1].reason
+    assert [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
+    assert rejects[-1].reason.startswith(f"object changed while being read: {b.url('s.tar')} (at byte ")
+    assert "Ais-Version 1 -> 2" in rejects[-1].reason and "\n" not in rejects[-1].reason

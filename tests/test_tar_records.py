@@ -395,3 +395,57 @@ def test_hard_link_written_by_gnu_tar(tmp_path):
     good, rej = _split(_records(p))
     assert good == ["x/0", "x/2"]
     assert [(r.key, r.reason) for r in rej] == [("x/1", "hard link member x/1.jpg -> x/0.jpg: links are not followed")]
+
+
+class _ChangesAt(io.RawIOBase):
+    """``data`` up to byte ``cut``, then what a store raises when the object changed
+    between two requests of the read (transforms.store_ais's version check)."""
+
+    def __init__(self, data: bytes, cut: int):
+        self.data, self.cut, self.pos = data, cut, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        from transforms.retry import ObjectChangedError
+        if self.pos >= self.cut:
+            raise ObjectChangedError("ais://b/s.tar", f"at byte {self.pos}: Ais-Version 1 -> 2")
+        n = min(len(b), self.cut - self.pos)
+        b[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+@pytest.mark.parametrize("where", ["start", "header", "data"])
+def test_object_changed_mid_read_is_a_fetch_reject(where):
+    """The store failing a read (the object changed) is no damage in the archive: the
+    record being read and the shard are `fetch` rejects naming the object, never `tar`
+    ones ("not a tar archive", "truncated shard"); the records before the break stand."""
+    tar = _tar_bytes(shardgen.sample_members(0, 4))
+    offs = _member_offsets(tar)
+    cut = {"start": 0, "header": offs["000002.jpg"][0] + 100, "data": offs["000002.jpg"][1] + 100}[where]
+    good, rej = _split(list(iter_records(_ChangesAt(tar, cut), "ais://b/s.tar")))
+    # at a header, the record read last may have lost members that came after it
+    lost = {"start": [], "header": ["000001"], "data": ["000002"]}[where]
+    assert good == ["000000", "000001"][:{"start": 0, "header": 1, "data": 2}[where]]
+    assert [r.stage for r in rej] == ["fetch"] * len(rej)
+    assert [(r.key, r.counts_record) for r in rej] == [(k, True) for k in lost] + [(None, False)]
+    for r in rej:
+        assert r.reason.startswith("object changed while being read: ais://b/s.tar (at byte "), r.reason
+        assert "Ais-Version 1 -> 2" in r.reason
+    if where == "data":
+        assert rej[0].reason.endswith("member 000002.jpg is incomplete")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_object_changed_after_the_end_marker(gz):
+    """Broken while reading the padding after the end-of-archive marker: a plain tar's
+    records are complete and kept (a `fetch` note); a gzip's trailer, whose CRC vouches for
+    them, was not reached, so the shard is unverified (ShardCorrupt, stage `fetch`)."""
+    tar = _tar_bytes(shardgen.sample_members(0, 2)) + bytes(100_000)
+    data = gzip.compress(tar, compresslevel=0, mtime=0) if gz else tar
+    good, rej = _split(list(iter_records(_ChangesAt(data, len(data) - 1000), "ais://b/s.tar")))
+    assert good == ["000000", "000001"]
+    assert [(r.key, r.stage, type(r)) for r in rej] == [(None, "fetch", ShardCorrupt if gz else Reject)]
+    assert rej[0].reason.startswith("object changed while being read: ais://b/s.tar (at byte ")

@@ -51,7 +51,17 @@ class FetchError(IOError):
 class ObjectChangedError(FetchError):
     """The object was replaced between two requests of one read (a resume after a fault,
     or a seek): going on would splice two versions, so the read fails.  Never retried --
-    every retry would reopen the new version at the old offset."""
+    every retry would reopen the new version at the old offset.
+
+    ``url`` names the object and ``detail`` says what changed where (``at byte N: ...``),
+    for the ``fetch`` reject the tar reader makes of it."""
+
+    def __init__(self, url: str, detail: str):
+        super().__init__(f"{url}: object changed while being read ({detail}); not resuming into another version")
+        self.url, self.detail = url, detail
+
+    def __reduce__(self):  # crosses process boundaries (worker processes) with its fields
+        return type(self), (self.url, self.detail)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -206,8 +206,7 @@ class _Pin:
         if got != self.first:
             names = IDENTITY_HEADERS + ("size",)
             diff = ", ".join(f"{n} {a} -> {b}" for n, a, b in zip(names, self.first, got) if a != b)
-            raise ObjectChangedError(f"{self.url}: object changed while being read (at byte {offset}: "
-                                     f"{diff}); not resuming into another version")
+            raise ObjectChangedError(self.url, f"at byte {offset}: {diff}")
 
 
 def _int(v) -> Optional[int]:

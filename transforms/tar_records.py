@@ -23,6 +23,11 @@ shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
 :class:`ShardCorrupt`.  Reading stops at the end-of-archive marker, as GNU tar's does;
 data after it (other than zero padding) and trailing garbage after a complete gzip stream
 are ignored with a shard-level reject that says so, and the records are kept.
+
+A read that the store gave up on mid-object is no damage in the archive: its rejects (the
+record being read, and the shard-level one) have stage ``fetch``, not ``tar`` -- an
+object replaced while it was read (:class:`~transforms.retry.ObjectChangedError`) says
+so and names the object.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
+from transforms.retry import ObjectChangedError
 from transforms.tar_stream import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
@@ -143,23 +149,35 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         stream = _open_stream(stream)
         tar = TarStream(stream)
     except _STREAM_ERRORS as e:
-        yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+        broke = _fetch_broke(e)
+        if broke:
+            yield Reject(shard, None, "fetch", broke, counts_record=False)
+        else:
+            yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
         return
     while True:
         try:
             member = tar.next()
         except _STREAM_ERRORS as e:
-            if stats.members == 0:  # the first header: this is not a tar at all
+            broke = _fetch_broke(e)
+            if stats.members == 0 and not broke:  # the first header: this is not a tar at all
                 yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
                 return
-            # Damage while reading a header: the record read last may have lost later
-            # members, so it is rejected; the other open records are complete.
+            # Damage (or a failed read) while reading a header: the record read last may
+            # have lost later members, so it is rejected; the other open records are complete.
             if current is not None and current in pending:
                 pending.pop(current)
                 emitted.add(current)
-                yield Reject(shard, current, "tar",
-                             f"truncated shard: the stream broke after this record ({_describe(e)})")
+                if broke:
+                    yield Reject(shard, current, "fetch", f"{broke}; the read broke after this record")
+                else:
+                    yield Reject(shard, current, "tar",
+                                 f"truncated shard: the stream broke after this record ({_describe(e)})")
             yield from flush(0)
+            if broke:
+                yield Reject(shard, None, "fetch", f"{broke}; the read broke after {stats.members} members, "
+                             "the records before them are kept", counts_record=False)
+                return
             if _is_integrity_error(e):
                 yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
                 return
@@ -221,6 +239,13 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         except _STREAM_ERRORS as e:
             pending.pop(key, None)
             emitted.add(key)
+            broke = _fetch_broke(e)
+            if broke:
+                yield Reject(shard, key, "fetch", f"{broke}; member {member.name} is incomplete")
+                yield from flush(0)
+                yield Reject(shard, None, "fetch", f"{broke}; the read broke inside member {member.name}, "
+                             "the records before it are kept", counts_record=False)
+                return
             if _is_integrity_error(e):
                 # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and
                 # failed its CRC: as on the header path, nothing of the shard is trusted
@@ -287,12 +312,29 @@ def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject
                      counts_record=False)
     if error is None:
         return
+    broke = _fetch_broke(error)
+    if broke and not isinstance(stream, gzip.GzipFile):
+        yield Reject(shard, None, "fetch", f"{broke}; the read broke after the end-of-archive marker, "
+                     "the records are complete and kept", counts_record=False)
+        return
+    if broke:  # the gzip trailer, which vouches for the records, was not reached
+        yield ShardCorrupt(shard, None, "fetch", f"{broke}; the read broke before the gzip CRC check at the "
+                           "end of the stream: content unverified", counts_record=False)
+        return
     if _is_trailing_garbage(error):
         yield Reject(shard, None, "tar",
                      f"trailing garbage after the gzip stream ignored, like gzip -d ({_describe(error)}); "
                      "the records passed the gzip CRC check and are kept", counts_record=False)
         return
     yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(error)}", counts_record=False)
+
+
+def _fetch_broke(e: BaseException) -> Optional[str]:
+    """The reason of a ``fetch`` reject when the store's read failed (not the archive),
+    else None."""
+    if isinstance(e, ObjectChangedError):
+        return f"object changed while being read: {e.url} ({e.detail})"
+    return None
 
 
 def _is_integrity_error(e: BaseException) -> bool:
