@@ -123,3 +123,24 @@ def test_reader_seek_and_failure_reports():
     bad = ResumableReader(refused, FAST, "obj")
     with pytest.raises(FetchError, match="not retryable"):
         bad.read(10)
+
+
+@pytest.mark.parametrize("how,says", [("reset", "(retries spent): ConnectionResetError"),
+                                      ("eof", "(retries spent): ShortBodyError"),
+                                      ("denied", "(not retryable): PermissionError")])
+def test_a_read_failing_mid_object_is_a_fetch_error_whatever_its_type(how, says):
+    """OSErrors (a reset, a body cut short at every try, a 403 mid-read) escaped the reader
+    as themselves, so the tar reader took them for a damaged archive (`tar` rejects): they
+    are FetchErrors saying where and why, as the SDKs' own errors already were."""
+    data = bytes(range(256)) * 100
+
+    def open_at(offset):
+        if offset and how == "denied":
+            raise PermissionError("obj: access denied (HTTP 403)")
+        return _Flaky(data[offset:], 0 if offset else 1000, "eof" if how == "eof" else "reset"), len(data), len(data)
+
+    r = ResumableReader(open_at, RetryPolicy(attempts=3, initial_s=0.001, max_s=0.001, total_s=10), "obj")
+    assert r.read(1000) == data[:1000]
+    with pytest.raises(FetchError) as err:
+        r.read(10)
+    assert str(err.value).startswith("obj: read failed at byte 1000 ") and says in str(err.value)

@@ -45,7 +45,8 @@ class ShortBodyError(TransientError):
 class FetchError(IOError):
     """A streamed read failed for good (retries spent, or a permanent error) mid-object.
 
-    An ``OSError``, so the tar reader turns it into a reject saying where the stream broke."""
+    An ``OSError``, so code reading a file handles it like any failed read; the tar reader
+    turns it into a ``fetch`` reject saying where the stream broke."""
 
 
 class ObjectChangedError(FetchError):
@@ -255,9 +256,12 @@ class ResumableReader(io.RawIOBase):
             return 0
         try:
             return self._policy.call(lambda: self._read_once(view), f"read {self.name}")
-        except OSError:
+        except FetchError:
             raise
-        except Exception as e:  # noqa: BLE001 - SDK/HTTP errors: report as a failed read
+        except Exception as e:  # noqa: BLE001 - SDK/HTTP/socket errors: report as a failed read
+            # OSErrors too (requests' and socket errors, a body cut short again and again, a
+            # 403 mid-read): whatever the library, the store failed this read mid-object,
+            # which the tar reader reports as a fetch reject, not as a damaged archive
             how = "retries spent" if is_transient(e) else "not retryable"
             raise FetchError(f"{self.name}: read failed at byte {self._pos} ({how}): "
                              f"{type(e).__name__}: {e}") from e

@@ -24,10 +24,10 @@ shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
 data after it (other than zero padding) and trailing garbage after a complete gzip stream
 are ignored with a shard-level reject that says so, and the records are kept.
 
-A read that the store gave up on mid-object is no damage in the archive: its rejects (the
-record being read, and the shard-level one) have stage ``fetch``, not ``tar`` -- an
-object replaced while it was read (:class:`~transforms.retry.ObjectChangedError`) says
-so and names the object.
+A read that the store gave up on mid-object (:class:`~transforms.retry.FetchError`:
+retries spent, or an object replaced while it was read) is no damage in the archive: its
+rejects (the record being read, and the shard-level one) have stage ``fetch``, not
+``tar``, and name the object.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
-from transforms.retry import ObjectChangedError
+from transforms.retry import FetchError, ObjectChangedError
 from transforms.tar_stream import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
@@ -334,6 +334,8 @@ def _fetch_broke(e: BaseException) -> Optional[str]:
     else None."""
     if isinstance(e, ObjectChangedError):
         return f"object changed while being read: {e.url} ({e.detail})"
+    if isinstance(e, FetchError):  # retries spent, or an error no retry helps
+        return f"fetch failed mid-object: {e}"
     return None
 
 
