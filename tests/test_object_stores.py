@@ -317,3 +317,55 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
     assert [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
     assert rejects[-1].reason.startswith(f"object changed while being read: {b.url('s.tar')} (at byte ")
     assert "Ais-Version 1 -> 2" in rejects[-1].reason and "\n" not in rejects[-1].reason
+
+
+def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
+    """The object a read started on disappears between two requests of the read: on GCS
+    it is replaced (the read is pinned to a generation, which is then gone), on AIS deleted
+    (the resume after a cut finds nothing).  Either is an object change ("object changed
+    while being read ... gone"), a `fetch` reject, not a "missing shard" or a damaged tar;
+    the records before it are the old version's, whole."""
+    import threading
+    import time
+
+    import shardgen
+    members = [(f"{i:06d}.bin", _blob(40_000, 300 + i)) for i in range(8)]
+    tar = open(shardgen.write_tar(str(tmp_path / "s.tar"), members), "rb").read()
+    backend.put("s.tar", tar)
+    cfg = backend.config()
+    store = get_store(backend.url(), cfg)
+    obj = backend.obj_re("s.tar")
+    if backend.scheme == "gs":
+        store.read_chunk = 150_000
+        held = backend.data.add("slow", method="GET", path=obj, delay=1.0, skip=1)  # the second chunk
+
+        def change():
+            backend.put("s.tar", tar[::-1])  # a new generation
+    else:
+        backend.data.add("truncate", method="GET", path=obj, after=150_000)
+        held = backend.data.add("slow", method="GET", path=obj, delay=1.0)  # the resume
+
+        def change():
+            store.delete(backend.url("s.tar"))
+
+    def when_held():
+        deadline = time.time() + 20
+        while not held.fired and time.time() < deadline:
+            time.sleep(0.01)
+        change()
+
+    t = threading.Thread(target=when_held)
+    t.start()
+    try:
+        items = list(read_shard(backend.url("s.tar"), cfg))
+    finally:
+        t.join()
+        if backend.scheme == "gs":  # the store is shared by the tests with the same config
+            from transforms.store_gcs import READ_CHUNK
+            store.read_chunk = READ_CHUNK
+    records = [i for i in items if not is_reject(i)]
+    rejects = [i for i in items if is_reject(i)]
+    assert 0 < len(records) < 8 and all(r["bin"] == dict(members)[r["__key__"] + ".bin"] for r in records)
+    assert rejects and rejects[-1].key is None and [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
+    assert rejects[-1].reason.startswith(f"object changed while being read: {backend.url('s.tar')} (at byte ")
+    assert "gone" in rejects[-1].reason and "HTTP 404" in rejects[-1].reason

@@ -121,17 +121,23 @@ class AISStore(RemoteStore):
                  pin: Optional["_Pin"] = None) -> Tuple[Any, Optional[int], Optional[int]]:
         obj = self._object(url)
         etl = self.config.ais_etl_name
-        with self._errors(url):
-            if etl:
-                from aistore.sdk.etl import ETLConfig
-                raw = obj.get_reader(etl=ETLConfig(name=etl)).raw()
-                status = 200
-            elif offset:
-                raw = obj.get_reader(byte_range=f"bytes={offset}-").raw()
-                status = raw.status
-            else:
-                raw = obj.get_reader().raw()
-                status = raw.status
+        try:
+            with self._errors(url):
+                if etl:
+                    from aistore.sdk.etl import ETLConfig
+                    raw = obj.get_reader(etl=ETLConfig(name=etl)).raw()
+                    status = 200
+                elif offset:
+                    raw = obj.get_reader(byte_range=f"bytes={offset}-").raw()
+                    status = raw.status
+                else:
+                    raw = obj.get_reader().raw()
+                    status = raw.status
+        except FileNotFoundError:
+            if pin is None or pin.first is None:
+                raise
+            # a resumed request: the object this read started on was deleted since
+            raise ObjectChangedError(url, f"at byte {offset}: the object is gone (HTTP 404)") from None
         headers = raw.headers
         total = _int(headers.get("Content-Length"))
         if status == 206:

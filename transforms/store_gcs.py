@@ -8,7 +8,7 @@
   per request, each page retried on its own and followed by its ``nextPageToken``.
 * Reads stream as ranged downloads of ``read_chunk`` bytes (8 MiB) of one pinned object
   generation, so a shard is never held whole in memory and an object replaced mid-read
-  fails instead of mixing two versions.  A fault retries the chunk from the last byte
+  fails (``ObjectChangedError``: the generation is gone) instead of mixing two versions.  A fault retries the chunk from the last byte
   handed out (:mod:`transforms.retry`).
 * Writes: spool locally, then one upload of the whole object (multipart below 8 MiB,
   resumable above; :mod:`transforms.upload`).  GCS makes an object visible only when its
@@ -26,7 +26,7 @@ import io
 import logging
 from typing import Iterator, Optional, Tuple
 
-from transforms.retry import RetryPolicy, iter_pages
+from transforms.retry import ObjectChangedError, RetryPolicy, iter_pages
 from transforms.store_base import StoreConfig
 from transforms.store_remote import RemoteStore
 from transforms.upload import spooled_upload
@@ -94,9 +94,15 @@ class GCSStore(RemoteStore):
             if offset >= size:
                 return io.BytesIO(b""), size, size
             end = min(size, offset + chunk)
-            with self._errors(url):
-                data = pinned.download_as_bytes(start=offset, end=end - 1, raw_download=True, checksum=None,
-                                                retry=None, timeout=self.timeout)
+            try:
+                with self._errors(url):
+                    data = pinned.download_as_bytes(start=offset, end=end - 1, raw_download=True, checksum=None,
+                                                    retry=None, timeout=self.timeout)
+            except FileNotFoundError:
+                # the generation the read is pinned to was there a moment ago (the stat, or
+                # the chunks before): the object was replaced or deleted since
+                raise ObjectChangedError(url, f"at byte {offset}: generation {generation} is gone, "
+                                              "replaced or deleted (HTTP 404)") from None
             return io.BytesIO(data), end, size
 
         return self._open_resumable(url, open_at)
