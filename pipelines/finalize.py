@@ -230,7 +230,8 @@ class ShardFile:
 
     def park(self) -> None:
         """Nothing more is appended here before :meth:`close`: give the file descriptor
-        back while the shard waits (local files; see ``transforms.stores.ParkableFile``)."""
+        back while the shard waits (a local file, or a bucket object's spool file; see
+        ``transforms.stores.ParkableFile``)."""
         park = getattr(self.f, "park", None)
         if park is not None:
             park()

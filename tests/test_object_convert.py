@@ -17,7 +17,7 @@ import shardgen
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
 from pipelines import finalize
 from pipelines.convert import ConvertConfig, OutputExistsError, convert
-from transforms.stores import get_store
+from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_SHARDS, PER_SHARD = 3, 6
@@ -206,3 +206,37 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, loc
     assert res.exit_code == 0 and res.totals == ref_totals
     assert len(threads) == N_SHARDS and threading.current_thread() not in threads
     assert _outputs(backend, res) == ref_shards
+
+
+
+@pytest.mark.parametrize("scheme,processes", [("gs", "2"), ("gs", "0"), ("ais", "2")])
+def test_many_small_shards_to_a_bucket_fit_in_a_small_descriptor_limit(request, tmp_path, scheme, processes):
+    """600 one-record shards written to gs:// or ais:// under a limit of 256 open files:
+    each waits for the one upload thread in a local spool file, and a waiting spool file
+    holds no descriptor (EMFILE before: every waiting shard's spool file stayed open).
+    Straight to the servers: through the fault proxies 600 uploads take minutes."""
+    import resource
+    shardgen.make_shards(str(tmp_path / "d"), 1, 600, size=(16, 16))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if scheme == "gs":
+        server = request.getfixturevalue("gcs_emulator")
+        env["STORAGE_EMULATOR_HOST"] = server.url
+        cfg, flags = StoreConfig(), []
+    else:
+        server = request.getfixturevalue("ais_cluster")
+        cfg, flags = StoreConfig(ais_endpoint=server.endpoint), ["--ais-endpoint", server.endpoint]
+    out = f"{scheme}://{server.new_bucket()}/many/"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    p = subprocess.run([sys.executable, "-m", "launch.cli", "convert", str(tmp_path / "d" / "train-0000.tar"),
+                        "-o", out + "t-{}.record", *flags, "--no-progress", "--records-per-shard", "1",
+                        "--processes", processes, "--ops", '{conversions: ["Resize(jpg, (8, 8))"]}'],
+                       cwd=ROOT, env=env, capture_output=True, text=True, preexec_fn=limit, timeout=600)
+    assert p.returncode == 0, p.stderr[-1500:]
+    if scheme == "gs":
+        names = [f"{out}{b.name[len('many/'):]}" for b in server.client().list_blobs(out.split("/")[2], prefix="many/")]
+    else:
+        names = list(get_store(out, cfg).list(out))
+    assert len([n for n in names if n.endswith(".record")]) == 600, names[:5]
+    assert out + "t.record.manifest.json" in names

@@ -369,3 +369,29 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
     assert rejects and rejects[-1].key is None and [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
     assert rejects[-1].reason.startswith(f"object changed while being read: {backend.url('s.tar')} (at byte ")
     assert "gone" in rejects[-1].reason and "HTTP 404" in rejects[-1].reason
+
+
+def test_spooled_upload_parks_and_cleans_up(tmp_path, monkeypatch):
+    """The spool file of a remote write gives its descriptor back when parked and still
+    uploads every byte; a block that raises uploads nothing; no spool file is left."""
+    from transforms.retry import RetryPolicy
+    from transforms.upload import SPOOL_DIR_ENV, spooled_upload
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(tmp_path))
+    sent = []
+
+    def upload(path, size):
+        sent.append((open(path, "rb").read(), size))
+
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    with spooled_upload("gs://b/o", upload, RetryPolicy()) as f:
+        f.write(b"abc")
+        f.park()
+        if fds is not None:
+            assert len(os.listdir("/proc/self/fd")) == fds  # parked: no descriptor held
+        f.write(b"def")
+    assert sent == [(b"abcdef", 6)] and os.listdir(tmp_path) == []
+    with pytest.raises(RuntimeError):
+        with spooled_upload("gs://b/o", upload, RetryPolicy()) as f:
+            f.write(b"partial")
+            raise RuntimeError("the writer failed")
+    assert len(sent) == 1 and os.listdir(tmp_path) == []

@@ -7,6 +7,10 @@ none).  So :func:`spooled_upload` hands the caller a local temporary file (in
 ``$TMPDIR``, never the whole object in RAM), and on a clean exit of the ``with`` block
 uploads it in one request; a transient fault restarts that upload from the first byte of
 the spool file (``RetryPolicy``).  If the block raises, nothing is uploaded.
+
+The spool file is a :class:`~transforms.stores.ParkableFile`, as a local output's
+temporary file is: a job writing many small shards to a bucket has many of them waiting
+for the one thread that uploads them, and a parked spool file holds no descriptor.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import tempfile
 from typing import BinaryIO, Callable, Iterator
 
 from transforms.retry import RetryPolicy
+from transforms.stores import ParkableFile
 
 SPOOL_DIR_ENV = "TAR2TF_SPOOL_DIR"
 
@@ -25,10 +30,18 @@ SPOOL_DIR_ENV = "TAR2TF_SPOOL_DIR"
 def spooled_upload(url: str, upload: Callable[[str, int], None], policy: RetryPolicy) -> Iterator[BinaryIO]:
     """Yield a writable local file; on success call ``upload(spool path, size)``, retried.
 
-    The spool goes to ``$TAR2TF_SPOOL_DIR`` or the system temp dir and is always removed."""
+    The spool goes to ``$TAR2TF_SPOOL_DIR`` or the system temp dir and is always removed;
+    it can be parked (:meth:`~transforms.stores.ParkableFile.park`) while it waits."""
     spool_dir = os.environ.get(SPOOL_DIR_ENV) or None
-    with tempfile.NamedTemporaryFile(prefix="tar2tf-upload-", dir=spool_dir) as f:
+    fd, path = tempfile.mkstemp(prefix="tar2tf-upload-", dir=spool_dir)
+    os.close(fd)  # the ParkableFile opens (and parks) its own
+    f = ParkableFile(path)
+    try:
         yield f
-        f.flush()
-        size = f.tell()
-        policy.call(lambda: upload(f.name, size), f"upload {url}")
+        f.close()
+        size = os.path.getsize(path)
+        policy.call(lambda: upload(path, size), f"upload {url}")
+    finally:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
