@@ -9,7 +9,7 @@ from hypothesis import settings, strategies as st, given
 
 from pipelines.shard_convert import ConvertConfig
 from pipelines.shard_stream import ShardStream
-from test_shard_stream import _files, _frames_of, _pieces, _planned, _rows, _wait_for
+from shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
 
 
 def _placed(pieces, output, max_bytes, max_records, dali, how, order):
