@@ -3,9 +3,9 @@
 Opening failures become one shard-level reject (``missing shard``, ``permission denied``,
 ``fetch failed``); the stream itself goes to :func:`transforms.tar_records.iter_records`,
 which turns damage into ``tar`` rejects, and a read the store fails mid-object (retries
-spent, the object changed) into ``fetch`` ones.  Transient network faults are retried inside the
-store, which resumes from the last good byte, so a retried shard never repeats or drops
-a record.
+spent, the object changed) into ``fetch`` ones.  Transient network faults are retried
+inside the store, which resumes from the last good byte, so a retried shard never
+repeats or drops a record.
 """
 
 from __future__ import annotations

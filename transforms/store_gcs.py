@@ -8,8 +8,8 @@
   per request, each page retried on its own and followed by its ``nextPageToken``.
 * Reads stream as ranged downloads of ``read_chunk`` bytes (8 MiB) of one pinned object
   generation, so a shard is never held whole in memory and an object replaced mid-read
-  fails (``ObjectChangedError``: the generation is gone) instead of mixing two versions.  A fault retries the chunk from the last byte
-  handed out (:mod:`transforms.retry`).
+  fails (``ObjectChangedError``: the generation is gone) instead of mixing two versions.
+  A fault retries the chunk from the last byte handed out (:mod:`transforms.retry`).
 * Writes: spool locally, then one upload of the whole object (multipart below 8 MiB,
   resumable above; :mod:`transforms.upload`).  GCS makes an object visible only when its
   upload is finalized, so readers never see a partial object; a failed upload is started
