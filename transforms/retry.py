@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 import tenacity
 
+from transforms.fetch_errors import FetchError, ObjectChangedError  # noqa: F401 (re-exported)
+
 log = logging.getLogger("tar2tf.retry")
 
 TRANSIENT_STATUS = frozenset({408, 429})
@@ -40,29 +42,6 @@ class TransientError(IOError):
 
 class ShortBodyError(TransientError):
     """The server ended a body before the length it announced."""
-
-
-class FetchError(IOError):
-    """A streamed read failed for good (retries spent, or a permanent error) mid-object.
-
-    An ``OSError``, so code reading a file handles it like any failed read; the tar reader
-    turns it into a ``fetch`` reject saying where the stream broke."""
-
-
-class ObjectChangedError(FetchError):
-    """The object was replaced between two requests of one read (a resume after a fault,
-    or a seek): going on would splice two versions, so the read fails.  Never retried --
-    every retry would reopen the new version at the old offset.
-
-    ``url`` names the object and ``detail`` says what changed where (``at byte N: ...``),
-    for the ``fetch`` reject the tar reader makes of it."""
-
-    def __init__(self, url: str, detail: str):
-        super().__init__(f"{url}: object changed while being read ({detail}); not resuming into another version")
-        self.url, self.detail = url, detail
-
-    def __reduce__(self):  # crosses process boundaries (worker processes) with its fields
-        return type(self), (self.url, self.detail)
 
 
 @dataclasses.dataclass(frozen=True)

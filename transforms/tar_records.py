@@ -41,7 +41,7 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
-from transforms.retry import FetchError, ObjectChangedError
+from transforms.fetch_errors import FetchError, ObjectChangedError
 from transforms.tar_stream import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
