@@ -22,7 +22,11 @@ Only for outputs whose shard names do not depend on the shard count (``{}`` temp
 once every record has been counted.  A finished shard is made durable (fsync, rename) on a
 background thread while the next one fills, then journaled in the job's work directory
 (``pipelines.shard_journal``): ``resume`` continues after the journaled shards, and the
-pieces wholly inside them are deleted.  A piece the in-process driver held in memory
+pieces wholly inside them are deleted.  A shard for a bucket waits for that thread's upload
+in a local spool file (``transforms.upload``): when uploads are slower than conversion, the
+writer finishing a shard waits while more than the spool limit (``$TAR2TF_SPOOL_LIMIT``,
+1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
+(a shard larger than the limit goes alone).  A piece the in-process driver held in memory
 (``frames``) is written once, here.
 """
 
@@ -36,7 +40,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from pipelines import finalize, shard_journal, workfiles
 from pipelines.finalize import ShardFile
 from pipelines.job_objects import JobObjects
-from transforms.stores import StoreConfig, get_store
+from transforms import upload
+from transforms.stores import StoreConfig, get_store, split_url
 from transforms.tfrecord import Packer
 
 
@@ -54,11 +59,16 @@ class ShardStream:
     journaled shards are deleted.  :meth:`abort` then keeps the finished shards, which a
     rerun with ``resume`` continues from (``resume``: the point :func:`~pipelines.
     shard_journal.load` found; the stream starts after its shards).  Without a journal,
-    :meth:`abort` removes the shards this stream finished, so nothing is left behind."""
+    :meth:`abort` removes the shards this stream finished, so nothing is left behind.
+
+    ``spool_limit`` (remote outputs; default :func:`transforms.upload.spool_limit`): the
+    bytes of finished shards that may wait for the closer thread's upload before the
+    writer waits too (:meth:`_make_room`)."""
 
     def __init__(self, output: str, max_bytes: Optional[int], max_records: Optional[int],
                  config: Optional[StoreConfig] = None, dali_index: bool = False,
-                 journal: Optional[str] = None, resume: Optional[shard_journal.ResumePoint] = None):
+                 journal: Optional[str] = None, resume: Optional[shard_journal.ResumePoint] = None,
+                 spool_limit: Optional[int] = None):
         if not can_stream(output):
             raise ValueError(f"streamed shards need a '{{}}' output template, not {output!r}")
         self.output, self.config, self.dali_index = output, config, dali_index
@@ -75,13 +85,26 @@ class ShardStream:
         self._open: List[ShardFile] = []  # handed to the closer (it may wait for reserved ranges)
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
         self.done = False  # finished or aborted
+        # a shard for a bucket waits for its upload in a local spool file: at most this many
+        # bytes of them (None: a local output, whose waiting shards are the output itself)
+        remote = split_url(output)[0] != ""
+        self.spool_limit = (spool_limit or upload.spool_limit()) if remote else None
+        self._cv = threading.Condition()
+        self._waiting = 0  # bytes of the shards handed to the closer and not yet closed
+        self._close_error: Optional[BaseException] = None  # the first close that failed
+        self._stopped: Optional[BaseException] = None  # cancel(): a waiting writer gives up
 
-    def _close_current(self, position: Tuple[int, int]) -> None:
+    def _close_current(self, position: Tuple[int, int], wait: bool = True) -> None:
         """Close the open shard, if any, in the background; ``position`` = (piece index,
-        record within the piece) is where the next shard starts."""
+        record within the piece) is where the next shard starts.  ``wait``: first wait
+        for room in the spool (:meth:`_make_room`)."""
         if self.current is not None:
             entry = {"pieces": self._ended, "next": list(position)}
             self.current.park()  # it may wait long (for the closer, for workers' ranges)
+            if wait:
+                self._make_room(self.current.bytes)
+            with self._cv:
+                self._waiting += self.current.bytes
             self._open.append(self.current)
             self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
             self._ended = []
@@ -93,7 +116,36 @@ class ShardStream:
         self.count += 1
         self.current = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
 
+    def _make_room(self, size: int) -> None:
+        """Before a finished shard of ``size`` bytes is handed to the closer of a remote
+        output: wait while the shards it has not closed yet and this one would spool more
+        than :attr:`spool_limit` (never for a first one: a shard larger than the limit goes
+        alone).  Raises the error of a close that failed (the job fails now, not at
+        :meth:`finish`) or of :meth:`cancel`, so the writer never waits for ever."""
+        if self.spool_limit is None:
+            return
+        with self._cv:
+            while (self._waiting and self._waiting + size > self.spool_limit
+                   and self._close_error is None and self._stopped is None):
+                self._cv.wait()
+            if self._close_error is not None:
+                raise self._close_error
+            if self._stopped is not None:
+                raise self._stopped
+
     def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+        try:
+            return self._close_shard(shard, n, entry)
+        except BaseException as e:
+            with self._cv:
+                self._close_error = self._close_error or e
+            raise
+        finally:
+            with self._cv:
+                self._waiting -= shard.bytes
+                self._cv.notify_all()
+
+    def _close_shard(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
         row = shard.close()
         self._open.remove(shard)
         if self.journal is not None:
@@ -152,7 +204,7 @@ class ShardStream:
 
     def finish(self) -> List[Dict[str, Any]]:
         self.done = True
-        self._close_current((self._last + 1, 0))
+        self._close_current((self._last + 1, 0), wait=False)  # the closer's queue drains next
         self._closer.shutdown(wait=True)
         try:
             return self._before + [f.result() for f in self._closing]
@@ -179,6 +231,9 @@ class ShardStream:
         """Ranges left to worker processes will not be filled: the shards waiting for
         them fail (see :meth:`ShardFile.cancel`) instead of waiting for ever."""
         exc = exc or RuntimeError("the shard stream was stopped")
+        with self._cv:  # a writer waiting for room in the spool stops waiting
+            self._stopped = self._stopped or exc
+            self._cv.notify_all()
         for shard in list(self._open) + ([self.current] if self.current is not None else []):
             shard.cancel(exc)
 

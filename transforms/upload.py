@@ -10,7 +10,9 @@ the spool file (``RetryPolicy``).  If the block raises, nothing is uploaded.
 
 The spool file is a :class:`~transforms.stores.ParkableFile`, as a local output's
 temporary file is: a job writing many small shards to a bucket has many of them waiting
-for the one thread that uploads them, and a parked spool file holds no descriptor.
+for the one thread that uploads them, and a parked spool file holds no descriptor.  How
+many bytes may wait is bounded (:func:`spool_limit`; the writer that would exceed it
+waits: ``pipelines.shard_stream``), so uploads slower than conversion do not fill the disk.
 """
 
 from __future__ import annotations
@@ -21,9 +23,25 @@ import tempfile
 from typing import BinaryIO, Callable, Iterator
 
 from transforms.retry import RetryPolicy
+from transforms.sizes import parse_size
 from transforms.stores import ParkableFile
 
 SPOOL_DIR_ENV = "TAR2TF_SPOOL_DIR"
+SPOOL_LIMIT_ENV = "TAR2TF_SPOOL_LIMIT"
+DEFAULT_SPOOL_LIMIT = 1_000_000_000  # 1 GB
+
+
+def spool_limit() -> int:
+    """Bytes of finished shards that may wait in spool files for the upload thread:
+    ``$TAR2TF_SPOOL_LIMIT`` (a size: ``500MB``, ``2GB``, bytes) or 1 GB.  A shard larger
+    than the limit still goes, alone."""
+    value = os.environ.get(SPOOL_LIMIT_ENV)
+    if not value:
+        return DEFAULT_SPOOL_LIMIT
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"${SPOOL_LIMIT_ENV}: {e}") from None
 
 
 @contextlib.contextmanager

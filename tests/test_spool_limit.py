@@ -1,0 +1,87 @@
+"""Shards written to a bucket wait for the one upload thread in local spool files; when
+uploads are slower than conversion, the writer waits once more than the spool limit is
+spooled and not yet uploaded (``pipelines.shard_stream``), so local disk stays bounded.
+Against the real stores (aisnode, fake-gcs-server) with uploads slowed by the fault proxy."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
+from pipelines.shard_stream import ShardStream
+from transforms.stores import get_store
+from transforms.upload import SPOOL_DIR_ENV
+
+RECORD, PER_PIECE, PIECES = 10_000, 4, 10  # 40 shards of 10 KB (one record each)
+SHARD = RECORD
+LIMIT = 3 * SHARD
+
+
+def _pieces(seed=0):
+    rnd = random.Random(seed)
+    for i in range(PIECES):
+        frames = [rnd.randbytes(RECORD) for _ in range(PER_PIECE)]
+        yield {"index": i, "piece": None, "sizes": [RECORD] * PER_PIECE, "frames": frames}
+
+
+class SpoolWatch:
+    """Samples the bytes in a spool directory every few ms; ``peak`` is the most seen."""
+
+    def __init__(self, d):
+        self.d, self.peak, self._stop = d, 0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            total = 0
+            for e in os.scandir(self.d):
+                try:
+                    total += e.stat().st_size
+                except FileNotFoundError:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(0.002)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def _run(backend, name, limit, monkeypatch):
+    monkeypatch.setenv("TAR2TF_SPOOL_LIMIT", str(limit))
+    cfg = backend.config()
+    s = ShardStream(backend.url(name + "/t-{}.record"), SHARD, None, cfg)
+    for p in _pieces():
+        s.add(p)
+    rows = s.finish()
+    store = get_store(rows[0]["path"], cfg)
+    return rows, [store.read_bytes(r["path"]) for r in rows]
+
+
+def test_slow_uploads_keep_spooled_bytes_under_the_limit(backend, tmp_path, monkeypatch):
+    """40 shards of 10 KB made at once, each upload slowed by 0.1 s: unbounded, most of
+    them sit in the spool directory together; with a 30 KB limit the writer waits, the
+    spool never holds more than the limit plus the shard being written, and the objects
+    are byte-identical to the unbounded run's."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
+    backend.front.add("slow", method=backend.put_method, path=backend.put_re(""), times=10_000, delay=0.1)
+    with SpoolWatch(str(spool)) as free:
+        ref_rows, ref = _run(backend, "free", 1 << 40, monkeypatch)
+    with SpoolWatch(str(spool)) as bounded:
+        rows, out = _run(backend, "bounded", LIMIT, monkeypatch)
+    assert len(ref) == PIECES * PER_PIECE and out == ref
+    assert [(r["bytes"], r["crc32c"]) for r in rows] == [(r["bytes"], r["crc32c"]) for r in ref_rows]
+    assert free.peak >= 10 * SHARD, free.peak  # the backlog the limit is for
+    assert 0 < bounded.peak <= LIMIT + SHARD, bounded.peak
+    assert os.listdir(spool) == []
