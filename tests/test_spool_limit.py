@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 
@@ -27,6 +28,13 @@ def _pieces(seed=0):
     for i in range(PIECES):
         frames = [rnd.randbytes(RECORD) for _ in range(PER_PIECE)]
         yield {"index": i, "piece": None, "sizes": [RECORD] * PER_PIECE, "frames": frames}
+
+
+def _puts(backend):
+    """A request regex for every upload into the backend's bucket."""
+    if backend.scheme == "ais":
+        return "^" + re.escape(f"/v1/objects/{backend.bucket}/")
+    return backend.put_re("")
 
 
 class SpoolWatch:
@@ -75,7 +83,7 @@ def test_slow_uploads_keep_spooled_bytes_under_the_limit(backend, tmp_path, monk
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
-    backend.front.add("slow", method=backend.put_method, path=backend.put_re(""), times=10_000, delay=0.1)
+    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1)
     with SpoolWatch(str(spool)) as free:
         ref_rows, ref = _run(backend, "free", 1 << 40, monkeypatch)
     with SpoolWatch(str(spool)) as bounded:
@@ -84,4 +92,43 @@ def test_slow_uploads_keep_spooled_bytes_under_the_limit(backend, tmp_path, monk
     assert [(r["bytes"], r["crc32c"]) for r in rows] == [(r["bytes"], r["crc32c"]) for r in ref_rows]
     assert free.peak >= 10 * SHARD, free.peak  # the backlog the limit is for
     assert 0 < bounded.peak <= LIMIT + SHARD, bounded.peak
+    assert os.listdir(spool) == []
+
+
+def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_path, monkeypatch):
+    """A writer waiting for room in the spool is not left there: an upload that fails for
+    good fails its next shard's hand-over (not only finish()), and cancel() (a job
+    stopping) ends the wait at once; abort() then leaves no spool file.  A shard larger
+    than the limit still goes through (alone)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
+    monkeypatch.setenv("TAR2TF_SPOOL_LIMIT", str(LIMIT))
+    cfg = backend.config()
+    big = ShardStream(backend.url("big/t-{}.record"), None, 1, cfg)  # one record a shard
+    for i in range(3):
+        big.add({"index": i, "piece": None, "sizes": [4 * LIMIT], "frames": [bytes([i]) * (4 * LIMIT)]})
+    assert [r["bytes"] for r in big.finish()] == [4 * LIMIT] * 3
+
+    backend.front.add("status", method=backend.put_method, path=_puts(backend), times=10_000, status=403)
+    s = ShardStream(backend.url("denied/t-{}.record"), SHARD, None, cfg)
+    pieces = _pieces()
+    with pytest.raises(Exception, match="403|[Ff]orbidden|[Pp]ermission") as e:
+        for p in pieces:
+            s.add(p)
+    assert next(pieces, None) is not None  # failed while adding, before the last piece
+    s.abort(e.value)
+    assert os.listdir(spool) == []
+
+    backend.clear()
+    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=3.0)
+    s = ShardStream(backend.url("stopped/t-{}.record"), SHARD, None, cfg)
+    stop = RuntimeError("stopped")
+    threading.Timer(1.0, s.cancel, (stop,)).start()
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="stopped"):
+        for p in _pieces():
+            s.add(p)
+    assert time.monotonic() - t0 < 2.5  # the first upload is still under way: cancel freed the wait
+    s.abort(stop)
     assert os.listdir(spool) == []
