@@ -144,9 +144,7 @@ def fit(element: Any, spec: Any) -> Any:
     """Cast an element's leaves to the spec (:class:`LeafSpec` leaves, see
     :func:`plain_spec`); raise OpError if a shape does not fit.  A uint8 array (an
     image) under a float spec is scaled to [0, 1] as ``tf.image.convert_image_dtype``
-    scales it; any other dtype change is a cast (as ``tf.cast``).  The record parsers
-    (``pipelines.parsers``) apply the same rule to the stored dtype, so every path of a
-    load gives the same values."""
+    scales it, as the record parsers read stored uint8 pixels; other dtypes are cast."""
     if isinstance(spec, dict):
         return {k: fit(element[k], spec[k]) for k in spec}
     if isinstance(spec, tuple):

@@ -8,17 +8,17 @@ into the same datapoints as in-memory mode.
   decoded.  This is what the default in-memory dataset yields.
 * :func:`make_record_parser` takes an element spec (``tf.TensorSpec`` structure, e.g.
   ``Dataset.element_spec``) and returns exactly those dtypes and shapes, for any
-  selections (dict / tuple values become ``value.<name>`` features).  Each number or
-  bool is read as its record stored it (``<name>/dtype``; raw bytes are only ever read
-  as the dtype they were written as) and then changed to the spec's dtype by the rule
-  ``pipelines.datapoints.fit`` applies in memory (so ``output_types`` give the same
-  values on every path): uint8 (pixels) under a float spec -- the default dataset's
-  image, float32 in memory but stored as uint8, 4x smaller -- is converted with
-  ``tf.image.convert_image_dtype``, any other change is ``tf.cast``.  A stored dtype no
-  cast reaches (strings under a number spec) fails, naming both dtypes.  Arrays of
-  strings (a bytes list) and bools (an int64 list of 0/1) are stored as values, not
-  bytes: see ``transforms.example``.  A rank-0 number may be stored as one feature value
-  (int64 or float, told apart by its wire type) or as a 0-d array; both are read.
+  selections (dict / tuple values become ``value.<name>`` features).  An array's stored
+  ``<name>/dtype`` is checked against the spec: raw bytes are only ever read as the dtype
+  they were written as.  The one difference it bridges is uint8 pixels under a float
+  spec: the default dataset's image (float32 in memory, stored as uint8, 4x smaller), or
+  an image whose dtype ``output_types`` changed; both are converted with
+  ``tf.image.convert_image_dtype``, as the in-memory element is
+  (``pipelines.datapoints.fit``); any other difference fails, naming both dtypes
+  (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
+  reshape error far from its cause).  Arrays of strings (a bytes list) and bools (an
+  int64 list of 0/1) are stored as values, not bytes: see ``transforms.example``.  A
+  rank-0 number may be stored as one feature value or as a 0-d array; both are read.
 """
 
 from __future__ import annotations
@@ -81,91 +81,81 @@ def _leaf_names(spec, name: str) -> List[Tuple[str, Any]]:
     return [(name, spec)]
 
 
-def _numeric(s) -> bool:
-    """A number or bool leaf: parsed as its record's ``/dtype`` says it was stored (raw
-    bytes of any dtype, an int64 list of 0/1 for bools, or one feature value), then fitted
-    to the spec's dtype by :func:`_fit` -- the rule ``pipelines.datapoints.fit`` applies
-    to the in-memory element."""
-    return s.dtype.is_integer or s.dtype.is_floating or s.dtype.is_bool
+def _scalar(s) -> bool:
+    """A rank-0 number, bool or string: one feature value, no ``/shape``."""
+    return s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating or s.dtype.is_bool
+                                  or s.dtype == _tf().string)
+
+
+def _either_form(s) -> bool:
+    """A rank-0 integer or float, stored either as one feature value (from a Python or
+    numpy scalar) or as a 0-d array (raw bytes + ``/dtype`` + an empty ``/shape``): the
+    two differ in wire type, so each record's ``/dtype`` says which to read.  (A rank-0
+    bool or string needs no choice: both forms are one int64 / bytes value.)"""
+    return s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating) and not s.dtype.is_bool
 
 
 def _feature_spec(name: str, s) -> Dict[str, Any]:
     tf = _tf()
-    if _numeric(s):  # the value itself is parsed once its stored dtype is known (_leaf)
-        # a record without /dtype: one feature value under a rank-0 spec; under any other,
-        # an array a custom encoder wrote as the spec says (raw bytes, or 0/1 for bools)
-        fspec = {name + "/dtype": tf.io.FixedLenFeature([], tf.string,
-                                                       default_value="" if s.shape.rank == 0 else s.dtype.name)}
-        if s.shape.rank != 0:
-            fspec[name + "/shape"] = tf.io.VarLenFeature(tf.int64)
-        return fspec
-    if s.shape.rank == 0:  # a string
+    if _either_form(s):  # the value itself is parsed once its form is known (_leaf)
+        return {name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value="")}
+    if s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_bool):  # a bool is an int64 0/1
+        return {name: tf.io.FixedLenFeature([], tf.int64)}
+    if s.shape.rank == 0 and s.dtype.is_floating:
+        return {name: tf.io.FixedLenFeature([], tf.float32)}
+    if s.shape.rank == 0 and s.dtype == tf.string:
         return {name: tf.io.FixedLenFeature([], tf.string)}
-    return {name: tf.io.VarLenFeature(tf.string), name + "/shape": tf.io.VarLenFeature(tf.int64)}
-
-
-def _fit(arr, dtype):
-    """A tensor of its stored dtype -> ``dtype``, as ``pipelines.datapoints.fit`` changes
-    an in-memory element: uint8 (pixels) under a float dtype is scaled to [0, 1] with
-    ``tf.image.convert_image_dtype``; any other change is ``tf.cast``."""
-    tf = _tf()
-    if arr.dtype == dtype:
-        return arr
-    if arr.dtype == tf.uint8 and dtype.is_floating:
-        return tf.image.convert_image_dtype(arr, dtype)
-    return tf.cast(arr, dtype)
-
-
-def _is_float_list(serialized, name):
-    """Whether feature ``name`` of a serialized Example is a float list (not an int64
-    list): a rank-0 number stored as one feature value says its type only on the wire, and
-    ``parse_single_example`` fails on a type other than the one asked for."""
-    tf = _tf()
-    features = tf.io.decode_proto(serialized, "tensorflow.Example", ["features"], [tf.string]).values[0]
-    entries = tf.io.decode_proto(tf.reshape(features, []), "tensorflow.Features", ["feature"], [tf.string]).values[0]
-    keys, values = tf.io.decode_proto(entries, "tensorflow.Features.FeatureEntry", ["key", "value"],
-                                      [tf.string, tf.string]).values
-    mine = tf.boolean_mask(tf.reshape(values, [-1]), tf.equal(tf.reshape(keys, [-1]), name))
-    # a Feature's first byte is its oneof's tag: 0x12 is field 2, float_list
-    return tf.reduce_any(tf.equal(tf.strings.substr(mine, 0, 1), b"\x12"))
+    shape = {name + "/shape": tf.io.VarLenFeature(tf.int64)}
+    if s.dtype == tf.string or s.dtype.is_bool:  # listed values (see the module docstring)
+        return {name: tf.io.VarLenFeature(tf.string if s.dtype == tf.string else tf.int64), **shape}
+    # the dtype defaults to the spec's for records written without it (a custom encoder)
+    return {name: tf.io.FixedLenFeature([], tf.string),
+            name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value=s.dtype.name), **shape}
 
 
 def _leaf(f, name, s, serialized):
     tf = _tf()
-    if not _numeric(s):
-        if s.shape.rank == 0:
-            return f[name]
-        values = tf.reshape(tf.sparse.to_dense(f[name]), tf.sparse.to_dense(f[name + "/shape"]))
-        return tf.ensure_shape(values, s.shape)
-    stored = f[name + "/dtype"]
-    # one value, whatever shape it was stored with (older files stored a 0-d array as [1])
-    shape = [] if s.shape.rank == 0 else tf.sparse.to_dense(f[name + "/shape"])
+    if _either_form(s):
+        stored = f[name + "/dtype"]
 
-    def feature(typ, var=False):
-        spec = tf.io.VarLenFeature(typ) if var else tf.io.FixedLenFeature([], typ)
-        return tf.io.parse_single_example(serialized, {name: spec})[name]
+        def scalar():
+            typ = tf.float32 if s.dtype.is_floating else tf.int64
+            return tf.cast(tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], typ)})[name],
+                           s.dtype)
 
-    branches = []
-    for dtype_name in _RAW_DTYPES:
-        def raw(dtype_name=dtype_name):
-            data = tf.io.decode_raw(feature(tf.string), tf.as_dtype(dtype_name), little_endian=True)
-            return _fit(tf.reshape(data, shape), s.dtype)
-        branches.append((tf.equal(stored, dtype_name), raw))
+        def array():  # one value, whatever shape it was stored with (older files: [1])
+            data = tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], tf.string)})[name]
+            return _raw_array(data, stored, [], name, s.dtype)
+        return tf.cond(tf.equal(stored, ""), scalar, array)
+    if _scalar(s):
+        return tf.cast(f[name], s.dtype) if s.dtype != tf.string else f[name]
+    shape = tf.sparse.to_dense(f[name + "/shape"]) if s.shape.rank != 0 else []
+    if s.dtype == tf.string or s.dtype.is_bool:
+        values = tf.reshape(tf.sparse.to_dense(f[name]), shape)
+        return tf.ensure_shape(values if s.dtype == tf.string else tf.not_equal(values, 0), s.shape)
+    return tf.ensure_shape(_raw_array(f[name], f[name + "/dtype"], shape, name, s.dtype), s.shape)
 
-    def bools():  # an int64 list of 0/1
-        return _fit(tf.not_equal(tf.reshape(tf.sparse.to_dense(feature(tf.int64, var=True)), shape), 0), s.dtype)
-    branches.append((tf.equal(stored, "bool"), bools))
-    if s.shape.rank == 0:
-        def scalar():  # one feature value: a Python int or bool is an int64, a float a float
-            return tf.cond(_is_float_list(serialized, name), lambda: _fit(feature(tf.float32), s.dtype),
-                           lambda: _fit(feature(tf.int64), s.dtype))
-        branches.append((tf.equal(stored, ""), scalar))
 
-    def unsupported():
+def _raw_array(data, stored, shape, name, dtype):
+    """Raw array bytes read as the dtype they were stored as, which must be the spec's
+    ``dtype`` -- or uint8 under a float spec, converted (see the module docstring)."""
+    tf = _tf()
+
+    def same():
+        return tf.reshape(tf.io.decode_raw(data, dtype, little_endian=True), shape)
+
+    branches = [(tf.equal(stored, dtype.name), same)]
+    if dtype.is_floating:
+        def image():
+            arr = tf.reshape(tf.io.decode_raw(data, tf.uint8, little_endian=True), shape)
+            return tf.image.convert_image_dtype(arr, dtype)
+        branches.append((tf.equal(stored, "uint8"), image))
+
+    def mismatch():
         with tf.control_dependencies([tf.debugging.Assert(False, [
-                f"feature {name} is stored as", stored, f"but the element spec says {s.dtype.name}"])]):
-            return tf.zeros(shape, s.dtype)
-    return tf.ensure_shape(tf.case(branches, default=unsupported, exclusive=True), s.shape)
+                f"feature {name} is stored as", stored, f"but the element spec says {dtype.name}"])]):
+            return tf.zeros(shape, dtype)
+    return tf.case(branches, default=mismatch, exclusive=True)
 
 
 def _rebuild(spec, name, f, serialized):
