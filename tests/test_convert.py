@@ -11,7 +11,8 @@ import pytest
 import shardgen
 from ops_fixtures import crc32c_file
 from pipelines.convert import ConvertConfig, OutputExistsError, convert
-from transforms.example import parse_example, tf_feature_spec
+from transforms.example import parse_example
+from transforms.example_schema import tf_feature_spec
 from transforms.tfrecord import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from transforms.example import (EncodeError, encode_record, merge_schema, parse_example, parse_type_map,
-                                record_to_example, schema_of)
+from transforms.example import EncodeError, encode_record, parse_example, record_to_example
+from transforms.example_schema import merge_schema, parse_type_map, schema_of
 from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.sources import expand_braces, resolve

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from protogen import assert_gencode_fresh
-from transforms import example as ex
+from transforms import example as ex, example_schema as exs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +45,7 @@ def test_schema_from_the_message_equals_the_parsed_schema(payload, key):
     from transforms.stages import Stages
     record = dict(payload, __key__=key, __shard__="s.tar")
     data, schema = ex.encode_with_schema(record)
-    assert schema == ex.schema_of(data) and data == ex.encode_record(record)
+    assert schema == exs.schema_of(data) and data == ex.encode_record(record)
     out, via_stages = Stages(example_stages=[lambda e: e]).process_with_schema(dict(record))
     assert out == data and via_stages == schema                     # a tf.train.Example message
     out, custom = Stages(to_example=lambda r: ex.encode_record(r)).process_with_schema(dict(record))
@@ -134,7 +134,7 @@ def test_direct_writer_equals_the_message_path_or_steps_aside(payload, type_map,
     direct = _direct(record, type_map)
     if direct is not None:
         assert direct[0] == want
-        assert direct[1] == ex.schema_of(want)
+        assert direct[1] == exs.schema_of(want)
     assert ex.encode_record(record, type_map) == want
 
 

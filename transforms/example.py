@@ -1,6 +1,6 @@
 """Records to ``tf.train.Example`` and back: the encoding (a protobuf message, or its
 wire bytes written directly) and :func:`parse_example`.  The feature types, the type map
-and the schema are :mod:`transforms.example_schema`'s (re-exported here).
+and the schema are :mod:`transforms.example_schema`'s.
 
 Default encoding is lossless: one ``bytes`` feature per extension, named by the
 extension, plus ``__key__``.  A *type map* (``{"cls": "int64", "score": "float"}``, or the
@@ -30,9 +30,7 @@ import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from transforms import lazynp
-from transforms.example_schema import (  # noqa: F401 - the type map and schema names are re-exported
-    BYTES, FEATURE_TYPES, FLOAT, INT64, LIST_FIELD as _LIST_FIELD, merge_schema, parse_type_map, schema_of,
-    schema_of_message, tf_feature_spec, unmatched_types)
+from transforms.example_schema import BYTES, FLOAT, INT64, LIST_FIELD as _LIST_FIELD, schema_of, schema_of_message
 from transforms.records import KEY, META_KEYS, Record
 
 
