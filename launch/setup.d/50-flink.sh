@@ -58,7 +58,7 @@ if [[ -n "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" ]]; then
   exit 0
 fi
 # already set up for this Beam (a fetched or an assembled jar)?
-if [[ -z "${TAR2TF_FLINK_JOB_SERVER_JAR:-}" && -f "$envfile" ]] && grep -qx "BEAM_VERSION=$BEAM" "$envfile"; then
+if [[ -f "$envfile" ]] && grep -qx "BEAM_VERSION=$BEAM" "$envfile"; then
   jar=$(sed -n 's/^FLINK_JOB_SERVER_JAR=//p' "$envfile")
   [[ -s "$jar" ]] && exit 0
 fi
