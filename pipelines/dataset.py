@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from pipelines import datapoints as dp
 from pipelines import options as opts
+from pipelines import recast
 from pipelines.inmemory import ordered_stream
 from pipelines.parsers import make_record_parser
 from pipelines.pathgen import run_with_path_generator
@@ -263,17 +264,23 @@ class Dataset:
         cfg = self._config(template, out_dir.rstrip("/") + "/part-{}.tfrecord", None, "100MB",
                            {"overwrite": True}, stored=False)
         res = self._convert(cfg, num_workers, True)
-        spec = output_signature
-        if spec is None:
-            if not res.paths:
-                raise ValueError(f"no record could be converted; see {res.rejects_path}")
+        el = None
+        if res.paths:
             first = parse_example(next(iter(read_records(res.paths[0]))))
             parts = tuple(leaves.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, leaves.NAMES))
             el = parts if len(parts) > 1 else parts[0]
+        spec = output_signature
+        if spec is None:
+            if el is None:
+                raise ValueError(f"no record could be converted; see {res.rejects_path}")
             spec = self._inferred_spec(el, output_shapes, output_types)
         self.element_spec = spec
-        parser = make_record_parser(spec, with_label=len(self.selections) == 2)
-        return tf.data.TFRecordDataset(res.paths).map(parser)
+        # parsed as stored, then (only if output_types / output_signature change a dtype)
+        # cast as the in-memory load casts: pipelines/recast.py
+        pair = len(self.selections) == 2
+        stored = spec if el is None else recast.stored_spec(spec, el)
+        parse, cast = make_record_parser(stored, with_label=pair), recast.caster(stored, spec, pair)
+        return tf.data.TFRecordDataset(res.paths).map(parse if cast is None else lambda r: cast(parse(r)))
 
     # -- in memory: streamed from this process's threads or its worker processes ------------
     def _stages(self, spec=None) -> Stages:
