@@ -92,8 +92,10 @@ def write_record(path: str, images: Sequence[PcrImage], config: Optional[StoreCo
 
 
 def build_index(entries: Iterable[pcr_pb2.RecordOffsetsIndex], groups: int = SCAN_GROUPS,
-                maps: Iterable[ScanGroupMap] = (), tool_version: str = "") -> bytes:
-    idx = pcr_pb2.DatasetOffsetsIndex(records=list(entries), scan_groups=groups, tool_version=tool_version)
+                maps: Iterable[ScanGroupMap] = (), tool_version: str = "", scan_script: str = "") -> bytes:
+    """``scan_script``: the text of a custom jpegtran scan script (empty: the standard one)."""
+    idx = pcr_pb2.DatasetOffsetsIndex(records=list(entries), scan_groups=groups, tool_version=tool_version,
+                                      scan_script=scan_script)
     for m in maps:
         idx.scan_maps.add(name=m.name, components=m.components, group_of_scan=m.group_of_scan,
                           description=m.description)
