@@ -3,7 +3,9 @@
 SOURCE is an ImageFolder directory (``root/<class>/<image>``, labels = positions of the
 sorted class names) or tar shard templates (local, ``ais://``, ``gs://``; label = the
 integer in ``--label-field``, default ``cls``).  JPEGs are made progressive losslessly
-with jpegtran; other images are encoded once at ``--quality``.  Other ``--flags`` go to
+with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
+jpegtran a custom scan script for 3-component images (its text travels with the job, so
+remote workers need no copy; a bad script is a usage error).  Other ``--flags`` go to
 Beam if they are Beam pipeline options (else a usage error).  See docs/pcr.md.
 """
 
@@ -28,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--label-field", default="cls", help="tar inputs: field holding the integer label")
     p.add_argument("--image-field", help="tar inputs: image field (default: first of jpg, jpeg, png, ...)")
     p.add_argument("--quality", type=int_in(1, 100), default=90, help="JPEG quality for non-JPEG inputs (default 90)")
+    p.add_argument("--scans", metavar="FILE",
+                   help="jpegtran scan script (-scans syntax) for 3-component images; default: jpegtran's "
+                        "standard script (docs/pcr.md, example: docs/scans/chroma-coarse.txt)")
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
     p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
@@ -50,6 +55,7 @@ def run(args) -> int:
         cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
                         images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
                         label_field=args.label_field, image_field=args.image_field, quality=args.quality,
+                        scans=args.scans,
                         base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
                         resume=args.resume, progress=False if args.no_progress else None,
                         store=store_config(args))

@@ -11,6 +11,11 @@ Units are tar shards or slices of an ImageFolder tree.  The record plan depends 
 the unit infos (ordered by unit index) and the seed, never on bundling or worker count,
 so output is byte-identical across runs and runners.  The shuffle sorts images by
 ``sha256(seed, unit index, key)`` (the TFRecord shuffle's key).
+
+A custom jpegtran scan script (``scans``) is read and checked before the job starts; its
+text is part of the options, so it reaches every worker and the work directory's
+fingerprint.  The work directory holds ``job.json`` (inputs, options, version): ``resume``
+with other options than an interrupted run of the same inputs is refused, naming them.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
 from transforms import pcr_convert as pc
 from transforms import pcr_format as fmt
+from transforms import pcr_scan_script
 from transforms.jpeg_scans import SCAN_GROUPS, ScanGroupMap
 from transforms.pcr_image import DEFAULT_QUALITY, jpegtran_path
 from transforms.records import Reject
@@ -55,6 +61,8 @@ class PcrConfig:
     label_field: str = "cls"
     image_field: Optional[str] = None    # default: the record's first image extension
     quality: int = DEFAULT_QUALITY       # for non-JPEG inputs (and un-rotatable JPEGs)
+    scans: Optional[str] = None          # a jpegtran -scans file for 3-component images (local/gs/ais)
+    scan_script: Optional[str] = None    # or the script's text (what the job carries to workers)
     files_per_unit: int = 64             # ImageFolder files per work unit
     base: Optional[str] = None
     max_rejects: int = 0
@@ -67,7 +75,7 @@ class PcrConfig:
         return {"images_per_record": self.images_per_record, "seed": self.seed,
                 "shuffle": self.seed is not None, "input_format": self.input_format,
                 "label_field": self.label_field, "image_field": self.image_field, "quality": self.quality,
-                "scan_groups": SCAN_GROUPS, "max_rejects": self.max_rejects}
+                "scan_groups": SCAN_GROUPS, "max_rejects": self.max_rejects, "scan_script": self.scan_script}
 
 
 @dataclasses.dataclass
@@ -98,7 +106,8 @@ class ConvertUnitFn(beam.DoFn):
         if info is not None:
             self.c["shards_resumed"].inc()
         else:
-            info = pc.convert_unit(unit, self.work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
+            info = pc.convert_unit(unit, self.work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field,
+                                   cfg.scan_script)
             workfiles.write_sidecar(blob, info, cfg.store)
         bar = prog.get(self.job)
         if bar is not None:
@@ -160,7 +169,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
         maps.update(info["maps"])
     smaps = [ScanGroupMap(name, comps, tuple(groups), desc) for name, (_, comps, groups, desc) in sorted(maps.items())]
     index_path = join(cfg.output, fmt.INDEX_NAME)
-    index_bytes = fmt.build_index(entries, SCAN_GROUPS, smaps, transforms.__version__)
+    index_bytes = fmt.build_index(entries, SCAN_GROUPS, smaps, transforms.__version__, cfg.scan_script or "")
     store = get_store(index_path, cfg.store)
     keep = {r["path"] for r in records}
     for stale in _existing_records(cfg):
@@ -173,7 +182,8 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
     by_reason = finalize.rejects_by_reason(rejects)
     stem = join(cfg.output, MANIFEST_STEM)
     manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "pcr", "inputs": inputs,
-                "output": cfg.output, "directory": cfg.output, "options": cfg.describe(), "classes": classes,
+                "output": cfg.output, "directory": cfg.output, "options": dict(cfg.describe(), scans=cfg.scans),
+                "classes": classes,
                 "index": {"path": index_path, "bytes": len(index_bytes),
                           "sha256": hashlib.sha256(index_bytes).hexdigest()},
                 "scan_maps": {m.name: {"components": m.components, "group_of_scan": list(m.group_of_scan),
@@ -223,10 +233,49 @@ def list_units(cfg: PcrConfig):
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
 
 
+JOB_FILE = "job.json"  # in the work directory: what the job is, for a refused --resume to explain
+
+
+def job_of(cfg: PcrConfig, inputs: List[str]) -> Dict[str, Any]:
+    return {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
+
+
 def work_dir_for(cfg: PcrConfig, inputs: List[str]) -> str:
     """Same inputs + options -> same work dir, which is what lets ``resume`` find unit blobs."""
-    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}, sort_keys=True)
+    key = json.dumps(job_of(cfg, inputs), sort_keys=True)
     return join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "scan_script":
+        return "jpegtran's standard script" if value is None else f"script sha256 {pcr_scan_script.digest(value)[:12]}"
+    return json.dumps(value)
+
+
+def resume_conflict(cfg: PcrConfig, inputs: List[str], work: str) -> Optional[str]:
+    """Why ``resume`` cannot continue when ``work`` is empty: another work directory beside it
+    holds an interrupted run of the same inputs with other options (or tar2tf version)."""
+    store = get_store(work, cfg.store)
+    root = work.rpartition("/")[0]
+    mine = job_of(cfg, inputs)
+    for url in sorted(store.list(root + "/")):
+        if not url.endswith("/" + JOB_FILE) or url.rpartition("/")[0].rpartition("/")[0] != root:
+            continue
+        try:
+            other = json.loads(store.read_bytes(url))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(other, dict) or other.get("inputs") != inputs:
+            continue
+        theirs = other.get("options") or {}
+        diffs = [f"{k}: {_shown(k, theirs.get(k))} then, {_shown(k, mine['options'].get(k))} now"
+                 for k in sorted(set(theirs) | set(mine["options"])) if theirs.get(k) != mine["options"].get(k)]
+        if other.get("v") != mine["v"]:
+            diffs.append(f"tar2tf version: {other.get('v')} then, {mine['v']} now")
+        return (f"--resume: the interrupted run of these inputs in {url.rpartition('/')[0]} had other "
+                f"options ({'; '.join(diffs)}); rerun with its options to resume it, or without --resume "
+                f"to start afresh")
+    return None
 
 
 def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
@@ -239,9 +288,20 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     if jpegtran_path() is None:
         raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)")
     cfg.output = cfg.output.rstrip("/")
+    if cfg.scans is not None:  # the job gets the text (the caller's config keeps what it gave)
+        text = pcr_scan_script.read(cfg.scans, cfg.store)
+        if cfg.scan_script is not None and cfg.scan_script != text:
+            raise ValueError(f"scan_script differs from the text of scans={cfg.scans!r}: give one of them")
+        cfg = dataclasses.replace(cfg, scan_script=text)
+    if cfg.scan_script is not None:
+        pcr_scan_script.check(cfg.scan_script, cfg.scans or "scan_script")
     existing = _existing_records(cfg)
     units, list_rejects, inputs, classes = list_units(cfg)
     work = work_dir_for(cfg, inputs)
+    if cfg.resume and not finalize.has_files(get_store(work, cfg.store), work):
+        conflict = resume_conflict(cfg, inputs, work)
+        if conflict:
+            raise ValueError(conflict)
     if (existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))) \
             and not cfg.overwrite:
         # --resume continues this job (its work directory is there), never replaces another's
@@ -251,6 +311,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
             raise OutputExistsError(f"{cfg.output} already holds a PCR dataset, but no interrupted run of this "
                                     f"job (same inputs and options) left work to resume in {work}; pass "
                                     f"--overwrite to replace it")
+    get_store(work, cfg.store).write_bytes(join(work, JOB_FILE), json.dumps(job_of(cfg, inputs)).encode())
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
     bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None

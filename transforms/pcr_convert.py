@@ -11,7 +11,8 @@ Inputs come in *units*, each converted by one worker into one work *blob*:
 
 For every accepted image the blob gets its ``SCAN_GROUPS`` pieces back to back; the
 returned info (JSON-able) lists per image its key, label, piece sizes, blob offset and
-provenance, plus the rejects and counts of the unit.
+provenance, plus the rejects and counts of the unit.  A custom scan script comes as its text
+(``scan_script``) and goes to jpegtran through a file local to the worker.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from transforms.fetch import read_shard
 from transforms.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr_image import DEFAULT_QUALITY, ImageRejected, to_progressive
+from transforms.pcr_scan_script import local_file
 from transforms.records import KEY, Record, Reject, is_reject
 from transforms.stores import StoreConfig, get_store, join, split_url
 from transforms.tar_records import ShardCorrupt
@@ -66,9 +68,10 @@ def is_image_folder(source: Union[str, Sequence[str]]) -> bool:
 
 # -- one image ----------------------------------------------------------------------------
 
-def convert_image(data: bytes, quality: int = DEFAULT_QUALITY):
-    """(pieces, fields) for one image; raises ImageRejected / JpegError."""
-    prog = to_progressive(data, quality)
+def convert_image(data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[str] = None):
+    """(pieces, fields) for one image; raises ImageRejected / JpegError.  ``scans``: a local
+    jpegtran scan-script file for 3-component images."""
+    prog = to_progressive(data, quality, scans)
     pieces, smap, layout = group_pieces(prog.data, SCAN_GROUPS)
     fields = {"scan_map": smap.name, "orientation": prog.orientation, "lossless": prog.lossless,
               "source_format": prog.source_format, "width": layout.width, "height": layout.height,
@@ -146,8 +149,10 @@ def unit_blob(work: str, unit) -> str:
 
 
 def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality: int = DEFAULT_QUALITY,
-                 image_field: Optional[str] = None, label_field: str = "cls") -> Dict[str, Any]:
+                 image_field: Optional[str] = None, label_field: str = "cls",
+                 scan_script: Optional[str] = None) -> Dict[str, Any]:
     kind, index, shard, what = unit
+    scans = local_file(scan_script) if scan_script else None
     blob = unit_blob(work, unit)
     corrupt: List[Reject] = []
     items = tar_items(what, config, image_field, label_field, corrupt) if kind == "tar" \
@@ -167,7 +172,7 @@ def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality:
             read += 1
             key, label, data = item
             try:
-                pieces, fields, smap = convert_image(data, quality)
+                pieces, fields, smap = convert_image(data, quality, scans)
             except (ImageRejected, JpegError) as e:
                 rejects.append(Reject(shard, key, "encode", str(e)).to_dict())
                 continue

@@ -12,6 +12,11 @@
   (kept) or RGB (everything else; an alpha channel is dropped), encoded once as baseline JPEG at ``quality`` (default 90,
   4:2:0), then sent through the same jpegtran call.
 
+A custom jpegtran scan script (``scans``, a ``-scans`` file; ``transforms/pcr_scan_script.py``)
+replaces jpegtran's standard progression for 3-component images.  A script names component
+indexes, so it fits one component count only: grayscale, CMYK and other images keep the
+standard script (jpegtran refuses a colour script for them: "Invalid scan script at entry 1").
+
 Bytes go through jpegtran's stdin/stdout: inputs are never modified nor written to disk.
 Failures raise :class:`ImageRejected` with a reason whose prefix is a stable kind.
 """
@@ -36,6 +41,7 @@ _ORIENT = {2: ["-flip", "horizontal"], 3: ["-rotate", "180"], 4: ["-flip", "vert
            5: ["-transpose"], 6: ["-rotate", "90"], 7: ["-transverse"], 8: ["-rotate", "270"]}
 _EXIF_ORIENTATION = 0x0112
 _GRAY_MODES = {"1", "L", "LA", "La"}
+SCRIPT_COMPONENTS = 3  # a custom scan script is used for images with this many components
 
 
 class ImageRejected(ValueError):
@@ -128,21 +134,31 @@ def is_jpeg(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff"
 
 
-def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY) -> Progressive:
+def _scans(scans: Optional[str], jpeg: Image.Image) -> List[str]:
+    """jpegtran's ``-scans`` arguments for this JPEG (its header), or none."""
+    return ["-scans", scans] if scans and jpeg.layers == SCRIPT_COMPONENTS else []
+
+
+def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[str] = None) -> Progressive:
+    """``scans``: a local jpegtran scan-script file, used for 3-component images."""
     if not data:
         raise ImageRejected("not an image: empty")
     if is_jpeg(data):
         # header only: jpegtran decodes every coefficient, so it is the integrity check
-        orient = _orientation(_jpeg_header(data))
+        head = _jpeg_header(data)
+        orient = _orientation(head)
         if orient == 1:
-            return Progressive(jpegtran(data), "JPEG", 1, True)
+            return Progressive(jpegtran(data, _scans(scans, head)), "JPEG", 1, True)
         try:
-            return Progressive(jpegtran(data, ["-perfect", *_ORIENT[orient]]), "JPEG", orient, True)
+            return Progressive(jpegtran(data, ["-perfect", *_ORIENT[orient], *_scans(scans, head)]),
+                               "JPEG", orient, True)
         except ImageRejected:
             # -perfect refuses partial edge blocks, and damaged data fails it too: only an
             # image jpegtran reads cleanly without the transform may take the lossy way
             # (Pillow would decode damaged data without a word)
             jpegtran(data)
-            return Progressive(jpegtran(_baseline(_decoded(data)[0], quality)), "JPEG", orient, False)
+            base = _baseline(_decoded(data)[0], quality)
+            return Progressive(jpegtran(base, _scans(scans, _jpeg_header(base))), "JPEG", orient, False)
     img, orient = _decoded(data)
-    return Progressive(jpegtran(_baseline(img, quality)), img.format or "unknown", orient, False)
+    base = _baseline(img, quality)
+    return Progressive(jpegtran(base, _scans(scans, _jpeg_header(base))), img.format or "unknown", orient, False)
