@@ -25,7 +25,9 @@ def test_report_cli(tmp_path, capsys):
     assert main(["pcr-report", out, "--sample", "5"]) == 0
     printed = capsys.readouterr().out
     assert "MS-SSIM" in printed and "saved:" in printed
+    assert "scans: jpegtran's standard script" in printed
     rep = json.load(open(os.path.join(out, "PCR_report.json")))
+    assert rep["scan_script"] is None
     assert rep["images"] == 7 and rep["sample"] == 5 and rep["scan_groups"] == 10
     rows = rep["groups"]
     fractions = [r["fraction"] for r in rows]

@@ -15,7 +15,7 @@ import pytest
 from pcr_fixtures import convert_local, decode, make_image_folder, requires_jpegtran, sample_images
 from transforms import jpeg_scans as js
 from transforms import pcr_format as fmt
-from transforms import pcr_pb2, pcr_reader
+from transforms import pcr_pb2, pcr_quality, pcr_reader, pcr_scan_script
 from transforms.pcr_verify import verify_pcr
 
 pytestmark = requires_jpegtran
@@ -109,6 +109,14 @@ def test_the_script_is_recorded_in_index_manifest_and_images(runs):
     ref_idx = ref["DatasetOffsetsIndex"].FromString(open(os.path.join(out, fmt.INDEX_NAME), "rb").read())
     assert [r.name for r in ref_idx.records] == [os.path.basename(p) for p in res.paths]
     assert [list(r.offsets) for r in ref_idx.records] == [list(r.offsets64) for r in idx.records]
+
+
+def test_pcr_report_names_the_script(runs):
+    (out, _), _ = runs
+    text = open(SCRIPT).read()
+    rep = pcr_quality.report(out, sample=0)
+    assert rep["scan_script"] == text
+    assert f"scans: custom script, 12 scans (sha256 {pcr_scan_script.digest(text)[:12]}" in pcr_quality.format_table(rep)
 
 
 def test_group_five_is_smaller_than_with_the_standard_script(runs):

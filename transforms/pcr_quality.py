@@ -19,6 +19,7 @@ import math
 from typing import Any, Dict, List, Optional
 
 from transforms import pcr_format as fmt
+from transforms import pcr_scan_script
 from transforms.stores import StoreConfig, join
 
 WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
@@ -107,12 +108,23 @@ def report(directory: str, sample: int = 32, config: Optional[StoreConfig] = Non
         row["psnr_db_mean"] = sum(p) / len(p) if p else None
     return {"directory": directory, "records": len(entries), "images": sum(counts),
             "sample": sum(len(v) for v in picked.values()), "bytes_total": total,
-            "scan_groups": groups, "groups": rows}
+            "scan_groups": groups, "scan_script": idx.scan_script or None, "groups": rows}
+
+
+def _script_line(text: Optional[str]) -> str:
+    """How the colour images were made progressive: jpegtran's standard script, or a
+    custom one (its scan count and sha256, as a refused ``tar2tf pcr --resume`` names it)."""
+    if not text:
+        return "jpegtran's standard script"
+    body = " ".join(line.split("#", 1)[0] for line in text.splitlines())
+    scans = sum(1 for entry in body.split(";") if entry.strip())
+    return f"custom script, {scans} scans (sha256 {pcr_scan_script.digest(text)[:12]}; colour images only)"
 
 
 def format_table(rep: Dict[str, Any]) -> str:
     lines = [f"{rep['directory']}: {rep['images']} images in {rep['records']} records, "
              f"{rep['bytes_total']} bytes; quality on {rep['sample']} sampled images",
+             f"scans: {_script_line(rep.get('scan_script'))}",
              f"{'group':>5}  {'bytes':>12}  {'fraction':>8}  {'MS-SSIM':>7}  {'min':>6}  {'PSNR dB':>7}"]
     for r in rep["groups"]:
         def f(v, spec):
