@@ -8,16 +8,30 @@ and a small jar holding only a manifest (``Main-Class`` = the job server driver,
 ``Class-Path`` = the ``lib/`` jars) lets Beam's Python FlinkRunner start it exactly as it
 starts the shaded jar (``java -jar <jar> --flink-master ... --job-port ...``).
 
+The runner's dependencies include the SLF4J API but no binding, without which SLF4J
+drops every log line (Flink's, Beam's).  Like the published jar, the assembled server
+gets ``org.slf4j:slf4j-simple`` of the same version as its ``slf4j-api``, configured by a
+``simplelogger.properties`` in the launcher jar: WARN and above, on stderr (which Beam's
+Python runner reads); ``-Dorg.slf4j.simpleLogger.defaultLogLevel=info`` overrides it.
+
 Used by launch/setup.d/50-flink.sh when ``mvn dependency:get`` finds no job server jar:
 
     python launch/flink_job_server.py --cache DIR --beam 2.77.0 --flink 2.2 2.1 1.19
 
 prints ``<flink version> <jar>`` of the first runner version that resolves (Beam versions
 from the newest not above --beam down, at most --tries per Flink version) and exits 0, or
-explains on stderr and exits 1.  Stdlib only: it runs before anything else is known to work.
+explains on stderr and exits 1.
+
+    python launch/flink_job_server.py --cache DIR --update JAR
+
+brings a server assembled by an older version of this file up to date in place (today:
+the logging binding, one small download; nothing else is resolved again); exit 1 when
+that fails (the server still runs, without logs).  Stdlib only: it runs before anything
+else is known to work.
 """
 
 import argparse
+import io
 import os
 import re
 import shutil
@@ -38,12 +52,25 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <packaging>pom</packaging>
   <dependencies>
     <dependency>
-      <groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-flink-{flink}</artifactId>
-      <version>{beam}</version>
+      <groupId>{group}</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{version}</version>
     </dependency>
   </dependencies>
 </project>
+"""
+
+# SLF4J bindings (1.x) and providers (2.x): with none on the class path SLF4J logs nothing.
+# One already there is kept; else BINDING, the one Beam's published job server jar has.
+SLF4J_BINDINGS = ("slf4j-simple", "slf4j-jdk14", "slf4j-log4j12", "slf4j-reload4j", "slf4j-nop",
+                  "log4j-slf4j-impl", "log4j-slf4j2-impl", "logback-classic")
+BINDING = "slf4j-simple"
+LOG_LEVEL_PROPERTY = "org.slf4j.simpleLogger.defaultLogLevel"
+DEFAULT_LOG_LEVEL = "warn"
+LOG_CONFIG = "simplelogger.properties"  # slf4j-simple reads it from the class path (the launcher)
+LOG_CONFIG_TEXT = f"""# tar2tf: the assembled Flink job server's log (slf4j-simple), on stderr.
+# A JVM system property overrides it: -D{LOG_LEVEL_PROPERTY}=info
+{LOG_LEVEL_PROPERTY}={DEFAULT_LOG_LEVEL}
 """
 
 
@@ -81,9 +108,9 @@ def _manifest_line(text: str) -> bytes:
     return b"\r\n".join(parts) + b"\r\n"
 
 
-def write_launcher(jar: str, lib_dir: str) -> None:
-    """A manifest-only jar whose Class-Path names every jar in lib_dir, relative to the jar.
-    Written under a temporary name and renamed, so a half-written jar is never used."""
+def launcher_bytes(jar: str, lib_dir: str) -> bytes:
+    """The launcher jar at path `jar`: a manifest whose Class-Path names every jar in
+    lib_dir, relative to the jar, and the log configuration (LOG_CONFIG)."""
     rel = os.path.relpath(lib_dir, os.path.dirname(os.path.abspath(jar)))
     libs = sorted(f for f in os.listdir(lib_dir) if f.endswith(".jar"))
     if not libs:
@@ -92,11 +119,86 @@ def write_launcher(jar: str, lib_dir: str) -> None:
     manifest = (_manifest_line("Manifest-Version: 1.0") + _manifest_line(f"Main-Class: {MAIN_CLASS}")
                 + _manifest_line("Created-By: tar2tf launch/flink_job_server.py")
                 + _manifest_line(f"Class-Path: {class_path}") + b"\r\n")
-    tmp = jar + ".tmp"
-    with zipfile.ZipFile(tmp, "w") as z:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
         # a fixed timestamp: the same lib/ gives the same bytes
-        z.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", date_time=(1980, 1, 1, 0, 0, 0)), manifest)
+        for name, data in (("META-INF/MANIFEST.MF", manifest), (LOG_CONFIG, LOG_CONFIG_TEXT.encode())):
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    return buf.getvalue()
+
+
+def write_launcher(jar: str, lib_dir: str) -> None:
+    """The launcher jar (launcher_bytes), written under a temporary name and renamed, so
+    that a half-written jar is never used."""
+    data = launcher_bytes(jar, lib_dir)
+    tmp = jar + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, jar)
+
+
+def jar_version(lib_dir: str, artifact: str) -> Optional[str]:
+    """The version of `artifact` in lib_dir (copy-dependencies names jars <artifact>-<version>.jar)."""
+    for f in sorted(os.listdir(lib_dir)):
+        m = re.fullmatch(re.escape(artifact) + r"-(\d[^/]*)\.jar", f)
+        if m:
+            return m.group(1)
+    return None
+
+
+def missing_binding(lib_dir: str) -> Optional[str]:
+    """The version of BINDING that lib_dir needs: its slf4j-api's, when it holds no SLF4J
+    binding; None when it has one, or no slf4j-api (nothing logs through SLF4J)."""
+    api = jar_version(lib_dir, "slf4j-api")
+    if api is None or any(jar_version(lib_dir, b) for b in SLF4J_BINDINGS):
+        return None
+    return api
+
+
+def _mvn_copy(work: str, group: str, artifact: str, version: str, m2: str, log, transitive: bool = True) -> bool:
+    """mvn dependency:copy-dependencies of group:artifact:version into work/lib (runtime scope)."""
+    with open(os.path.join(work, "pom.xml"), "w") as f:
+        f.write(POM.format(group=group, artifact=artifact, version=version))
+    cmd = ["mvn", "-q", "-B", f"-Dmaven.repo.local={m2}", "-f", os.path.join(work, "pom.xml"),
+           "dependency:copy-dependencies", "-DincludeScope=runtime",
+           f"-DoutputDirectory={os.path.join(work, 'lib')}"] + ([] if transitive else ["-DexcludeTransitive=true"])
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return p.returncode == 0 and os.path.isdir(os.path.join(work, "lib"))
+
+
+def add_binding(lib_dir: str, m2: str, log) -> bool:
+    """Puts BINDING (the version of lib_dir's slf4j-api) into lib_dir, unless it has a
+    binding already; False when Maven cannot get it."""
+    version = missing_binding(lib_dir)
+    if version is None:
+        return True
+    work = lib_dir.rstrip(os.sep) + ".binding"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    try:
+        name = f"{BINDING}-{version}.jar"
+        if not _mvn_copy(work, "org.slf4j", BINDING, version, m2, log, transitive=False) \
+                or not os.path.isfile(os.path.join(work, "lib", name)):
+            return False
+        os.replace(os.path.join(work, "lib", name), os.path.join(lib_dir, name))
+        return True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def update(jar: str, m2: str, log) -> bool:
+    """Brings an assembled server (jar + lib/ beside it) up to date in place: the logging
+    binding, then the launcher (rewritten only if its bytes differ).  False when the
+    binding cannot be had; the launcher is made current either way."""
+    lib = os.path.join(os.path.dirname(os.path.abspath(jar)), "lib")
+    ok = add_binding(lib, m2, log)
+    want = launcher_bytes(jar, lib)
+    with open(jar, "rb") as f:
+        if f.read() != want:
+            write_launcher(jar, lib)
+    return ok
 
 
 def resolve(flink: str, beam: str, home: str, m2: str, log) -> Optional[str]:
@@ -105,17 +207,12 @@ def resolve(flink: str, beam: str, home: str, m2: str, log) -> Optional[str]:
     work = home + ".partial"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    with open(os.path.join(work, "pom.xml"), "w") as f:
-        f.write(POM.format(flink=flink, beam=beam))
-    cmd = ["mvn", "-q", "-B", f"-Dmaven.repo.local={m2}", "-f", os.path.join(work, "pom.xml"),
-           "dependency:copy-dependencies", "-DincludeScope=runtime",
-           f"-DoutputDirectory={os.path.join(work, 'lib')}"]
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
-    if p.returncode != 0 or not os.path.isdir(os.path.join(work, "lib")):
+    if not _mvn_copy(work, "org.apache.beam", f"beam-runners-flink-{flink}", beam, m2, log):
         shutil.rmtree(work, ignore_errors=True)
         return None
+    if not add_binding(os.path.join(work, "lib"), m2, log):
+        # the server runs without it, only silently; setup's next run retries (--update)
+        print(f"WARNING: no org.slf4j:{BINDING} for the job server: it will log nothing", file=sys.stderr)
     name = f"beam-runners-flink-{flink}-job-server-{beam}-assembled.jar"
     write_launcher(os.path.join(work, name), os.path.join(work, "lib"))
     shutil.rmtree(home, ignore_errors=True)
@@ -126,15 +223,28 @@ def resolve(flink: str, beam: str, home: str, m2: str, log) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", required=True, help="where the server goes (flink-job-server/<flink>-<beam>/)")
-    ap.add_argument("--beam", required=True, help="the installed apache-beam version (the newest to try)")
-    ap.add_argument("--flink", nargs="+", required=True, help="Flink versions, in the order to try")
+    ap.add_argument("--beam", help="the installed apache-beam version (the newest to try)")
+    ap.add_argument("--flink", nargs="+", help="Flink versions, in the order to try")
+    ap.add_argument("--update", metavar="JAR", help="bring this assembled server up to date instead")
     ap.add_argument("--repo", default=os.environ.get("TAR2TF_MAVEN_REPO", DEFAULT_REPO),
                     help="where to read the version lists (mvn itself follows ~/.m2/settings.xml)")
     ap.add_argument("--tries", type=int, default=3, help="Beam versions tried per Flink version")
     a = ap.parse_args(argv)
+    if (a.update is None) == (a.beam is None or a.flink is None) or (a.update and (a.beam or a.flink)):
+        ap.error("give --beam and --flink (assemble), or --update JAR")
     m2 = os.path.join(a.cache, "m2")
-    tried: List[str] = []
     with open(os.path.join(a.cache, "mvn-flink-assemble.log"), "a") as log:
+        if a.update:
+            if not os.path.isfile(a.update) or not os.path.isdir(os.path.join(os.path.dirname(a.update), "lib")):
+                print(f"{a.update} is not an assembled job server (no lib/ beside it)", file=sys.stderr)
+                return 1
+            ok = update(a.update, m2, log)
+            shutil.rmtree(m2, ignore_errors=True)
+            if not ok:
+                print(f"cannot get org.slf4j:{BINDING} for {a.update}: the job server will log nothing "
+                      f"(log: {log.name})", file=sys.stderr)
+            return 0 if ok else 1
+        tried: List[str] = []
         for flink in a.flink:
             for beam in candidates(published_versions(flink, a.repo), a.beam, a.tries):
                 tried.append(f"{flink}:{beam}")
@@ -150,7 +260,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"{a.repo} lists no beam-runners-flink-{{{','.join(a.flink)}}} release at or below Beam {a.beam}"
     print(f"cannot assemble a Flink job server: {why}", file=sys.stderr)
     return 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

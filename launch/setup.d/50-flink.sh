@@ -5,7 +5,8 @@
 # that Beam publishes a job server for (FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS) down.
 # Where Maven serves no such jar, the same server is assembled from its parts:
 # beam-runners-flink-<flink>:<beam'> and its dependencies (the newest <beam'> <= <beam> that
-# resolves), started through a manifest-only jar (launch/flink_job_server.py).
+# resolves), started through a manifest-only jar (launch/flink_job_server.py), with an
+# SLF4J binding so that the server logs (WARN and above; docs/runners.md).
 # $TAR2TF_FLINK_JOB_SERVER_JAR (+ $TAR2TF_FLINK_VERSION) may name a jar you already have.
 # Result, read by launch/flink.sh and tests/test_flink.py:
 #   $TAR2TF_CACHE/flink.env  with FLINK_VERSION=, FLINK_JOB_SERVER_JAR=, BEAM_VERSION=
@@ -60,7 +61,16 @@ fi
 # already set up for this Beam (a fetched or an assembled jar)?
 if [[ -f "$envfile" ]] && grep -qx "BEAM_VERSION=$BEAM" "$envfile"; then
   jar=$(sed -n 's/^FLINK_JOB_SERVER_JAR=//p' "$envfile")
-  [[ -s "$jar" ]] && exit 0
+  if [[ -s "$jar" ]]; then
+    # an assembled server is brought up to date in place (one assembled before it had a
+    # logging binding gets one: a small download, not the whole server again); if that
+    # fails the server still runs, only without logs, and the next run retries
+    if [[ "$jar" == "$TAR2TF_CACHE"/flink-job-server/*-assembled.jar ]] &&
+       ! "$PY" "$ROOT/launch/flink_job_server.py" --cache "$TAR2TF_CACHE" --update "$jar"; then
+      echo "WARNING [50-flink]: could not update $jar (log: $TAR2TF_CACHE/mvn-flink-assemble.log)" >&2
+    fi
+    exit 0
+  fi
 fi
 # already fetched? the newest Flink first
 for jar in $(ls "$TAR2TF_CACHE"/jars/beam-runners-flink-*-job-server-"$BEAM".jar 2>/dev/null | sort -V -r); do
