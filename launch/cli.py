@@ -18,6 +18,8 @@ import logging
 import sys
 from typing import Callable, List, Optional
 
+from launch import job_server_log
+
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
 
@@ -85,6 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args, extra = parser.parse_known_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
+        job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:

@@ -24,6 +24,9 @@
 # task manager.  Input and output must then be on storage the task managers reach
 # (gs://, ais://, a shared mount).  Add --flink_submit_uber_jar when the job server cannot
 # upload artifacts to the cluster by itself.
+# The job server's log (Java; Beam's Python runner logs its lines, shown on stderr): WARN
+# and above, less four warnings that every embedded run prints and that mean nothing (set at
+# ERROR below); FLINK_LOG_LEVEL=info (or debug, trace, warn, error, off) sets one level for all.
 # --dry-run: print the parsed options and problems (exit 0 = fine, 2 = problems); no job runs.
 # Python: $TAR2TF_PYTHON, else the bootstrap venv (launch/bootstrap.sh --core).
 set -euo pipefail
@@ -48,7 +51,18 @@ if [[ -z "$FLINK_JOB_SERVER_JAR" || -z "$FLINK_VERSION" ]]; then
   exit 2
 fi
 args=(--runner=FlinkRunner "--flink_master=$FLINK_MASTER" "--flink_version=$FLINK_VERSION"
-      "--flink_job_server_jar=$FLINK_JOB_SERVER_JAR" "--environment_type=$ENVIRONMENT_TYPE")
+      "--flink_job_server_jar=$FLINK_JOB_SERVER_JAR" "--environment_type=$ENVIRONMENT_TYPE"
+      "--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.defaultLogLevel=${FLINK_LOG_LEVEL:-warn}")
+if [[ -z "${FLINK_LOG_LEVEL:-}" ]]; then
+  # the LOOPBACK workers' servers closed twice at the end (a stack trace per stage); no
+  # log.file for the web UI; no Kerberos tokens; operator names longer than Flink's metrics allow
+  for quiet in org.apache.beam.runners.fnexecution.control.DefaultJobBundleFactory \
+               org.apache.flink.runtime.webmonitor.WebMonitorUtils \
+               org.apache.flink.runtime.security.token.DefaultDelegationTokenManager \
+               org.apache.flink.metrics.MetricGroup; do
+    args+=("--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.log.$quiet=error")
+  done
+fi
 [[ -n "${ENVIRONMENT_CONFIG:-}" ]] && args+=("--environment_config=$ENVIRONMENT_CONFIG")
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}

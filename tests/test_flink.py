@@ -66,6 +66,13 @@ def test_flink_script_options(tmp_path):
     assert p.returncode == 2 and "--max-shard-size" in p.stderr
     p = _run("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), **fake)
     assert json.loads(p.stdout)["command"] == "convert"
+    # the job server's log level: WARN less four known-harmless loggers, or FLINK_LOG_LEVEL for all
+    jvm = [a for a in json.loads(p.stdout)["beam_args"] if a.startswith("--job_server_jvm_properties=")]
+    assert jvm[0] == "--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
+    assert len(jvm) == 5 and all(a.endswith("=error") for a in jvm[1:])
+    p = _run("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), FLINK_LOG_LEVEL="debug", **fake)
+    assert [a for a in json.loads(p.stdout)["beam_args"] if a.startswith("--job_server_jvm_properties=")] == \
+        ["--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.defaultLogLevel=debug"]
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +91,12 @@ def flink():
     return {"FLINK_JOB_SERVER_JAR": env["FLINK_JOB_SERVER_JAR"], "FLINK_VERSION": env["FLINK_VERSION"]}
 
 
-def _on_flink(flink, *args):
-    p = _run(*args, "--no-progress", "--parallelism=2", **flink)
+def _on_flink(flink, *args, **env):
+    p = _run(*args, "--no-progress", "--parallelism=2", **flink, **env)
     assert p.returncode == 0, p.stderr[-5000:]
     assert "FlinkJobServerDriver" in p.stderr or "job-server" in p.stderr  # Beam started the job server
+    if "FLINK_LOG_LEVEL" not in env:  # the job server's INFO records stay out of a normal run's stderr
+        assert "INFO FlinkJarJobServer:" not in p.stderr, p.stderr[-5000:]
     return p
 
 
@@ -109,7 +118,11 @@ def test_flink_shuffle_equals_local_runner(flink, tmp_path):
     """--shuffle moves records through the runner's GroupByKey: Flink's shuffle must give
     the local runner's bytes, and a different order than no shuffle."""
     args = ("--type-map", "cls:int64", "--records-per-shard", "20", "--seed", "3")
-    _on_flink(flink, DEMO_SOURCES, "--output", str(tmp_path / "f" / "s-{}.record"), "--shuffle", *args)
+    p = _on_flink(flink, DEMO_SOURCES, "--output", str(tmp_path / "f" / "s-{}.record"), "--shuffle", *args,
+                  FLINK_LOG_LEVEL="info")
+    # the job server's own log reaches stderr (an SLF4J binding; launch/job_server_log.py)
+    assert "INFO FlinkJarJobServer: [main] INFO org.apache.beam.runners.jobsubmission.JobServerDriver - " \
+           "JobService started on localhost:" in p.stderr, p.stderr[-5000:]
     for name, extra in (("l", ("--shuffle",)), ("n", ())):
         p = cli("convert", DEMO_SOURCES, "--output", str(tmp_path / name / "s-{}.record"), *args, *extra,
                 "--no-progress")
