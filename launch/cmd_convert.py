@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import List
 
 from launch.cli import int_in
 from launch.store_args import add_store_args, store_config
@@ -63,9 +64,10 @@ def build_config(args):
         work_dir=args.work_dir, processes=args.processes)
 
 
-def check_paths(args) -> None:
+def check_paths(args) -> List[str]:
     """Usage errors in the paths the job will write, found before it starts (see
-    launch/local_paths.py); creates a missing local output directory, as the job would."""
+    launch/local_paths.py); creates a missing local output directory, as the job would,
+    and returns what it created."""
     from launch import local_paths
     from launch.cli import UsageError
     from pipelines.finalize import companion
@@ -78,7 +80,7 @@ def check_paths(args) -> None:
         local_paths.check_dir_to_be("--work-dir", args.work_dir)
     if args.summary_json:
         local_paths.check_file_to_write("--summary-json", args.summary_json)
-    local_paths.make_output_dir("--output", args.output)
+    return local_paths.make_output_dir("--output", args.output)
 
 
 def summary(res) -> str:
@@ -90,14 +92,24 @@ def summary(res) -> str:
 def run(args) -> int:
     from launch.job_exit import rejects_exit, run_job
     from pipelines.convert import convert
+    from launch.local_paths import remove_if_empty
+    created = []
+
     def config():
         cfg = build_config(args)
-        check_paths(args)
+        created.extend(check_paths(args))
         return cfg
+
+    def job():
+        try:
+            return convert(cfg, args.beam_args)
+        except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
+            remove_if_empty(created)
+            raise
     cfg, code = run_job("convert", config)
     if code:
         return code
-    res, code = run_job("convert", lambda: convert(cfg, args.beam_args))
+    res, code = run_job("convert", job)
     if code:
         return code
     for p in res.paths:

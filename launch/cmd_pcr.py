@@ -51,7 +51,7 @@ def run(args) -> int:
         from launch import local_paths
         if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
             local_paths.check_file_to_write("--summary-json", args.summary_json)
-        local_paths.make_output_dir("--output", args.output, is_dir=True)
+        created = local_paths.make_output_dir("--output", args.output, is_dir=True)
         cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
                         images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
                         label_field=args.label_field, image_field=args.image_field, quality=args.quality,
@@ -59,7 +59,11 @@ def run(args) -> int:
                         base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
                         resume=args.resume, progress=False if args.no_progress else None,
                         store=store_config(args))
-        return cfg, convert_pcr(cfg, args.beam_args)
+        try:
+            return cfg, convert_pcr(cfg, args.beam_args)
+        except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
+            local_paths.remove_if_empty(created)
+            raise
     out, code = run_job("pcr", job)
     if code:
         return code

@@ -15,6 +15,7 @@ import errno
 import os
 import sys
 import tempfile
+from typing import List
 
 from launch.cli import UsageError
 from transforms.stores import split_url
@@ -43,20 +44,38 @@ def _nearest_existing(directory: str) -> str:
     return d
 
 
-def make_output_dir(flag: str, path: str, is_dir: bool = False) -> None:
+def make_output_dir(flag: str, path: str, is_dir: bool = False) -> List[str]:
     """Create the local directory the job writes ``path`` into (``path`` itself when
-    ``is_dir``), as the job would, and check that files can be made there."""
+    ``is_dir``), as the job would, and check that files can be made there.  Returns the
+    directories it created, deepest first: :func:`remove_if_empty` takes them away again
+    when the job stops before writing anything (a usage error found later)."""
     if not _is_local(path):
-        return
-    directory = path if is_dir else (os.path.dirname(path) or ".")
+        return []
+    directory = os.path.abspath(path if is_dir else (os.path.dirname(path) or "."))
     existing = _nearest_existing(directory)
     if not os.path.isdir(existing):  # makedirs would say "File exists"
         raise UsageError(f"{flag} {path}: {existing} is not a directory")
+    created = []
+    d = directory
+    while d != existing:
+        created.append(d)
+        d = os.path.dirname(d)
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{flag} {path}: cannot create {e.filename or directory}: {e.strerror or e}") from None
     _writable(flag, path, directory)
+    return created
+
+
+def remove_if_empty(created: List[str]) -> None:
+    """Remove the directories :func:`make_output_dir` created, deepest first, while they
+    are empty: a job that stopped before writing anything leaves nothing behind."""
+    for d in created:
+        try:
+            os.rmdir(d)  # fails on a directory the job (or anyone) wrote into: keep it and its parents
+        except OSError:
+            return
 
 
 def check_dir_to_be(flag: str, directory: str) -> None:

@@ -163,6 +163,24 @@ def test_pcr_unwritable_output_and_summary(tmp_path, capfd):
     assert "--summary-json" in _one_line(capfd)
 
 
+def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd):
+    """The output directory is made before the job (to check it takes files); a usage
+    error the job itself finds then takes away what was made, if still empty, and only that."""
+    (tmp_path / "kept").mkdir()
+    assert _convert(SHARD, "-o", str(tmp_path / "kept" / "new" / "a-{}-{}.record")) == 2
+    assert "'{}' only once" in _one_line(capfd)
+    assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
+    bad = tmp_path / "kept" / "scans.txt"
+    bad.write_text("0 1 2: 0 0 0 0;\n")  # DC only: AC never sent, which jpegtran itself accepts
+    assert cli.main(["pcr", SHARD, "-o", str(tmp_path / "p" / "q"), "--scans", str(bad), "--no-progress"]) == 2
+    assert "scans.txt" in _one_line(capfd)
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    # a job that wrote something (its rejects and manifest) keeps its new directory
+    assert _convert(os.path.join(str(tmp_path), "nothing-*.tar"), "-o", str(tmp_path / "r" / "x-{}.record")) == 3
+    capfd.readouterr()
+    assert (tmp_path / "r" / "x.record.rejects.jsonl").exists()
+
+
 # -- 3. counts out of range ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,says", [
