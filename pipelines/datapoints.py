@@ -152,7 +152,9 @@ def fit(element: Any, spec: Any) -> Any:
     if spec.numpy is None:  # tf.string: bytes; a number or text asked for as a string is its text
         arr = np.asarray(element)
         if arr.dtype.kind in "biufU":
-            arr = np.vectorize(lambda v: str(v).encode(), otypes=[object])(arr) if arr.size else arr.astype(object)
+            # each element's own text: a float32 0.2 is b"0.2" (np.vectorize would hand str
+            # Python floats, widened: b"0.20000000298023224"), a bool b"True", an int its digits
+            arr = np.array([str(v).encode() for v in arr.reshape(-1)] or [], dtype=object).reshape(arr.shape)
         else:
             arr = np.asarray(element, dtype=object)
     else:

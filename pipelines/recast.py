@@ -13,7 +13,7 @@ shapes, the first record's stored dtypes -- and, only where ``output_types`` /
   ``fit`` scales pixels;
 * a number or bool asked for as ``tf.string``: its text, as ``fit`` writes it.
   Integers through ``tf.strings.as_string`` (the same digits as ``str``); floats and
-  bools through ``fit`` itself (numpy's text: ``b"True"``, ``b"0.20000000298023224"``),
+  bools through ``fit`` itself (numpy's text of each element: ``b"True"``, ``b"0.2"``),
   which no TensorFlow op spells alike;
 * a float asked for as an integer or bool: ``fit`` itself, as numpy casts (out of the
   integer's range numpy wraps around where ``tf.cast`` saturates: 322.0 -> uint8 is 66
