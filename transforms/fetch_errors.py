@@ -1,11 +1,15 @@
-"""The errors a streamed read of an object raises when it fails for good mid-object.
+"""The errors a streamed read of an object (or a local file) raises when it fails for good
+mid-object.
 
 A module of their own, without the retry machinery (tenacity), so that the tar reader,
 which every shard worker imports, can tell a failed fetch from a damaged archive without
-importing what only the stores need.  ``transforms.retry`` raises them and re-exports them.
+importing what only the stores need.  ``transforms.retry`` raises the store ones and
+re-exports them; :mod:`transforms.local_read` raises the local ones.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class FetchError(IOError):
@@ -28,4 +32,35 @@ class ObjectChangedError(FetchError):
         self.url, self.detail = url, detail
 
     def __reduce__(self):  # crosses process boundaries (worker processes) with its fields
+        return type(self), (self.url, self.detail)
+
+
+class LocalReadError(FetchError):
+    """The OS failed a read of a local file (``EIO`` from a failing disk, ``ESTALE`` on
+    NFS, ...): like a store's read failing for good, the archive is not what broke.
+
+    ``path`` names the file, ``offset`` the byte the failed read started at, ``error`` is
+    the OS's error (its errno is kept as this error's)."""
+
+    def __init__(self, path: str, offset: int, error: OSError):
+        name = errno.errorcode.get(error.errno or 0, "")
+        super().__init__(f"read error on local file {path} at byte {offset}: {error}"
+                         + (f" ({name})" if name else ""))
+        self.errno = error.errno
+        self.path, self.offset, self.error = path, offset, error
+
+    def __reduce__(self):
+        return type(self), (self.path, self.offset, self.error)
+
+
+class FileChangedError(FetchError):
+    """A local file was modified (its size or modification time changed) while it was
+    read: the bytes from the offset ``detail`` names on may belong to another version.
+    ``url`` is the file's path."""
+
+    def __init__(self, url: str, detail: str):
+        super().__init__(f"{url}: file changed while being read ({detail})")
+        self.url, self.detail = url, detail
+
+    def __reduce__(self):
         return type(self), (self.url, self.detail)

@@ -22,6 +22,7 @@ import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from transforms.fetch import read_shard
+from transforms.fetch_errors import FetchError
 from transforms.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr_image import DEFAULT_QUALITY, ImageRejected, to_progressive
 from transforms.pcr_scan_script import local_file
@@ -128,7 +129,9 @@ def file_items(rows, config: Optional[StoreConfig], shard: str):
         try:
             data = get_store(url, config).read_bytes(url)
         except Exception as e:  # noqa: BLE001 - unreadable file: a reject, the rest goes on
-            yield Reject(shard, key, "fetch", f"unreadable file: {e.__class__.__name__}: {e}")
+            # a failed read names the file, the byte and the error itself (a local EIO too)
+            why = str(e) if isinstance(e, FetchError) else f"{e.__class__.__name__}: {e}"
+            yield Reject(shard, key, "fetch", f"unreadable file: {why}")
             continue
         yield key, label, data
 

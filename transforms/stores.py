@@ -27,6 +27,7 @@ import shutil
 import uuid
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple
 
+from transforms.local_read import open_local
 from transforms.store_base import Store, StoreConfig, basename, dirname, join, split_url
 
 __all__ = ["Store", "StoreConfig", "LocalStore", "BeamFileSystemStore", "get_store", "split_url", "join",
@@ -34,8 +35,10 @@ __all__ = ["Store", "StoreConfig", "LocalStore", "BeamFileSystemStore", "get_sto
 
 
 class LocalStore(Store):
-    """Local files.  Atomic writes go to a hidden temp file in the same directory,
-    are fsync'ed (unless ``durable=False``), then ``os.replace``d onto the final name."""
+    """Local files.  Reads fail naming the path and the offset, also when the file changes
+    while it is read (:mod:`transforms.local_read`).  Atomic writes go to a hidden temp
+    file in the same directory, are fsync'ed (unless ``durable=False``), then
+    ``os.replace``d onto the final name."""
 
     @staticmethod
     def _path(url: str) -> str:
@@ -60,7 +63,7 @@ class LocalStore(Store):
         path = self._path(url)
         if os.path.isdir(path):
             raise IsADirectoryError(path)
-        return open(path, "rb", buffering=1 << 20)
+        return open_local(path)
 
     @contextlib.contextmanager
     def open_write(self, url: str, durable: bool = True):

@@ -25,9 +25,10 @@ data after it (other than zero padding) and trailing garbage after a complete gz
 are ignored with a shard-level reject that says so, and the records are kept.
 
 A read that the store gave up on mid-object (:class:`~transforms.retry.FetchError`:
-retries spent, or an object replaced while it was read) is no damage in the archive: its
-rejects (the record being read, and the shard-level one) have stage ``fetch``, not
-``tar``, and name the object.
+retries spent, or an object replaced while it was read), or that the OS failed on a local
+file (an I/O error, the file changed while read; :mod:`transforms.local_read`), is no
+damage in the archive: its rejects (the record being read, and the shard-level one) have
+stage ``fetch``, not ``tar``, and name the object or file and the byte offset.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
-from transforms.fetch_errors import FetchError, ObjectChangedError
+from transforms.fetch_errors import FetchError, FileChangedError, LocalReadError, ObjectChangedError
 from transforms.tar_stream import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
@@ -330,10 +331,14 @@ def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject
 
 
 def _fetch_broke(e: BaseException) -> Optional[str]:
-    """The reason of a ``fetch`` reject when the store's read failed (not the archive),
-    else None."""
+    """The reason of a ``fetch`` reject when the store's or the OS's read failed (not the
+    archive), else None."""
+    if isinstance(e, FileChangedError):
+        return f"file changed while being read: {e.url} ({e.detail})"
     if isinstance(e, ObjectChangedError):
         return f"object changed while being read: {e.url} ({e.detail})"
+    if isinstance(e, LocalReadError):  # the OS failed a read of a local file: EIO, ESTALE...
+        return str(e)
     if isinstance(e, FetchError):  # retries spent, or an error no retry helps
         return f"fetch failed mid-object: {e}"
     return None
