@@ -65,6 +65,17 @@ def positive_float(text: str) -> float:
     return x
 
 
+def size(text: str) -> str:
+    """argparse type: a byte size (``500MB``, ``2GiB``, a number; transforms/sizes.py),
+    checked here and kept as given."""
+    from transforms.sizes import parse_size
+    try:
+        parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One subcommand per ``launch/cmd_<name>.py`` module named in SUBCOMMANDS."""
     parser = Parser(prog="tar2tf", description=__doc__.split("\n")[0],

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import List
 
-from launch.cli import int_in
+from launch.cli import int_in, size
 from launch.store_args import add_store_args, store_config
 
 
@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--work-dir", help="where pieces go while the job runs (default beside the output)")
     p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--spool-limit", type=size, metavar="SIZE",
+                   help="output in a bucket: finished shards waiting for upload in local spool files may hold "
+                        "this much before the writer waits: 500MB, 2GB (default $TAR2TF_SPOOL_LIMIT, else 1GB)")
     p.add_argument("--processes", type=int_in(0), metavar="N",
                    help="local runs: convert shards in N worker processes while Beam's threads only hand "
                         "out shards (default: one per local worker in the default multi_threading mode; "
@@ -61,7 +64,7 @@ def build_config(args):
         max_member_size=args.max_member_size, max_rejects=args.max_rejects, overwrite=args.overwrite,
         resume=args.resume, store=store_config(args), dali_index=args.dali_index,
         shuffle=args.shuffle, seed=args.seed, progress=False if args.no_progress else None,
-        work_dir=args.work_dir, processes=args.processes)
+        work_dir=args.work_dir, processes=args.processes, spool_limit=args.spool_limit)
 
 
 def check_paths(args) -> List[str]:

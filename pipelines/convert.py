@@ -134,7 +134,8 @@ def new_stream(cfg: ConvertConfig, work: Optional[str] = None,
     if not streams(cfg):
         return None
     return shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
-                                    cfg.store, cfg.dali_index, journal=work, resume=resume)
+                                    cfg.store, cfg.dali_index, journal=work, resume=resume,
+                                    spool_limit=parse_size(cfg.spool_limit))
 
 
 def start_stream(job: str, cfg: ConvertConfig, expect: Optional[int] = None, work: Optional[str] = None,
@@ -314,7 +315,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     t0 = time.time()
     if "{}" in cfg.output and cfg.output.count("{}") > 1:
         raise ValueError("output may contain '{}' only once")
-    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
+    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size), parse_size(cfg.spool_limit)
     if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
         raise ValueError("records_per_shard must be positive")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)

@@ -38,7 +38,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     t0 = time.time()
     if cfg.output.count("{}") > 1:
         raise ValueError("output may contain '{}' only once")
-    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
+    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size), parse_size(cfg.spool_limit)
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = cv.work_dir_for(cfg, urls)
     cv.check_outputs(cfg, work, "overwrite=True", "resume=True")

@@ -51,6 +51,10 @@ class ConvertConfig:
     # runner's own threads; None: automatic (pipelines.options.pool_size).  Not an output
     # option: the bytes are the same either way.
     processes: Optional[int] = None
+    # outputs in a bucket (streamed shards, pipelines.shard_stream): bytes of finished
+    # shards that may wait in local spool files for their upload before the writer waits
+    # (a size: "500MB"); None: $TAR2TF_SPOOL_LIMIT, else 1 GB.  Not an output option either.
+    spool_limit: Union[None, int, str] = None
 
     def stages(self) -> Stages:
         from transforms.gostages import as_stage  # user stages may be Beam DoFns

@@ -24,9 +24,11 @@ background thread while the next one fills, then journaled in the job's work dir
 (``pipelines.shard_journal``): ``resume`` continues after the journaled shards, and the
 pieces wholly inside them are deleted.  A shard for a bucket waits for that thread's upload
 in a local spool file (``transforms.upload``): when uploads are slower than conversion, the
-writer finishing a shard waits while more than the spool limit (``$TAR2TF_SPOOL_LIMIT``,
+writer finishing a shard waits while more than the spool limit (``spool_limit``: the
+job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LIMIT``, else
 1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
-(a shard larger than the limit goes alone).  A piece the in-process driver held in memory
+(a shard larger than the limit goes alone).  Once an upload has failed, the shards queued
+behind it are dropped, not uploaded.  A piece the in-process driver held in memory
 (``frames``) is written once, here.
 """
 
@@ -87,8 +89,8 @@ class ShardStream:
         self.done = False  # finished or aborted
         # a shard for a bucket waits for its upload in a local spool file: at most this many
         # bytes of them (None: a local output, whose waiting shards are the output itself)
-        remote = split_url(output)[0] != ""
-        self.spool_limit = (spool_limit or upload.spool_limit()) if remote else None
+        self.remote = split_url(output)[0] != ""
+        self.spool_limit = (spool_limit or upload.spool_limit()) if self.remote else None
         self._cv = threading.Condition()
         self._waiting = 0  # bytes of the shards handed to the closer and not yet closed
         self._close_error: Optional[BaseException] = None  # the first close that failed
@@ -135,6 +137,19 @@ class ShardStream:
 
     def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
         try:
+            with self._cv:
+                failed = self._close_error
+            if failed is not None and self.remote:
+                # an earlier shard's upload failed, so the job fails: the shards queued
+                # behind it are dropped (spool file removed), not uploaded under their
+                # final names only to be deleted again -- or, with a journal, kept past a
+                # gap that resume does not read beyond, with their pieces already deleted.
+                # (A local shard may wait for ranges worker processes still write into
+                # its temp file: it is closed as before.)
+                self._open.remove(shard)
+                skipped = RuntimeError(f"{shard.path} not written: an earlier shard failed ({failed})")
+                shard.abort(skipped)
+                raise skipped from failed
             return self._close_shard(shard, n, entry)
         except BaseException as e:
             with self._cv:

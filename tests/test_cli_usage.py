@@ -190,6 +190,9 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     (["--retry-total", "0"], "argument --retry-total: must be > 0, got 0"),
     (["--processes", "-1"], "argument --processes: must be >= 0, got -1"),
     (["--max-rejects", "many"], "argument --max-rejects: not an integer: 'many'"),
+    (["--spool-limit", "0"], "argument --spool-limit: size must be positive, got '0'"),
+    (["--spool-limit", "lots"], "argument --spool-limit: invalid size 'lots': Failed to parse size! "
+                                "(input 'lots' was tokenized as ['lots'])"),
 ])
 def test_out_of_range_count_is_a_usage_error(tmp_path, capfd, args, says):
     assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), *args) == 2

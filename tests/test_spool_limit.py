@@ -132,3 +132,73 @@ def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_pat
     assert time.monotonic() - t0 < 2.5  # the first upload is still under way: cancel freed the wait
     s.abort(stop)
     assert os.listdir(spool) == []
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "journal"])
+def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(backend, tmp_path, monkeypatch, journal):
+    """40 shards queued behind slow uploads, the 3rd upload refused (403: not retried).
+    The shards queued behind it are dropped: no upload request for any of them, nothing
+    under their names, no spool file left.  The two before it are removed without a
+    journal, and kept (journaled, for resume) with one."""
+    from pipelines import shard_journal
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
+    backend.front.add("status", method=backend.put_method, path=_puts(backend), skip=2, status=403)
+    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1)
+    cfg = backend.config()
+    work = str(tmp_path / "work") if journal else None
+    s = ShardStream(backend.url("failed/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40)
+    try:
+        for p in _pieces():
+            s.add(p)
+    except Exception as e:  # the failure reached the writer first
+        err = e
+        s.abort(e)
+    else:
+        with pytest.raises(Exception) as caught:
+            s.finish()
+        err = caught.value
+    assert re.search("403|[Ff]orbidden|[Pp]ermission", str(err)), err
+    assert backend.front.count(backend.put_method, _puts(backend)) == 3
+    kept = sorted(get_store(backend.url(), cfg).list(backend.url("failed/")))
+    assert kept == ([backend.url(f"failed/t-{i}.record") for i in (1, 2)] if journal else [])
+    if journal:
+        assert shard_journal.load(work, cfg).shards == 2
+    assert os.listdir(spool) == []
+
+
+def test_spool_limit_flag_overrides_the_environment(backend, tmp_path, monkeypatch):
+    """``tar2tf convert --spool-limit`` to a bucket (ConvertConfig.spool_limit, which the
+    job's shard stream gets): with $TAR2TF_SPOOL_LIMIT at 1 TB, the spool still stays under
+    the flag's 20 KB (plus the shard being written), where without the flag 10 KB shards
+    behind 0.2 s uploads pile up; the objects are the same."""
+    import shardgen
+    from launch import cli
+    src = shardgen.make_shards(str(tmp_path / "in"), 3, 24)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
+    monkeypatch.setenv("TAR2TF_SPOOL_LIMIT", "1TB")
+    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.2)
+    cfg = backend.config()
+    shard, limit = 10_000, 20_000
+    outs = {}
+    for name, flag in (("free", []), ("bounded", ["--spool-limit", "20KB"])):
+        with SpoolWatch(str(spool)) as watch:
+            code = cli.main(["convert", str(tmp_path / "in" / "train-{0000..0002}.tar"),
+                             "-o", backend.url(name + "/t-{}.record"), "--max-shard-size", "10KB",
+                             "--work-dir", str(tmp_path / name),  # the pieces: not spooled
+                             "--no-progress", *_store_flags(backend), *flag])
+        assert code == 0
+        store = get_store(backend.url(), cfg)
+        names = sorted(store.list(backend.url(name + "/t-")), key=lambda u: int(u.rsplit("-", 1)[1].split(".")[0]))
+        outs[name] = ([store.read_bytes(u) for u in names], watch.peak)
+    assert len(src) == 3 and len(outs["free"][0]) >= 8 and outs["bounded"][0] == outs["free"][0]
+    assert outs["free"][1] > limit + shard, outs["free"][1]  # the backlog the flag is for
+    assert 0 < outs["bounded"][1] <= limit + shard, outs["bounded"][1]
+    assert os.listdir(spool) == []
+
+
+def _store_flags(backend):
+    return ["--ais-endpoint", backend.config().ais_endpoint] if backend.scheme == "ais" else []
