@@ -29,6 +29,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _terminal_sigint():
+    """The job starts as from a terminal: SIGINT at its default.  Commands started in the
+    background by a shell without job control (``cmd &`` in a script, as a CI runner may
+    start the tests) inherit SIGINT ignored, and Python then installs no Ctrl-C handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("mode", [[], ["--processes", "0"]], ids=["workers", "threads"])
 def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
@@ -39,7 +46,7 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
             "--type-map", "cls:int64", "--ops", "slow_ops:slow_ops", "--no-progress",
             "--direct_num_workers=2", *mode]
     proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, start_new_session=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env), preexec_fn=_terminal_sigint,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while time.time() < deadline and len(glob.glob(f"{work}/*/journal-*.json")) < 1:
