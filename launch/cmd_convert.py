@@ -22,11 +22,13 @@ def register(sub) -> None:
                    help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
                         "out/train-00000-of-0000N.record; local, gs:// or ais://")
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
-    p.add_argument("--max-shard-size", help="bound on each output file, framing included: 100MB, 1GiB, 5000000")
+    p.add_argument("--max-shard-size", type=size, metavar="SIZE",
+                   help="bound on each output file, framing included: 100MB, 1GiB, 5000000")
     p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
     p.add_argument("--type-map", help="typed features, e.g. cls:int64,score:float (default: all bytes)")
     p.add_argument("--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops")
-    p.add_argument("--max-member-size", default="256MB", help="tar members larger than this are rejected")
+    p.add_argument("--max-member-size", type=size, metavar="SIZE", default="256MB",
+                   help="tar members larger than this are rejected (default 256MB)")
     p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run: keep its journaled final shards "

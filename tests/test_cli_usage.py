@@ -193,6 +193,10 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     (["--spool-limit", "0"], "argument --spool-limit: size must be positive, got '0'"),
     (["--spool-limit", "lots"], "argument --spool-limit: invalid size 'lots': Failed to parse size! "
                                 "(input 'lots' was tokenized as ['lots'])"),
+    (["--max-shard-size", "12XB"], "argument --max-shard-size: invalid size '12XB': Failed to parse size! "
+                                   "(input '12XB' was tokenized as [12, 'XB'])"),
+    (["--max-shard-size", "0"], "argument --max-shard-size: size must be positive, got '0'"),
+    (["--max-member-size", "0MB"], "argument --max-member-size: size must be positive, got '0MB'"),
 ])
 def test_out_of_range_count_is_a_usage_error(tmp_path, capfd, args, says):
     assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), *args) == 2
