@@ -40,7 +40,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
-from pipelines import beam_sampler, finalize, interrupts, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
+from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example_schema as exs
@@ -238,12 +238,14 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     yield manifest
 
 
-def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) -> None:
+def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]) -> None:
     """Raise :class:`OutputExistsError` if outputs exist and neither ``overwrite`` nor
     ``resume`` was asked for (the flags' names as the caller spells them).  ``resume``
     accepts them only if an interrupted run of this very job (same inputs, options and
     output: the same work directory) left its work behind: it would replace them, and
-    they may be another job's finished output."""
+    they may be another job's finished output.  When an interrupted run of the same
+    inputs and output with other options left its work beside ``work``, the refusal
+    names those options (``pipelines.job_record``)."""
     existing = finalize.existing_outputs(cfg.output, cfg.store)
     if not existing or cfg.overwrite:
         return
@@ -251,6 +253,11 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) ->
     if cfg.resume:
         if finalize.has_files(get_store(work, cfg.store), work):
             return
+        found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
+        if found is not None:
+            raise OutputExistsError(f"{msg}, but the interrupted run of these inputs and this output in "
+                                    f"{found.work} had other options ({found.describe()}); rerun with its "
+                                    f"options to resume it, or pass {overwrite} to replace them")
         raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
                                 f"output) left work to resume in {work}; pass {overwrite} to replace them")
     if streams(cfg) and get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
@@ -259,11 +266,20 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str) ->
     raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
 
 
+def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
+    """What the job is: its work directory's fingerprint and record (``pipelines.job_record``)."""
+    return {"inputs": inputs, "options": cfg.describe(), "output": cfg.output, "v": transforms.__version__}
+
+
+def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
+    """Write the job's record into its work directory as it starts (for a refused resume)."""
+    job_record.write(work, job_of(cfg, inputs), cfg.store)
+
+
 def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
     """Same inputs + options + output -> same work dir, which is what makes ``resume``
     find pieces (and only this job's: another output's journal lists other shards)."""
-    key = json.dumps({"inputs": inputs, "options": cfg.describe(), "output": cfg.output,
-                      "v": transforms.__version__}, sort_keys=True)
+    key = json.dumps(job_of(cfg, inputs), sort_keys=True)
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
     return join(root, fp)
@@ -320,12 +336,13 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
         raise ValueError("records_per_shard must be positive")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
-    check_outputs(cfg, work, *flag_names)
+    check_outputs(cfg, work, *flag_names, inputs=urls)
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
     here = opts.dofns_run_here(args)
     # a journal only where a stream writes
     resumed = resume_point(cfg, work) if here else shard_journal.ResumePoint()
+    record_job(cfg, urls, work)
     procs = opts.pool_size(cfg.processes, args, len(urls) - resumed.next_piece)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     if bar is not None:

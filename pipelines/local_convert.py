@@ -41,7 +41,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size), parse_size(cfg.spool_limit)
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = cv.work_dir_for(cfg, urls)
-    cv.check_outputs(cfg, work, "overwrite=True", "resume=True")
+    cv.check_outputs(cfg, work, "overwrite=True", "resume=True", inputs=urls)
     stages = cfg.stages()
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
@@ -51,6 +51,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
     resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
+    cv.record_job(cfg, urls, work)
     stream = cv.new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
     tasks = list(enumerate(urls))[resumed.next_piece:]
     if blob is not None and stream is not None and split_url(cfg.output)[0] == "":

@@ -14,8 +14,9 @@ so output is byte-identical across runs and runners.  The shuffle sorts images b
 
 A custom jpegtran scan script (``scans``) is read and checked before the job starts; its
 text is part of the options, so it reaches every worker and the work directory's
-fingerprint.  The work directory holds ``job.json`` (inputs, options, version): ``resume``
-with other options than an interrupted run of the same inputs is refused, naming them.
+fingerprint.  The work directory holds ``job.json`` (inputs, options, version;
+``pipelines.job_record``): ``resume`` with other options than an interrupted run of the
+same inputs is refused, naming them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 import transforms
-from pipelines import beam_sampler, finalize, interrupts, options as opts, progress as prog, workfiles
+from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, workfiles
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
@@ -233,10 +234,8 @@ def list_units(cfg: PcrConfig):
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
 
 
-JOB_FILE = "job.json"  # in the work directory: what the job is, for a refused --resume to explain
-
-
 def job_of(cfg: PcrConfig, inputs: List[str]) -> Dict[str, Any]:
+    """What the job is: its work directory's fingerprint and record (``pipelines.job_record``)."""
     return {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
 
 
@@ -255,27 +254,11 @@ def _shown(key: str, value: Any) -> str:
 def resume_conflict(cfg: PcrConfig, inputs: List[str], work: str) -> Optional[str]:
     """Why ``resume`` cannot continue when ``work`` is empty: another work directory beside it
     holds an interrupted run of the same inputs with other options (or tar2tf version)."""
-    store = get_store(work, cfg.store)
-    root = work.rpartition("/")[0]
-    mine = job_of(cfg, inputs)
-    for url in sorted(store.list(root + "/")):
-        if not url.endswith("/" + JOB_FILE) or url.rpartition("/")[0].rpartition("/")[0] != root:
-            continue
-        try:
-            other = json.loads(store.read_bytes(url))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(other, dict) or other.get("inputs") != inputs:
-            continue
-        theirs = other.get("options") or {}
-        diffs = [f"{k}: {_shown(k, theirs.get(k))} then, {_shown(k, mine['options'].get(k))} now"
-                 for k in sorted(set(theirs) | set(mine["options"])) if theirs.get(k) != mine["options"].get(k)]
-        if other.get("v") != mine["v"]:
-            diffs.append(f"tar2tf version: {other.get('v')} then, {mine['v']} now")
-        return (f"--resume: the interrupted run of these inputs in {url.rpartition('/')[0]} had other "
-                f"options ({'; '.join(diffs)}); rerun with its options to resume it, or without --resume "
-                f"to start afresh")
-    return None
+    found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs",), shown=_shown)
+    if found is None:
+        return None
+    return (f"--resume: the interrupted run of these inputs in {found.work} had other options "
+            f"({found.describe()}); rerun with its options to resume it, or without --resume to start afresh")
 
 
 def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
@@ -311,7 +294,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
             raise OutputExistsError(f"{cfg.output} already holds a PCR dataset, but no interrupted run of this "
                                     f"job (same inputs and options) left work to resume in {work}; pass "
                                     f"--overwrite to replace it")
-    get_store(work, cfg.store).write_bytes(join(work, JOB_FILE), json.dumps(job_of(cfg, inputs)).encode())
+    job_record.write(work, job_of(cfg, inputs), cfg.store)
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
     bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None

@@ -59,6 +59,8 @@ def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     assert 2 <= len(journal) < 5, "the kill should land midway"
     assert not os.path.exists(tmp_path / "o" / "t.record.manifest.json")
     entries = [json.load(open(j)) for j in journal]
+    # the job recorded what it is (for a --resume with other options to be told which)
+    assert [json.load(open(j))["output"] for j in glob.glob(f"{work}/*/job.json")] == [out]
     # the journal's shards are final; the pieces wholly inside them are gone from the work dir
     assert [e["row"]["path"] for e in entries] == [out.replace("{}", str(i + 1)) for i in range(len(entries))]
     journaled = [p["index"] for e in entries for p in e["pieces"]]
