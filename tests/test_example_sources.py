@@ -59,7 +59,8 @@ def test_schema_merge():
 
 def test_sizes():
     assert parse_size("100MB") == 100_000_000 and parse_size("1GiB") == 2 ** 30 and parse_size(12) == 12
-    for bad in ("lots", "-5", 0):
+    assert parse_size("1.5KB") == 1500 and parse_size("0.5KiB") == 512
+    for bad in ("lots", "-5", 0, "0.1", "1.5", "inf", "nan"):  # no fraction of a byte (0.1 was 0 before)
         with pytest.raises(ValueError):
             parse_size(bad)
 

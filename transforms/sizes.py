@@ -6,6 +6,7 @@ Parsing is delegated to ``humanfriendly``, which follows the IEC/SI convention: 
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 
@@ -18,6 +19,12 @@ def parse_size(value: Union[None, int, str]) -> Optional[int]:
     if isinstance(value, int):
         n = value
     else:
+        try:  # a plain number is bytes: humanfriendly truncates "1.5" to 1, silently
+            plain = float(str(value).strip())
+        except ValueError:
+            plain = None
+        if plain is not None and not (math.isfinite(plain) and plain == int(plain)):
+            raise ValueError(f"invalid size {value!r}: not a whole number of bytes")
         import humanfriendly  # imported when a size string is parsed: workers get numbers (~8 ms)
         try:
             n = humanfriendly.parse_size(str(value).strip(), binary=False)
