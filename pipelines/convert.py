@@ -247,6 +247,15 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *,
     inputs and output with other options left its work beside ``work``, the refusal
     names those options (``pipelines.job_record``)."""
     existing = finalize.existing_outputs(cfg.output, cfg.store)
+    if cfg.resume and not existing and not cfg.overwrite and not finalize.has_files(get_store(work, cfg.store), work):
+        # nothing of this job to continue, and no output yet: an interrupted run of these
+        # inputs with other options (planned shards are written at the end) is refused
+        # as by `tar2tf pcr --resume`, not left behind while the job starts afresh
+        found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
+        if found is not None:
+            raise ValueError(f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
+                             f"other options ({found.describe()}); rerun with its options to resume it, or "
+                             f"without {resume} to start afresh")
     if not existing or cfg.overwrite:
         return
     msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"

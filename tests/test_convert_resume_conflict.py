@@ -99,3 +99,40 @@ def test_another_jobs_interrupted_run_keeps_the_plain_refusal(tmp_path, monkeypa
     assert convert_in_process(_cfg(tmp_path, out="u")).exit_code == 0
     with pytest.raises(OutputExistsError, match="but no interrupted run of this job .* left work to resume"):
         convert_in_process(_cfg(tmp_path, out="u", max_shard_size="8KB", resume=True))
+
+
+def test_resume_with_other_options_before_any_output_is_refused_naming_them(tmp_path, monkeypatch, capfd):
+    """A planned job (``-NNNNN-of-NNNNN`` names: its shards are written at the end)
+    interrupted after two pieces left no output, only its work: ``--resume`` with other
+    options is refused, naming them (as ``tar2tf pcr --resume``), instead of starting
+    afresh beside the old run's work; with its options, it reuses the pieces."""
+    shardgen.make_shards(str(tmp_path / "in"), N, 6, size=(32, 32))
+    real = cv.convert_shard
+    seen = []
+
+    def dies_on_shard_2(index, *a):
+        seen.append(index)
+        if index == 2:
+            raise RuntimeError("killed")
+        return real(index, *a)
+
+    monkeypatch.setattr(cv, "convert_shard", dies_on_shard_2)
+    out = str(tmp_path / "o" / "t.record")
+    cfg = ConvertConfig(sources=str(tmp_path / "in" / f"train-{{0000..{N - 1:04d}}}.tar"), output=out,
+                        max_shard_size="4KB", progress=False, processes=0)
+    with pytest.raises(RuntimeError, match="killed"):
+        convert_in_process(cfg, num_workers=1)
+    monkeypatch.setattr(cv, "convert_shard", real)
+    assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".record")]
+    args = ["convert", cfg.sources, "-o", out, "--resume", "--no-progress", "--processes", "0",
+            "--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    capfd.readouterr()
+    assert main(args + ["--max-shard-size", "8KB"]) == 2
+    err = capfd.readouterr().err
+    assert "--resume: the interrupted run of these inputs and this output in " in err and \
+        "had other options (max_shard_size: 4000 then, 8000 now); rerun with its options to resume it, " \
+        "or without --resume to start afresh" in err, err
+    assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".record")]
+    summary = str(tmp_path / "s.json")
+    assert main(args + ["--max-shard-size", "4KB", "--summary-json", summary]) == 0, capfd.readouterr().err
+    assert json.load(open(summary))["counters"]["shards_resumed"] == 2
