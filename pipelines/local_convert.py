@@ -47,7 +47,12 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
     job = uuid.uuid4().hex
     auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
-    procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops()) if auto else int(cfg.processes)
+    # worker processes pay off for heavy ops, and for any job whose workers write their
+    # frames into local final shards themselves (a '{}' output): nothing then passes
+    # through this process (opts.auto_processes)
+    placed = shard_stream.can_stream(cfg.output) and split_url(cfg.output)[0] == ""
+    procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops() or placed) if auto \
+        else int(cfg.processes)
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
     resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True

@@ -44,12 +44,14 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
 
 def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     """The automatic worker-process count: one per worker thread, when there is more than
-    one of each (a single thread or shard gains nothing from a process) and the job has
-    ops that do real work per record (``ConvertConfig.has_heavy_ops``).  Without them
-    (passthrough, selections) the work is reading, CRC and writing, which release the GIL:
-    the in-process driver's threads convert as fast, without the ~0.2 s start of a worker
-    (measured on the 5,120-image benchmark: 0.60 s on threads, 0.65-0.73 s with workers).
-    Beam's local runner always takes ``ops=True`` (see :func:`pool_size`)."""
+    one of each (a single thread or shard gains nothing from a process) and ``ops``: the
+    job has ops that do real work per record (``ConvertConfig.has_heavy_ops``), or its
+    workers write their frames into local final shards themselves (the in-process
+    driver with a local ``{}`` output: 0.31 s with two workers against 0.37-0.41 s on
+    threads for the 5,120-image passthrough benchmark, session 27).  Otherwise (a
+    passthrough or selections whose frames pass through this process) the work is
+    reading, CRC and writing, and threads convert as fast without a worker's ~0.1-0.2 s
+    start.  Beam's local runner always takes ``ops=True`` (see :func:`pool_size`)."""
     return min(int(workers), shards) if ops and int(workers) > 1 and shards > 1 else 0
 
 

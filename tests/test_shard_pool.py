@@ -221,13 +221,15 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
 
 
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the work dir should go")
+    from pipelines import convert as cv
+    from transforms.sources import resolve
     # a planned output: the worker writes its piece into the work dir (a streamed local
-    # output's workers hold their pieces and write into the final shards)
-    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t.record"), work_dir=str(blocker),
-                        progress=False, processes=1)
-    with pytest.raises(Exception, match="(?s)failed in a shard worker process.*(NotADirectoryError|FileExistsError)"):
+    # output's workers hold their pieces and write into the final shards); a directory
+    # stands where the first piece goes (the job itself writes job.json there first)
+    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t.record"), progress=False, processes=1)
+    work = cv.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
+    os.makedirs(os.path.join(work, "piece-000000.tfrecord", "blocker"))
+    with pytest.raises(Exception, match="(?s)failed in a shard worker process.*(IsADirectoryError|OSError)"):
         convert(cfg)
 
 
@@ -370,3 +372,27 @@ def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkey
     assert calls["copy"] + calls["write"] > 0  # the threads' path writes from this process
     assert len(placed.paths) == 5 and _files(placed) == _files(threads) and placed.totals == threads.totals
     assert placed.manifest["shards"] == [dict(s, path=s["path"].replace("/t/", "/w/")) for s in threads.manifest["shards"]]
+
+
+def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(shards, tmp_path, monkeypatch):
+    """A passthrough (no ops) with ``num_workers=2``: to a local ``{}`` output the workers
+    write their frames into the final shards, so it gets worker processes; to a list
+    output (frames pass through this process) or with one worker it stays in this
+    process.  The bytes are the same every way."""
+    from pipelines import local_convert, shard_pool
+    started = []
+    real = shard_pool.start
+    monkeypatch.setattr(shard_pool, "start", lambda job, cfg, work, procs, **kw: (started.append(procs),
+                                                                                  real(job, cfg, work, procs, **kw))[1])
+
+    def run(out, workers):
+        started.clear()
+        res = convert_in_process(ConvertConfig(sources=shards, output=str(tmp_path / out), max_shard_size="20KB",
+                                               progress=False), num_workers=workers)
+        assert res.exit_code == 0 and res.totals["records_written"] == 24
+        return list(started), [open(p, "rb").read() for p in res.paths]
+    placed, a = run("p/t-{}.record", 2)
+    one, b = run("o/t-{}.record", 1)
+    listed, _ = run("l/t.record", 2)
+    assert placed == [2] and one == [] and listed == [] and a == b
+    assert local_convert.shard_pool is shard_pool

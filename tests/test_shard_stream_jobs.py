@@ -3,6 +3,7 @@ failed job keeps its journaled shards and resumes after them, pieces handed over
 memory (or spilled), one worker on the calling thread, many small shards under a small
 descriptor limit.  The stream itself: test_shard_stream."""
 
+import dataclasses
 import os
 import time
 
@@ -75,7 +76,8 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
     monkeypatch.setattr(shard_convert._PieceOut, "_spill", lambda self: (written.append(self.piece), real(self)))
     cfg = lambda out: ConvertConfig(sources=src, output=str(tmp_path / out / "t-{}.record"),  # noqa: E731
                                     max_shard_size="5KB", type_map={"cls": "int64"}, progress=False)
-    local = convert_in_process(cfg("l"), num_workers=2)
+    # on the driver's threads (a local '{}' output would otherwise get worker processes)
+    local = convert_in_process(dataclasses.replace(cfg("l"), processes=0), num_workers=2)
     assert (len(written) == 5) if hold else written == []   # 5 pieces of ~6 KB each
     written.clear()
     beam = convert(cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])  # planned path
