@@ -27,8 +27,8 @@ in a local spool file (``transforms.upload``): when uploads are slower than conv
 writer finishing a shard waits while more than the spool limit (``spool_limit``: the
 job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LIMIT``, else
 1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
-(a shard larger than the limit goes alone).  Once an upload has failed, the shards queued
-behind it are dropped, not uploaded.  A piece the in-process driver held in memory
+(a shard larger than the limit goes alone).  Once an upload has failed, or the job stops
+(:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A piece the in-process driver held in memory
 (``frames``) is written once, here.
 """
 
@@ -138,18 +138,21 @@ class ShardStream:
     def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
         try:
             with self._cv:
-                failed = self._close_error
-            if failed is not None and self.remote:
-                # an earlier shard's upload failed, so the job fails: the shards queued
-                # behind it are dropped (spool file removed), not uploaded under their
-                # final names only to be deleted again -- or, with a journal, kept past a
-                # gap that resume does not read beyond, with their pieces already deleted.
-                # (A local shard may wait for ranges worker processes still write into
-                # its temp file: it is closed as before.)
+                failed, stopped = self._close_error, self._stopped
+            if (failed is not None or stopped is not None) and self.remote:
+                # an earlier shard's upload failed, or the job is stopping (abort, cancel):
+                # the shards queued behind are dropped (spool file removed), not uploaded
+                # under their final names only to be deleted again -- or, with a journal,
+                # kept past a gap that resume does not read beyond, with their pieces
+                # already deleted; a stopping job need not wait for their uploads either
+                # (with a journal, resume converts their input shards again).  (A local
+                # shard may wait for ranges worker processes still write into its temp
+                # file: it is closed as before.)
                 self._open.remove(shard)
-                skipped = RuntimeError(f"{shard.path} not written: an earlier shard failed ({failed})")
+                why = f"an earlier shard failed ({failed})" if failed is not None else f"the job stopped ({stopped})"
+                skipped = RuntimeError(f"{shard.path} not written: {why}")
                 shard.abort(skipped)
-                raise skipped from failed
+                raise skipped from (failed or stopped)
             return self._close_shard(shard, n, entry)
         except BaseException as e:
             with self._cv:

@@ -202,3 +202,33 @@ def test_spool_limit_flag_overrides_the_environment(backend, tmp_path, monkeypat
 
 def _store_flags(backend):
     return ["--ais-endpoint", backend.config().ais_endpoint] if backend.scheme == "ais" else []
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "journal"])
+def test_a_stopping_job_does_not_upload_its_queued_shards(backend, tmp_path, monkeypatch, journal):
+    """40 shards queued behind slow uploads (0.3 s each), then the job stops (Ctrl-C:
+    abort with no upload failed): the shards still queued are dropped, not uploaded (and,
+    without a journal, deleted again); abort returns after the upload under way, not after
+    all of them.  With a journal, the shards uploaded before the stop stay, journaled."""
+    from pipelines import shard_journal
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
+    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.3)
+    cfg = backend.config()
+    work = str(tmp_path / "work") if journal else None
+    s = ShardStream(backend.url("stopped/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40)
+    for p in _pieces():
+        s.add(p)
+    time.sleep(0.5)  # one or two uploads done or under way
+    t0 = time.monotonic()
+    s.abort(KeyboardInterrupt())
+    assert time.monotonic() - t0 < 2.0  # 39 queued uploads at 0.3 s would take ~12 s
+    puts = backend.front.count(backend.put_method, _puts(backend))
+    assert 1 <= puts <= 4, puts
+    kept = sorted(get_store(backend.url(), cfg).list(backend.url("stopped/")))
+    if journal:
+        assert 1 <= len(kept) <= puts and shard_journal.load(work, cfg).shards == len(kept)
+    else:
+        assert kept == []
+    assert os.listdir(spool) == []
