@@ -209,7 +209,26 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, loc
 
 
 
-@pytest.mark.parametrize("scheme,processes", [("gs", "2"), ("gs", "0"), ("ais", "2")])
+def test_in_process_two_workers_read_a_bucket_into_local_shards(backend, local_run, tmp_path, monkeypatch):
+    """A passthrough from ais:// or gs:// to a local '{}' output with num_workers=2 (no
+    heavy ops): two worker processes fetch the shards from the store and write into the
+    final shards themselves, into the local run's bytes."""
+    from pipelines import shard_pool
+    from pipelines.local_convert import convert_in_process
+    paths, ref_shards, ref_totals = local_run
+    _upload(backend, paths)
+    started = []
+    real = shard_pool.start
+    monkeypatch.setattr(shard_pool, "start", lambda job, cfg, work, procs, **kw: (started.append(procs),
+                                                                                  real(job, cfg, work, procs, **kw))[1])
+    res = convert_in_process(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"),
+                                           output=str(tmp_path / "o" / "train-{}.record"), store=backend.config(),
+                                           progress=False, **OPTS), num_workers=2)
+    assert started == [2]
+    assert res.exit_code == 0 and res.totals == ref_totals
+    assert [open(p, "rb").read() for p in res.paths] == ref_shards
+
+
 def test_many_small_shards_to_a_bucket_fit_in_a_small_descriptor_limit(request, tmp_path, scheme, processes):
     """600 one-record shards written to gs:// or ais:// under a limit of 256 open files:
     each waits for the one upload thread in a local spool file, and a waiting spool file
