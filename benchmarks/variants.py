@@ -22,7 +22,8 @@ tar2tf variants:
   other).  The best of the Beam variants is "tar2tf" in the ratios.
 * ``tar2tf-load``: ``Dataset(...).load(template, path=..., remote_exec=False)``, the
   in-process API writing TFRecords with one thread per core (no Beam), each with a worker
-  process when the job has heavy ops, as by default (passthrough: pieces held in memory).
+  process, as by default for heavy ops and (since session 27) for any job whose workers
+  write into local ``{}`` shards themselves, which includes this passthrough.
 * ``tar2tf-load-1t`` (passthrough only): the same with ``num_workers=1``: the shards are
   converted on the caller's thread between writes to the final shards (since session 17;
   before, on one converter thread beside it).  A passthrough is Python work under the GIL
