@@ -254,7 +254,10 @@ def _shown(key: str, value: Any) -> str:
 def resume_conflict(cfg: PcrConfig, inputs: List[str], work: str) -> Optional[str]:
     """Why ``resume`` cannot continue when ``work`` is empty: another work directory beside it
     holds an interrupted run of the same inputs with other options (or tar2tf version)."""
-    found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs",), shown=_shown)
+    # "output" too: a PCR record has none, so a TFRecord job's record (`tar2tf convert` into
+    # the PCR output directory shares its work root) is not taken for a PCR run
+    found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"),
+                                     shown=_shown)
     if found is None:
         return None
     return (f"--resume: the interrupted run of these inputs in {found.work} had other options "

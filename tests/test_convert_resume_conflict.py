@@ -11,9 +11,11 @@ import pytest
 
 import shardgen
 from launch.cli import main
+from pcr_fixtures import requires_jpegtran
 from pipelines import convert as cv, shard_journal
 from pipelines.convert import OutputExistsError
 from pipelines.local_convert import convert_in_process
+from pipelines.pcr import PcrConfig, convert_pcr
 from pipelines.shard_convert import ConvertConfig
 
 N = 4
@@ -136,3 +138,15 @@ def test_resume_with_other_options_before_any_output_is_refused_naming_them(tmp_
     summary = str(tmp_path / "s.json")
     assert main(args + ["--max-shard-size", "4KB", "--summary-json", summary]) == 0, capfd.readouterr().err
     assert json.load(open(summary))["counters"]["shards_resumed"] == 2
+
+
+@requires_jpegtran
+def test_an_interrupted_convert_run_is_not_taken_for_a_pcr_run(tmp_path, monkeypatch):
+    """``tar2tf pcr --resume`` into the directory of an interrupted ``convert`` run of the
+    same inputs shares its work root: the convert run's record (it has an output) is not a
+    PCR run with other options, so the PCR job starts (it has nothing of its own to resume)."""
+    cfg, work, _ = _interrupted_run(tmp_path, monkeypatch)
+    res = convert_pcr(PcrConfig(sources=cfg.sources, output=str(tmp_path / "o"), images_per_record=4,
+                                progress=False, resume=True))
+    assert res.exit_code == 0 and res.totals["records_written"] == N * 6
+    assert os.path.exists(os.path.join(work, "job.json"))  # the convert run's work is left alone
