@@ -38,8 +38,9 @@ class Op:
     what: Any = None
     _children: Tuple[str, ...] = ("what",)
     # per-record work too small for a worker process to pay off (picking entries, not
-    # decoding them): an in-process job whose ops are all light stays on threads
-    # (options.auto_processes; Beam jobs use worker processes either way)
+    # decoding them): an in-process job whose ops are all light stays on threads, unless
+    # its workers would write into local '{}' shards themselves (options.auto_processes;
+    # Beam jobs use worker processes either way)
     light: bool = False
 
     # -- the two faces -------------------------------------------------------------------
