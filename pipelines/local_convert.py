@@ -46,16 +46,16 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
     job = uuid.uuid4().hex
+    resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
     auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
     # worker processes pay off for heavy ops, and for any job whose workers write their
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (opts.auto_processes)
     placed = shard_stream.can_stream(cfg.output) and split_url(cfg.output)[0] == ""
-    procs = opts.auto_processes(num_workers, len(urls), cfg.has_heavy_ops() or placed) if auto \
+    procs = opts.auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed) if auto \
         else int(cfg.processes)
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
-    resumed = cv.resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
     cv.record_job(cfg, urls, work)
     stream = cv.new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
     tasks = list(enumerate(urls))[resumed.next_piece:]

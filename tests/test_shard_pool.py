@@ -396,3 +396,30 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(s
     listed, _ = run("l/t.record", 2)
     assert placed == [2] and one == [] and listed == [] and a == b
     assert local_convert.shard_pool is shard_pool
+
+
+def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path, monkeypatch):
+    """The worker count follows the input shards left after the journal, as on Beam: a job
+    stopped (Ctrl-C) while closing its last shard, rerun with resume=True and two workers,
+    converts the one shard left here, without starting worker processes."""
+    import dataclasses
+    import shardgen
+    from pipelines import shard_pool, shard_stream
+    shardgen.make_shards(str(tmp_path / "in"), 3, 6, size=(16, 16))
+    cfg = ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0002}.tar"),
+                        output=str(tmp_path / "o" / "t-{}.record"), records_per_shard=6, progress=False)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(shard_stream.ShardStream, "finish", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            convert_in_process(cfg, num_workers=1)
+    assert sorted(f for f in os.listdir(tmp_path / "o") if f.endswith(".record")) == ["t-1.record", "t-2.record"]
+    started = []
+    real = shard_pool.start
+    monkeypatch.setattr(shard_pool, "start", lambda job, c, work, procs, **kw: (started.append(procs),
+                                                                                real(job, c, work, procs, **kw))[1])
+    res = convert_in_process(dataclasses.replace(cfg, resume=True), num_workers=2)
+    assert res.exit_code == 0 and res.totals["records_written"] == 18 and len(res.paths) == 3
+    assert started == []
