@@ -351,8 +351,11 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     here = opts.dofns_run_here(args)
     # a journal only where a stream writes
     resumed = resume_point(cfg, work) if here else shard_journal.ResumePoint()
-    record_job(cfg, urls, work)
     procs = opts.pool_size(cfg.processes, args, len(urls) - resumed.next_piece)
+    # packed before the job's record is written: ops that cannot be pickled stop the job
+    # before it leaves anything in its work directory
+    blob = shard_pool.pack(cfg) if procs else None
+    record_job(cfg, urls, work)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     if bar is not None:
         for info in resumed.pieces:
@@ -371,7 +374,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
             tasks = list(enumerate(urls))[resumed.next_piece:] if direct or not cfg.resume else []
             shard_pool.start(job, cfg, work, procs, tasks=tasks,
                              on_done=functools.partial(piece_done, feed=None if direct else feed, bar=bar),
-                             place=feed.place if direct else None)
+                             place=feed.place if direct else None, blob=blob)
         if here:
             beam_sampler.shorten()  # the job's bundles end without a 0-200 ms wait
         # a pool converting every task for a stream in this process: the DoFns only collect
