@@ -77,7 +77,8 @@ def find_conflict(work: str, record: Dict[str, Any], config: Optional[StoreConfi
             other = json.loads(store.read_bytes(url))
         except (OSError, ValueError):
             continue
-        if not isinstance(other, dict) or any(other.get(k) != record.get(k) for k in same):
+        if not isinstance(other, dict) or not isinstance(other.get(OPTIONS) or {}, dict) \
+                or any(other.get(k) != record.get(k) for k in same):
             continue
         diffs = differences(other, record, shown)
         if diffs:

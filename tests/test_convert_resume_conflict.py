@@ -150,3 +150,20 @@ def test_an_interrupted_convert_run_is_not_taken_for_a_pcr_run(tmp_path, monkeyp
                                 progress=False, resume=True))
     assert res.exit_code == 0 and res.totals["records_written"] == N * 6
     assert os.path.exists(os.path.join(work, "job.json"))  # the convert run's work is left alone
+
+
+def test_a_record_with_malformed_options_explains_nothing(tmp_path):
+    """A sibling job.json of the same inputs and output whose options are not a mapping
+    (hand-edited, another tool's) is passed over: no crash, no culprit named."""
+    from pipelines import job_record
+    work = str(tmp_path / "w" / "mine")
+    record = {"inputs": ["a.tar"], "output": "o-{}.record", "options": {"max_shard_size": 8000}, "v": "1"}
+    other = str(tmp_path / "w" / "other")
+    os.makedirs(other)
+    with open(os.path.join(other, "job.json"), "w") as f:
+        json.dump(dict(record, options=["not", "a", "dict"]), f)
+    assert job_record.find_conflict(work, record, same=("inputs", "output")) is None
+    with open(os.path.join(other, "job.json"), "w") as f:
+        json.dump(dict(record, options={"max_shard_size": 4000}), f)
+    found = job_record.find_conflict(work, record, same=("inputs", "output"))
+    assert found is not None and found.differences == ["max_shard_size: 4000 then, 8000 now"]
