@@ -208,7 +208,6 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, loc
     assert _outputs(backend, res) == ref_shards
 
 
-
 def test_in_process_two_workers_read_a_bucket_into_local_shards(backend, local_run, tmp_path, monkeypatch):
     """A passthrough from ais:// or gs:// to a local '{}' output with num_workers=2 (no
     heavy ops): two worker processes fetch the shards from the store and write into the
@@ -229,6 +228,7 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(backend, local_r
     assert [open(p, "rb").read() for p in res.paths] == ref_shards
 
 
+@pytest.mark.parametrize("scheme,processes", [("gs", "2"), ("gs", "0"), ("ais", "2")])
 def test_many_small_shards_to_a_bucket_fit_in_a_small_descriptor_limit(request, tmp_path, scheme, processes):
     """600 one-record shards written to gs:// or ais:// under a limit of 256 open files:
     each waits for the one upload thread in a local spool file, and a waiting spool file
