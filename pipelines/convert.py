@@ -247,28 +247,30 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *,
     inputs and output with other options left its work beside ``work``, the refusal
     names those options (``pipelines.job_record``)."""
     existing = finalize.existing_outputs(cfg.output, cfg.store)
-    if cfg.resume and not existing and not cfg.overwrite and not finalize.has_files(get_store(work, cfg.store), work):
-        # nothing of this job to continue, and no output yet: an interrupted run of these
-        # inputs with other options (planned shards are written at the end) is refused
-        # as by `tar2tf pcr --resume`, not left behind while the job starts afresh
-        found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
-        if found is not None:
-            raise ValueError(f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
-                             f"other options ({found.describe()}); rerun with its options to resume it, or "
-                             f"without {resume} to start afresh")
-    if not existing or cfg.overwrite:
+    if cfg.overwrite:
         return
-    msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"
+    msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})" if existing else ""
     if cfg.resume:
         if finalize.has_files(get_store(work, cfg.store), work):
             return
+        # nothing of this job to continue: an interrupted run of these inputs and this
+        # output with other options is refused, naming them -- also before any output
+        # exists (planned shards are written at the end), as by `tar2tf pcr --resume`,
+        # rather than left behind while the job starts afresh
         found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
+        if found is not None and not existing:
+            raise ValueError(f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
+                             f"other options ({found.describe()}); rerun with its options to resume it, or "
+                             f"without {resume} to start afresh")
         if found is not None:
             raise OutputExistsError(f"{msg}, but the interrupted run of these inputs and this output in "
                                     f"{found.work} had other options ({found.describe()}); rerun with its "
                                     f"options to resume it, or pass {overwrite} to replace them")
-        raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
-                                f"output) left work to resume in {work}; pass {overwrite} to replace them")
+        if existing:
+            raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
+                                    f"output) left work to resume in {work}; pass {overwrite} to replace them")
+    if not existing:
+        return
     if streams(cfg) and get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
         raise OutputExistsError(f"{msg}: an interrupted run of this job left them; pass {resume} to "
                                 f"continue it, or {overwrite} to start over")
