@@ -1,0 +1,118 @@
+"""Output bytes of representative jobs, pinned: the demo, a shuffled job, the ops examples,
+PCR and the in-memory ``load()``, each reduced to sha256 digests of what it writes (or
+streams) and compared with ``tests/golden_digests.json``.
+
+These digests were recorded before the code was reorganised into subpackages and the Beam
+graph was made to do its own work on every runner; a refactor that changes any output byte
+fails here.  Both drivers (Beam's local runner and ``--runner local``) must give them.
+
+Regenerate (only for an intended change of output bytes, said so in the commit):
+``TAR2TF_RECORD_GOLDEN=1 bash tests/run.sh tests/test_golden_digests.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
+GOLDEN = os.path.join(ROOT, "tests", "golden_digests.json")
+RECORD = os.environ.get("TAR2TF_RECORD_GOLDEN") == "1"
+OPS_RESIZE = '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"], selections: [jpg, cls]}'
+OPS_ENCODE = '{conversions: [Decode(jpg), "Resize(jpg, (48, 40))", "Encode(jpg, quality=90)"]}'
+
+# name -> tar2tf arguments after the subcommand (OUT: the job's output directory)
+JOBS = {
+    "demo": ["convert", DEMO, "--output", "OUT/demo-{}.record", "--max-shard-size", "200KB",
+             "--type-map", "cls:int64"],
+    "shuffle": ["convert", DEMO, "--output", "OUT/train.record", "--max-shard-size", "200KB",
+                "--shuffle", "--seed", "7"],
+    "ops-resize": ["convert", DEMO, "--output", "OUT/r-{}.record", "--ops", OPS_RESIZE,
+                   "--records-per-shard", "30"],
+    "ops-encode": ["convert", DEMO, "--output", "OUT/e-{}.record", "--ops", OPS_ENCODE,
+                   "--type-map", "cls:int64"],
+    "pcr": ["pcr", DEMO, "--output", "OUT", "--images-per-record", "20", "--seed", "3"],
+}
+
+
+def _digests(out: str) -> dict:
+    """sha256 of every file the job left in ``out`` except the manifest and rejects file,
+    which name this run's temporary paths."""
+    got = {}
+    for name in sorted(os.listdir(out)):
+        p = os.path.join(out, name)
+        if os.path.isfile(p) and not name.endswith((".manifest.json", ".rejects.jsonl")) \
+                and name != "manifest.json" and name != "rejects.jsonl":
+            with open(p, "rb") as f:
+                got[name] = hashlib.sha256(f.read()).hexdigest()
+    return got
+
+
+def _golden() -> dict:
+    if not os.path.exists(GOLDEN):
+        return {}
+    with open(GOLDEN) as f:
+        return json.load(f)
+
+
+def _check(name: str, got: dict) -> None:
+    if RECORD:
+        gold = _golden()
+        gold[name] = got
+        with open(GOLDEN, "w") as f:
+            json.dump(gold, f, indent=1, sort_keys=True)
+            f.write("\n")
+        return
+    assert got, f"{name}: the job wrote nothing"
+    assert got == _golden()[name], f"{name}: output bytes differ from the pinned digests"
+
+
+def _tar2tf(args, out, extra=()):
+    cmd = [sys.executable, "-m", "launch.cli"] + [a.replace("OUT", out) for a in args] + list(extra)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+RUNNERS = {"beam": [], "local": ["--runner", "local"]}
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_job_bytes_are_pinned(job, runner, tmp_path):
+    if RECORD and runner != "beam":
+        pytest.skip("digests are recorded from the default runner")
+    if job in ("shuffle", "pcr") and runner == "local":
+        pytest.skip("--shuffle and pcr are Beam graphs only")  # docs/runners.md
+    _tar2tf(JOBS[job], str(tmp_path), RUNNERS[runner])
+    _check(job, _digests(str(tmp_path)))
+
+
+def _element_digest(ds) -> str:
+    """One sha256 over every element of a tf.data.Dataset, in order (values as numpy bytes,
+    with their dtype and shape)."""
+    h = hashlib.sha256()
+    for el in ds.as_numpy_iterator():
+        for v in (el if isinstance(el, tuple) else (el,)):
+            if isinstance(v, dict):
+                items = sorted(v.items())
+            else:
+                items = [("", v)]
+            for k, x in items:
+                h.update(f"{k}|{getattr(x, 'dtype', type(x))}|{getattr(x, 'shape', ())}|".encode())
+                h.update(x.tobytes() if hasattr(x, "tobytes") else repr(x).encode())
+    return h.hexdigest()
+
+
+def test_in_memory_load_is_pinned():
+    from pipelines import Dataset
+    from transforms.ops import Decode, Resize
+
+    ds = Dataset(os.path.dirname(DEMO), None, [Decode("jpg"), Resize("jpg", (16, 16))], ["jpg", "cls"])
+    got = {"elements": _element_digest(ds.load(os.path.basename(DEMO), num_workers=2, remote_exec=False))}
+    _check("in-memory-load", got)
