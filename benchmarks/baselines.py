@@ -99,7 +99,7 @@ def make_example(key: str, value, label: int) -> bytes:
 # -- limit-io ------------------------------------------------------------------------------
 
 def limit_io(data, workload: str, out: str, sync: bool = True) -> Dict:
-    from transforms.tfrecord import masked_crc32c
+    from transforms.tfrecord.framing import masked_crc32c
     u64, u32 = struct.Struct("<Q"), struct.Struct("<I")
     os.makedirs(out, exist_ok=True)
 

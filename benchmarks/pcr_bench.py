@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def missing_reason() -> Optional[str]:
-    for rel in ("pipelines/pcr.py", "transforms/pcr_reader.py", "transforms/pcr_format.py"):
+    for rel in ("pipelines/beam/pcr.py", "transforms/pcr/reader.py", "transforms/pcr/format.py"):
         if not os.path.exists(os.path.join(ROOT, rel)):
             return f"{rel} not present"
     import shutil as sh
@@ -62,7 +62,7 @@ class _Counting(io.RawIOBase):
 
 
 def _load(files: List[str], index: str, k: int, decode: bool) -> Dict:
-    from transforms.pcr_reader import iter_pcr
+    from transforms.pcr.reader import iter_pcr
     counter = [0]
     t0 = time.perf_counter()
     n = sum(1 for _ in iter_pcr(files, index, scan_groups=k, decode=decode,
@@ -71,8 +71,8 @@ def _load(files: List[str], index: str, k: int, decode: bool) -> Dict:
 
 
 def run(spec: Dict) -> Dict:
-    from pipelines.pcr import PcrConfig, convert_pcr
-    from transforms import pcr_format as fmt
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from transforms.pcr import format as fmt
     data = dataset.build(spec["size"], spec.get("root"))
     out = os.path.join(spec["out"], "pcr")
     shutil.rmtree(out, ignore_errors=True)
@@ -111,7 +111,7 @@ def run(spec: Dict) -> Dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     import apache_beam  # noqa: F401 - imported before the clock, like the other variants
-    import pipelines.pcr  # noqa: F401
+    import pipelines.beam.pcr  # noqa: F401
     result = run(json.loads(argv[0]))
     sys.stdout.write("BENCH-RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()

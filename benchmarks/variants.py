@@ -9,7 +9,7 @@ verified (``benchmarks.verify``).  The last stdout line is ``BENCH-RESULT {json}
 tar2tf variants:
 
 * ``tar2tf-beam-default``: ``pipelines.convert.convert`` as a user runs it with no runner
-  flags: one of tar2tf's local worker processes per core (``pipelines.shard_pool``)
+  flags: one of tar2tf's local worker processes per core (``pipelines.local.pool``)
   converts whole shards in input order, whatever the ops (passthrough too: Beam's own
   threads would share the GIL with converting threads), and writes them into the final
   shards; Beam's FnApiRunner collects the pieces' descriptions (``in_memory`` mode, one
@@ -47,7 +47,7 @@ from typing import Dict, List, Optional
 from benchmarks import baselines, dataset, pagecache, verify
 
 BEAM_MODES = {
-    "tar2tf-beam-default": [],  # tar2tf's local default (pipelines/options.py)
+    "tar2tf-beam-default": [],  # tar2tf's local default (pipelines/beam/options.py)
     "tar2tf-beam-threads": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
                             "--direct_num_workers={n}"],
     "tar2tf-beam-inmemory": ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
@@ -84,10 +84,10 @@ def missing_reason(variant: str, workload: str) -> Optional[str]:
         return "n/a: streaming measured for " + ", ".join(STREAM_WORKLOADS)
     if variant.startswith("tar2tf") and workload != "passthrough" and \
             not os.path.exists(os.path.join(ROOT, "transforms", "ops.py")):
-        return "transforms/ops.py missing"
+        return "transforms/ops/conversions.py missing"
     if variant in IN_PROCESS and \
             not os.path.exists(os.path.join(ROOT, "pipelines", "dataset.py")):
-        return "pipelines/dataset.py missing"
+        return "pipelines/tfdata/dataset.py missing"
     return None
 
 
@@ -108,17 +108,17 @@ def tar2tf_stages(workload: str) -> List:
 def _prepare(variant: str):
     """Imports outside the timed region."""
     # TensorFlow only where the variant really uses it: the tar2tf converters encode
-    # Examples without it (transforms/example_wire.proto); the streaming load is tf.data
+    # Examples without it (transforms/tfrecord/example_wire.proto); the streaming load is tf.data
     if variant in ("naive", "webdataset") + STREAM:
         import tensorflow  # noqa: F401
     if variant.startswith("tar2tf"):
         import apache_beam  # noqa: F401
         # Beam imports its local runner when the first pipeline runs (~0.04 s)
         import apache_beam.runners.portability.fn_api_runner  # noqa: F401
-        import pipelines.convert  # noqa: F401
+        import pipelines.beam.convert  # noqa: F401
     if variant in IN_PROCESS:
-        import pipelines.dataset  # noqa: F401
-        import pipelines.local_convert  # noqa: F401
+        import pipelines.tfdata.dataset  # noqa: F401
+        import pipelines.local.driver  # noqa: F401
 
 
 def _cores() -> int:
@@ -127,7 +127,7 @@ def _cores() -> int:
 
 def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
     if variant in IN_PROCESS:
-        from pipelines.dataset import Dataset
+        from pipelines.tfdata.dataset import Dataset
         ds = Dataset(data.directory, conversions=tar2tf_stages(workload), selections=["jpg", "cls"])
         rel = os.path.basename(data.template())
         if variant in STREAM:
@@ -142,7 +142,7 @@ def run_tar2tf(variant: str, data, workload: str, out: str) -> Dict:
                         num_workers=1 if variant == "tar2tf-load-1t" else _cores(),
                         max_shard_size="100MB", remote_exec=False, overwrite=True)
         return {"images": None, "files": list(paths), "manifest": ds.last_result.manifest}
-    from pipelines.convert import ConvertConfig, convert
+    from pipelines.beam.convert import ConvertConfig, convert
     args = [a.replace("{n}", str(_cores())) for a in BEAM_MODES[variant]]
     res = convert(ConvertConfig(sources=data.template(), output=os.path.join(out, "train-{}.record"),
                                 type_map=TYPE_MAP, sample_stages=tar2tf_stages(workload),
@@ -175,7 +175,7 @@ def check(variant: str, workload: str, data, r: Dict) -> Optional[str]:
 
 
 def count_records(files: List[str]) -> int:
-    from transforms.tfrecord import iter_frames
+    from transforms.tfrecord.framing import iter_frames
     n = 0
     for p in files:
         with open(p, "rb") as f:

@@ -57,7 +57,7 @@ class _Source:
 
 
 def _frames(files: List[str]):
-    from transforms.tfrecord import read_records
+    from transforms.tfrecord.framing import read_records
     for path in files:
         yield from read_records(path, check_crc=True)
 
@@ -89,7 +89,7 @@ def verify_examples(data, files: List[str], workload: str, value: str = "jpg", l
 
 def _check_examples(src: "_Source", files: List[str], workload: str, value: str, label: str) -> Optional[str]:
     from PIL import Image
-    from transforms.example import parse_example
+    from transforms.tfrecord.example import parse_example
     seen = set()
     decoded = 0
     for payload in _frames(files):

@@ -2,6 +2,7 @@
 
 Other ``--flags`` are passed to Beam if they are Beam pipeline options (``--runner=FlinkRunner``
 ...); any other flag is a usage error (launch/runner_args.py: :func:`check_beam_args`).
+``--runner local`` runs the in-process driver instead of a Beam job (``pipelines.local``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from launch.store_args import add_store_args, store_config
 
 
 def register(sub) -> None:
-    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards (Beam)",
+    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards",
                        description=__doc__)
     p.add_argument("sources", nargs="+", help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/...")
     p.add_argument("--output", "-o", required=True,
@@ -44,21 +45,20 @@ def register(sub) -> None:
                    help="output in a bucket: finished shards waiting for upload in local spool files may hold "
                         "this much before the writer waits: 500MB, 2GB (default $TAR2TF_SPOOL_LIMIT, else 1GB)")
     p.add_argument("--processes", type=int_in(0), metavar="N",
-                   help="local runs: convert shards in N worker processes while Beam's threads only hand "
-                        "out shards (default: one per local worker in the default multi_threading mode; "
-                        "0: convert on the threads)")
+                   help="local runs: N worker processes (default: one per core); with --runner local, "
+                        "0 converts on threads of this process")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
 def build_config(args):
-    from pipelines.convert import ConvertConfig
+    from pipelines.beam.convert import ConvertConfig
     conversions, selections = (), ()
     if args.ops:
         from launch.opsspec import load_ops
         conversions, selections = load_ops(args.ops, seed=args.seed)
     stages = list(conversions)
     if selections:
-        from pipelines.dataset import selection_stage
+        from pipelines.tfdata.dataset import selection_stage
         stages.append(selection_stage(selections))
     return ConvertConfig(
         sources=args.sources, output=args.output, base=args.base, max_shard_size=args.max_shard_size,
@@ -75,7 +75,7 @@ def check_paths(args) -> List[str]:
     and returns what it created."""
     from launch import local_paths
     from launch.cli import UsageError
-    from pipelines.finalize import companion
+    from pipelines.job.finalize import companion
     name = args.output.rsplit("/", 1)[-1]
     if name in ("", "{}") or companion(name, "").startswith("."):
         # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
@@ -89,15 +89,23 @@ def check_paths(args) -> List[str]:
 
 
 def summary(res) -> str:
-    """The final report's text (see pipelines/report.py; counters checked against the manifest)."""
-    from pipelines import report
+    """The final report's text (see pipelines/job/report.py; counters checked against the manifest)."""
+    from pipelines.job import report
     return report.text(report.build(res))
+
+
+def workers(processes) -> int:
+    """The in-process driver's worker count: ``--processes``, else one per core."""
+    import os
+    return max(1, processes if processes is not None else os.cpu_count() or 1)
 
 
 def run(args) -> int:
     from launch.job_exit import rejects_exit, run_job
-    from pipelines.convert import convert
     from launch.local_paths import remove_if_empty
+    from pipelines.beam.convert import convert
+    from pipelines.beam.options import in_process
+    from pipelines.local.driver import convert_in_process
     created = []
 
     def config():
@@ -107,6 +115,8 @@ def run(args) -> int:
 
     def job():
         try:
+            if in_process(args.beam_args):
+                return convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
             return convert(cfg, args.beam_args)
         except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
             remove_if_empty(created)
@@ -119,7 +129,7 @@ def run(args) -> int:
         return code
     for p in res.paths:
         print(p)
-    from pipelines import report
+    from pipelines.job import report
     rep = report.build(res)
     print(report.text(rep), file=sys.stderr)
     if args.summary_json:

@@ -116,8 +116,8 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
     of the call, not at import, so that a redirected stdout is honoured); return (image,
     caption) pairs for the sheet."""
     out = out if out is not None else sys.stdout
-    from transforms import example as ex, example_schema as exs
-    from transforms.tfrecord import read_records
+    from transforms.tfrecord import example as ex, schema as exs
+    from transforms.tfrecord.framing import read_records
     schema: Dict[str, Any] = {}
     shown, count, sheet_items, head = [], 0, [], []
     with get_store(shard, config).open_read(shard) as f:

@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from launch.job_exit import rejects_exit, run_job
-    from pipelines.pcr import PcrConfig, convert_pcr
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
 
     def job():
         from launch import local_paths

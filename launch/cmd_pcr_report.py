@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from transforms import pcr_quality
+    from transforms.pcr import quality as pcr_quality
     directory = args.directory.rstrip("/")
     if not os.path.exists(os.path.join(directory, "PCR_index.pb")):
         print(f"tar2tf pcr-report: {directory}/PCR_index.pb not found", file=sys.stderr)

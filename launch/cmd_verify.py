@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pipelines.verify import verify
+    from pipelines.job.verify import verify
     try:
         report = verify(args.output, args.decode_images, StoreConfig(ais_endpoint=args.ais_endpoint))
     except FileNotFoundError as e:

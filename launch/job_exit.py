@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Tuple
 
 def run_job(command: str, job: Callable[[], Any]) -> Tuple[Optional[Any], int]:
     """``(job(), 0)``, or ``(None, exit code)`` for the failures a user can act on."""
-    from pipelines.shard_convert import OutputExistsError
+    from pipelines.job.config import OutputExistsError
     try:
         return job(), 0
     except OutputExistsError as e:

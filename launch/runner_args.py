@@ -42,7 +42,7 @@ def beam_parser(beam_args: List[str]):
     from apache_beam.options import pipeline_options as po
 
     from launch.cli import UsageError
-    from pipelines.options import runner_name
+    from pipelines.beam.options import runner_name
 
     class StrictParser(po._BeamArgumentParser):  # pylint: disable=protected-access
         def error(self, message):
@@ -75,7 +75,7 @@ def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) ->
     only its job server can tell; one spelled like a tar2tf option (``--max-shard-szie``,
     ``--records_per_shard``) is still an error.  ``tar2tf_flags``: the subcommand's own."""
     from launch.cli import UsageError
-    from pipelines.options import runner_name
+    from pipelines.beam.options import runner_name
     _, unknown = beam_parser(beam_args).parse_known_args(beam_args)
     if not unknown:
         return
@@ -101,7 +101,7 @@ def describe(argv: List[str]) -> Dict[str, Any]:
     from apache_beam.options import pipeline_options as po
 
     from launch.cli import build_parser
-    from pipelines import options as opts
+    from pipelines.beam import options as opts
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     check_beam_args(extra, parser.subcommands[args.command]._option_string_actions)

@@ -1,11 +1,11 @@
 """Beam pipelines and the user-facing Python API of tar2tf.
 
 ``from pipelines import Dataset, default_record_parser`` is the stable entry point of the
-seed API (loaded lazily, so Beam workers importing ``pipelines.convert`` do not pay for it).
+seed API (loaded lazily, so Beam workers importing ``pipelines.beam.convert`` do not pay for it).
 """
 
-_API = {"Dataset": "pipelines.dataset", "AisDataset": "pipelines.dataset",
-        "default_record_parser": "pipelines.parsers", "make_record_parser": "pipelines.parsers"}
+_API = {"Dataset": "pipelines.tfdata.dataset", "AisDataset": "pipelines.tfdata.dataset",
+        "default_record_parser": "pipelines.tfdata.parsers", "make_record_parser": "pipelines.tfdata.parsers"}
 
 __all__ = sorted(_API)
 

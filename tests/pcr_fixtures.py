@@ -89,7 +89,7 @@ def bad_files() -> Dict[str, bytes]:
 
 
 def convert_local(tmp_path, sources, out_name="out", **kw):
-    from pipelines.pcr import PcrConfig, convert_pcr
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
     out = str(tmp_path / out_name)
     kw.setdefault("max_rejects", 1000)
     res = convert_pcr(PcrConfig(sources=sources, output=out, **kw),

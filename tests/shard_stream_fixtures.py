@@ -1,13 +1,13 @@
 """Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
 files of random records with their sidecar dicts, and the shards the planned path
-(``pipelines.finalize``) and the stream (``pipelines.shard_stream``) make of them."""
+(``pipelines.job.finalize``) and the stream (``pipelines.local.stream``) make of them."""
 
 import os
 import random
 import time
 
-from pipelines import finalize
-from pipelines.shard_stream import ShardStream
+from pipelines.job import finalize
+from pipelines.local.stream import ShardStream
 
 
 def _pieces(d, layout, seed=0):
@@ -49,7 +49,7 @@ def _files(d):
 
 def _info(p):
     """A piece dict as convert_shard returns it (no rejects), with its digest."""
-    from transforms import digests
+    from transforms.tfrecord import digests
     d = digests.new("crc32c")
     d.update(open(p["piece"], "rb").read())
     return dict(p, shard=f"in-{p['index']}.tar", records_read=len(p["sizes"]), filtered=0, rejects=[],

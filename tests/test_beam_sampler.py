@@ -54,11 +54,11 @@ _JOB = textwrap.dedent("""
     before = statesampler.StateSampler.__init__.__defaults__[-1]
     shardgen.make_shards({d!r}, 2, 4)
     if {kind!r} == "pcr":
-        from pipelines.pcr import PcrConfig, convert_pcr
+        from pipelines.beam.pcr import PcrConfig, convert_pcr
         res = convert_pcr(PcrConfig(sources={d!r} + "/train-{{0000..0001}}.tar", output={o!r}, progress=False))
         written = res.totals["records_written"]
     else:
-        from pipelines.convert import ConvertConfig, convert
+        from pipelines.beam.convert import ConvertConfig, convert
         res = convert(ConvertConfig(sources={d!r} + "/train-{{0000..0001}}.tar", output={o!r} + "/train-{{}}.record"))
         written = res.totals["records_written"]
     print("RESULT " + json.dumps({{"before": before, "periods": periods, "written": written}}))

@@ -269,7 +269,7 @@ def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
 
 @pytest.fixture
 def one_record(tmp_path):
-    from transforms.tfrecord import frame
+    from transforms.tfrecord.framing import frame
     path = tmp_path / "one.record"
     path.write_bytes(frame(b""))  # one empty Example: a readable shard with no images
     return str(path)

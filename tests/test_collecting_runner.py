@@ -8,8 +8,8 @@ import os
 import pytest
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-from pipelines import options as opts
-from pipelines.convert import ConvertConfig, convert
+from pipelines.beam import options as opts
+from pipelines.beam.convert import ConvertConfig, convert
 
 
 @pytest.fixture(scope="module")

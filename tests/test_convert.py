@@ -10,10 +10,10 @@ import pytest
 
 import shardgen
 from ops_fixtures import crc32c_file
-from pipelines.convert import ConvertConfig, OutputExistsError, convert
-from transforms.example import parse_example
-from transforms.example_schema import tf_feature_spec
-from transforms.tfrecord import read_records
+from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
+from transforms.tfrecord.example import parse_example
+from transforms.tfrecord.schema import tf_feature_spec
+from transforms.tfrecord.framing import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,7 +114,7 @@ def test_resume_never_takes_over_another_jobs_output(shards, tmp_path):
     """``--resume`` continues an interrupted run of the same job only: finished shards of
     another job (other inputs or options) under the same names are refused, untouched; and
     two outputs never share a work directory (a journal lists its own output's shards)."""
-    from pipelines.convert import work_dir_for
+    from pipelines.beam.convert import work_dir_for
     _, d = shards
     out = str(tmp_path / "o/t-{}.record")
     first = convert(ConvertConfig(sources=d + "/train-*.tar", output=out, records_per_shard=4))
@@ -217,7 +217,7 @@ def test_cli_exit_codes(shards, tmp_path):
 
 def test_job_failures_map_to_exit_codes(capsys):
     from launch.job_exit import run_job
-    from pipelines.shard_pool import WorkerDied
+    from pipelines.local.pool import WorkerDied
 
     def fails(e):
         def job():
@@ -233,7 +233,8 @@ def test_job_failures_map_to_exit_codes(capsys):
 def test_streamed_and_planned_beam_graphs_write_the_same_shards(shards, tmp_path, monkeypatch):
     """Local Beam jobs with a {} output fill final shards from a stream in this process; the
     planned graph (other runners, -of-N names) must give the very same files and rows."""
-    from pipelines import options as opts, shard_stream
+    from pipelines.beam import options as opts
+    from pipelines.local import stream as shard_stream
     _, d = shards
     added = []
     real_add = shard_stream.ShardStream.add

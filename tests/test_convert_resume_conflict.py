@@ -1,6 +1,6 @@
 """``tar2tf convert --resume`` when the job's own work directory is empty but an
 interrupted run of the same inputs and output with other options left its work beside
-it: the refusal names the options that differ, then and now (``pipelines.job_record``).
+it: the refusal names the options that differ, then and now (``pipelines.job.record``).
 The same options resume as before; another job's leftovers keep the plain refusal."""
 
 import glob
@@ -12,11 +12,12 @@ import pytest
 import shardgen
 from launch.cli import main
 from pcr_fixtures import requires_jpegtran
-from pipelines import convert as cv, shard_journal
-from pipelines.convert import OutputExistsError
-from pipelines.local_convert import convert_in_process
-from pipelines.pcr import PcrConfig, convert_pcr
-from pipelines.shard_convert import ConvertConfig
+from pipelines.beam import convert as cv
+from pipelines.job import journal as shard_journal
+from pipelines.beam.convert import OutputExistsError
+from pipelines.local.driver import convert_in_process
+from pipelines.beam.pcr import PcrConfig, convert_pcr
+from pipelines.job.config import ConvertConfig
 
 N = 4
 
@@ -155,7 +156,7 @@ def test_an_interrupted_convert_run_is_not_taken_for_a_pcr_run(tmp_path, monkeyp
 def test_a_record_with_malformed_options_explains_nothing(tmp_path):
     """A sibling job.json of the same inputs and output whose options are not a mapping
     (hand-edited, another tool's) is passed over: no crash, no culprit named."""
-    from pipelines import job_record
+    from pipelines.job import record as job_record
     work = str(tmp_path / "w" / "mine")
     record = {"inputs": ["a.tar"], "output": "o-{}.record", "options": {"max_shard_size": 8000}, "v": "1"}
     other = str(tmp_path / "w" / "other")

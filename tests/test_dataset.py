@@ -14,10 +14,10 @@ import pytest
 import shardgen
 from ops_fixtures import crc32c_file
 from pipelines import AisDataset, Dataset, default_record_parser, make_record_parser
-from pipelines.dataset import location
-from pipelines.inmemory import ordered_stream
+from pipelines.tfdata.dataset import location
+from pipelines.tfdata.inmemory import ordered_stream
 from transforms.ops import (Convert, Decode, Func, Resize, Rotate, Select, SelectDict, SelectJSON)
-from transforms.tfrecord import read_records
+from transforms.tfrecord.framing import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = "train-{0000..0001}.tar"
@@ -188,7 +188,7 @@ def test_path_generator(data, tmp_path):
     with pytest.raises(ValueError, match="yielded 1 names"):
         dataset.load(TEMPLATE, path=iter([str(tmp_path / "one.rec")]), max_shard_size="4KB")
     # a name that exists is replaced only with overwrite=True, as for a string path
-    from pipelines.convert import OutputExistsError
+    from pipelines.beam.convert import OutputExistsError
     precious = tmp_path / "precious.rec"
     precious.write_bytes(b"keep me")
     with pytest.raises(OutputExistsError, match="already exist .*precious.rec.*overwrite=True"):
@@ -348,7 +348,7 @@ def _my_example(record):
 
 
 def test_custom_record_to_example_sees_converted_record(data, tmp_path):
-    from transforms.example import parse_example
+    from transforms.tfrecord.example import parse_example
     dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 6))])
     paths = dataset.load(TEMPLATE, path=str(tmp_path / "c.record"), record_to_example=_my_example,
                          remote_exec=False)
@@ -363,8 +363,8 @@ def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
     TensorFlow); otherwise one by one.  Either way: the same elements, in order, as the
     element spec types them."""
     import tensorflow as tf
-    import pipelines.dataset
-    monkeypatch.setattr(pipelines.dataset, "_CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
+    import pipelines.tfdata.dataset
+    monkeypatch.setattr(pipelines.tfdata.dataset, "_CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
     template = "train-{0000..0002}.tar"
 
     def run(ds, **kw):

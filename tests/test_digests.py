@@ -3,7 +3,7 @@
 import google_crc32c
 from hypothesis import example, given, settings, strategies as st
 
-from transforms.digests import crc32c_combine
+from transforms.tfrecord.digests import crc32c_combine
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,4 +1,4 @@
-"""pipelines.distribute: gather collects everything once; spread loses and adds nothing
+"""pipelines.beam.distribute: gather collects everything once; spread loses and adds nothing
 and lets the next step run on several workers."""
 
 import json
@@ -7,8 +7,8 @@ from operator import itemgetter
 
 import apache_beam as beam
 
-from pipelines.distribute import gather, spread
-from pipelines.options import make_pipeline_options
+from pipelines.beam.distribute import gather, spread
+from pipelines.beam.options import make_pipeline_options
 
 
 def _save(x, path):

@@ -5,11 +5,11 @@ import os
 import numpy as np
 import pytest
 
-from transforms.example import EncodeError, encode_record, parse_example, record_to_example
-from transforms.example_schema import merge_schema, parse_type_map, schema_of
+from transforms.tfrecord.example import EncodeError, encode_record, parse_example, record_to_example
+from transforms.tfrecord.schema import merge_schema, parse_type_map, schema_of
 from transforms.records import Reject
 from transforms.sizes import parse_size
-from transforms.sources import expand_braces, resolve
+from transforms.tar.sources import expand_braces, resolve
 from transforms.stores import LocalStore
 
 
@@ -111,7 +111,7 @@ def test_reject_validation():
 
 
 def test_ais_endpoint_without_scheme_is_http(monkeypatch):
-    from transforms.store_base import StoreConfig
+    from transforms.stores.base import StoreConfig
     monkeypatch.delenv("AIS_ENDPOINT", raising=False)
     assert StoreConfig(ais_endpoint="127.0.0.1:51080/").resolved_ais_endpoint() == "http://127.0.0.1:51080"
     assert StoreConfig(ais_endpoint="https://ais.example:443").resolved_ais_endpoint() == "https://ais.example:443"

@@ -1,4 +1,4 @@
-"""tar2tf's own copy of the tf.train.Example wire format (``transforms/example_wire.proto``):
+"""tar2tf's own copy of the tf.train.Example wire format (``transforms/tfrecord/example_wire.proto``):
 the bytes are TensorFlow's, and the default conversion path never imports TensorFlow."""
 
 import os
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from protogen import assert_gencode_fresh
-from transforms import example as ex, example_schema as exs
+from transforms.tfrecord import example as ex, schema as exs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +42,7 @@ def test_default_encoding_is_byte_identical_to_tensorflow(payload, key):
 def test_schema_from_the_message_equals_the_parsed_schema(payload, key):
     """The converter takes each record's schema from the message before serializing it;
     it must be what parsing the written bytes gives (what `tar2tf verify` checks against)."""
-    from transforms.stages import Stages
+    from transforms.ops.stages import Stages
     record = dict(payload, __key__=key, __shard__="s.tar")
     data, schema = ex.encode_with_schema(record)
     assert schema == exs.schema_of(data) and data == ex.encode_record(record)
@@ -53,12 +53,12 @@ def test_schema_from_the_message_equals_the_parsed_schema(payload, key):
 
 
 def test_gencode_matches_proto(tmp_path):
-    assert_gencode_fresh("transforms/example_wire.proto", tmp_path)
+    assert_gencode_fresh("transforms/tfrecord/example_wire.proto", tmp_path)
 
 
 def test_conversion_does_not_import_tensorflow(tmp_path):
     """Beam workers of the default path stay light: no TensorFlow import (seconds, ~0.5 GB)."""
-    code = ("import sys; from pipelines.convert import ConvertConfig, convert; "
+    code = ("import sys; from pipelines.beam.convert import ConvertConfig, convert; "
             f"r = convert(ConvertConfig(sources='launch/demo/shards/demo-{{0..1}}.tar', output={str(tmp_path)!r} + "
             "'/d-{}.record', type_map={'cls': 'int64'}, progress=False)); "
             "assert r.totals['records_written'] == 48, r.totals; "
@@ -72,7 +72,7 @@ def _worker_run(out, stages, shown, pre=""):
     """Convert the first demo shard in a fresh process, as a shard worker does (after
     ``pre``); ``(what the expression ``shown`` printed, the piece's bytes)``."""
     out.mkdir()
-    code = (f"import sys; {pre}from pipelines.shard_convert import ConvertConfig, convert_shard; "
+    code = (f"import sys; {pre}from pipelines.job.config import ConvertConfig; from pipelines.job.shard import convert_shard; "
             "from transforms.ops import Encode, Resize; "
             f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
             f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "
@@ -108,7 +108,7 @@ def _direct(record, type_map):
 
 def _message_path(record, type_map):
     """The protobuf-message encoding that the direct writer stands in for."""
-    from transforms import example_wire_pb2
+    from transforms.tfrecord import example_wire_pb2
     return ex.serialize(ex._build(example_wire_pb2.Example(), record, type_map))
 
 
@@ -166,7 +166,7 @@ def test_varint_is_protobufs(n):
 @pytest.mark.parametrize("stages", ["[]", "[Encode(Resize('jpg', (32, 24)), 'jpeg', quality=90)]"])
 def test_a_worker_without_array_ops_imports_no_numpy_and_writes_the_same_bytes(tmp_path, stages):
     """Passing records through, or decode -> resize -> encode in Pillow, needs no numpy in
-    a shard worker (~45 ms of its start-up: transforms.lazynp); the Examples are the same
+    a shard worker (~45 ms of its start-up: transforms.ops.lazynp); the Examples are the same
     bytes as in a process where numpy is loaded."""
     bare = _worker_run(tmp_path / "a", stages, "'numpy' in sys.modules")
     with_np = _worker_run(tmp_path / "b", stages, "'numpy' in sys.modules", pre="import numpy; ")

@@ -7,12 +7,12 @@ import apache_beam as beam
 import pytest
 
 import shardgen
-from pipelines.convert import ConvertConfig, convert
-from transforms.example import parse_example, record_to_example
+from pipelines.beam.convert import ConvertConfig, convert
+from transforms.tfrecord.example import parse_example, record_to_example
 from transforms.ops import (INT64, ByExampleF, ByKey, ByKeyValue, ByPrefix, BySampleF, BySubstring, BySuffix,
                             FeatureType, FilterEmptyExamples, FilterEmptySamples, Rename, SampleF,
                             SampleToTFExample, TFExampleF, as_stage)
-from transforms.tfrecord import read_records
+from transforms.tfrecord.framing import read_records
 
 
 def sample():
@@ -119,7 +119,7 @@ def test_example_stages_carry_array_companions():
     import numpy as np
     import tensorflow as tf
     from pipelines import default_record_parser
-    from transforms.example import serialize
+    from transforms.tfrecord.example import serialize
     img, _ = _array_example()
     assert feats(ByKey("image", "label")(_array_example()[1])) == ["__key__", "image", "image/dtype",
                                                                    "image/shape", "label"]

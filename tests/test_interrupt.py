@@ -16,7 +16,7 @@ import pytest
 
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
-from transforms.tfrecord import read_records
+from transforms.tfrecord.framing import read_records
 
 N_SHARDS = 8
 
@@ -118,7 +118,7 @@ def _parent(pid: int):
 
 def _run_in_memory(fn):
     import apache_beam as beam
-    from pipelines import options as opts
+    from pipelines.beam import options as opts
     args = opts.effective_args(["--direct_running_mode=in_memory", "--direct_num_workers=1"])
     with beam.Pipeline(options=opts.make_pipeline_options(args)) as p:
         _ = p | beam.Create([1, 2]) | "Step" >> beam.Map(fn)

@@ -1,4 +1,4 @@
-"""transforms.lazynp: numpy imported at first use, arrays recognised without importing it."""
+"""transforms.ops.lazynp: numpy imported at first use, arrays recognised without importing it."""
 
 import os
 import subprocess

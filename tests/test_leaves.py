@@ -1,4 +1,4 @@
-"""transforms.leaves: the selection stage's entries equal the numpy leaves' plain values,
+"""transforms.ops.leaves: the selection stage's entries equal the numpy leaves' plain values,
 and selecting bytes and integer labels never imports numpy (a shard worker's start-up)."""
 
 import os
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from transforms.leaves import SelectionStage, entry_value, flatten, leaf, structured
-from transforms.opbase import OpError
-from transforms.selections import SelectDict, SelectList
+from transforms.ops.leaves import SelectionStage, entry_value, flatten, leaf, structured
+from transforms.ops.base import OpError
+from transforms.ops.selections import SelectDict, SelectList
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,7 +78,7 @@ def test_structured_selections_flatten_into_named_entries():
 
 
 def test_selecting_bytes_and_labels_does_not_import_numpy():
-    code = ("import pickle, sys; from transforms.leaves import selection_stage; "
+    code = ("import pickle, sys; from transforms.ops.leaves import selection_stage; "
             "blob = pickle.dumps(selection_stage(['jpg', 'cls'])); "
             "assert 'numpy' not in sys.modules; stage = pickle.loads(blob); "
             "out = stage({'__key__': 'a/1', 'jpg': bytes(range(64)), 'cls': b'3\\n'}); "

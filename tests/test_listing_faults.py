@@ -16,8 +16,8 @@ import pytest
 
 import shardgen
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
-from pipelines.convert import ConvertConfig, convert
-from transforms.sources import resolve
+from pipelines.beam.convert import ConvertConfig, convert
+from transforms.tar.sources import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEAM = ["--direct_num_workers=2"]

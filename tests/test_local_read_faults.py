@@ -22,9 +22,9 @@ import pytest
 
 import shardgen
 from pcr_fixtures import make_image_folder, requires_jpegtran
-from transforms.fetch import read_shard
-from transforms.local_read import BUFFER
-from transforms.pcr_convert import convert_unit, list_image_folder
+from transforms.tar.fetch import read_shard
+from transforms.stores.local_read import BUFFER
+from transforms.pcr.convert import convert_unit, list_image_folder
 from transforms.records import Reject
 
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -15,8 +15,8 @@ import pytest
 
 import shardgen
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
-from pipelines import finalize
-from pipelines.convert import ConvertConfig, OutputExistsError, convert
+from pipelines.job import finalize
+from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
 from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,8 +193,8 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, loc
     convert on a thread of their own (the next fetch overlaps the upload; only a local
     output converts on the caller's thread), into the bytes of the local Beam run."""
     import threading
-    from pipelines import convert as cv
-    from pipelines.local_convert import convert_in_process
+    from pipelines.beam import convert as cv
+    from pipelines.local.driver import convert_in_process
     paths, ref_shards, ref_totals = local_run
     _upload(backend, paths)
     threads = []
@@ -212,8 +212,8 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(backend, local_r
     """A passthrough from ais:// or gs:// to a local '{}' output with num_workers=2 (no
     heavy ops): two worker processes fetch the shards from the store and write into the
     final shards themselves, into the local run's bytes."""
-    from pipelines import shard_pool
-    from pipelines.local_convert import convert_in_process
+    from pipelines.local import pool as shard_pool
+    from pipelines.local.driver import convert_in_process
     paths, ref_shards, ref_totals = local_run
     _upload(backend, paths)
     started = []

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
-from transforms.fetch import read_shard
+from transforms.tar.fetch import read_shard
 from transforms.records import is_reject
-from transforms.sources import resolve
+from transforms.tar.sources import resolve
 from transforms.stores import StoreConfig, get_store
 
 pytestmark = [pytest.mark.ais, pytest.mark.gcs]
@@ -361,7 +361,7 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
     finally:
         t.join()
         if backend.scheme == "gs":  # the store is shared by the tests with the same config
-            from transforms.store_gcs import READ_CHUNK
+            from transforms.stores.gcs import READ_CHUNK
             store.read_chunk = READ_CHUNK
     records = [i for i in items if not is_reject(i)]
     rejects = [i for i in items if is_reject(i)]
@@ -374,8 +374,8 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
 def test_spooled_upload_parks_and_cleans_up(tmp_path, monkeypatch):
     """The spool file of a remote write gives its descriptor back when parked and still
     uploads every byte; a block that raises uploads nothing; no spool file is left."""
-    from transforms.retry import RetryPolicy
-    from transforms.upload import SPOOL_DIR_ENV, spooled_upload
+    from transforms.stores.retry import RetryPolicy
+    from transforms.stores.upload import SPOOL_DIR_ENV, spooled_upload
     monkeypatch.setenv(SPOOL_DIR_ENV, str(tmp_path))
     sent = []
 

@@ -13,11 +13,11 @@ import pytest
 
 import shardgen
 from ops_fixtures import DEMO_SOURCES, ROOT, cli, output_digest
-from pipelines import report
-from pipelines.convert import ConvertConfig, convert
-from pipelines.verify import verify
-from transforms.example import parse_example
-from transforms.tfrecord import FRAME_OVERHEAD, masked_crc32c, read_records, record_index
+from pipelines.job import report
+from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.job.verify import verify
+from transforms.tfrecord.example import parse_example
+from transforms.tfrecord.framing import FRAME_OVERHEAD, masked_crc32c, read_records, record_index
 
 
 def test_dali_index_offsets_read_back_records(demo_output):

@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 
 import shardgen
-from transforms import images
+from transforms.ops import images
 from transforms.ops import (Convert, Decode, Encode, Func, OpError, Resize, Rotate, Select, SelectDict,
                             SelectJSON, SelectList, as_selection, fuse, random_angle, with_seed)
-from transforms.stages import FILTERED, Stages
+from transforms.ops.stages import FILTERED, Stages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

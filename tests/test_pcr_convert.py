@@ -12,10 +12,10 @@ from PIL import Image
 
 from pcr_fixtures import (bad_files, convert_local, decode, encode, make_image_folder, make_tar, photo,
                           requires_jpegtran, sample_images)
-from transforms import jpeg_scans as js
-from transforms import pcr_format as fmt
-from transforms import pcr_pb2, pcr_reader
-from transforms.pcr_verify import verify_pcr
+from transforms.pcr import jpeg_scans as js
+from transforms.pcr import format as fmt
+from transforms.pcr import pcr_pb2, reader as pcr_reader
+from transforms.pcr.verify import verify_pcr
 
 pytestmark = requires_jpegtran
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -206,7 +206,7 @@ def test_seed_orders_images_and_no_seed_keeps_input_order(tar_run, tmp_path):
 
 
 def test_overwrite_replaces_and_removes_stale_records(tmp_path):
-    from pipelines.convert import OutputExistsError
+    from pipelines.beam.convert import OutputExistsError
     root = make_image_folder(str(tmp_path / "f"), {f"c/{i}.jpg": encode(photo("chelsea", (32, 24 + 8 * i)))
                                                    for i in range(3)})
     out, res = convert_local(tmp_path, root, images_per_record=1)
@@ -245,7 +245,7 @@ def test_verify_finds_damage(folder_run, tmp_path):
 def test_exif_orientation_is_applied_losslessly_when_possible():
     from PIL import ImageOps
     from pcr_fixtures import exif_orientation
-    from transforms.pcr_image import to_progressive
+    from transforms.pcr.image import to_progressive
     aligned = encode(photo("astronaut", (64, 48)), exif=exif_orientation(6))
     p = to_progressive(aligned)
     assert p.orientation == 6 and p.lossless
@@ -283,7 +283,7 @@ def _damaged_jpeg(orientation):
 def test_damaged_jpeg_is_rejected_whatever_its_orientation(orientation):
     # with an EXIF turn the -perfect attempt fails on the damage too; the lossy way (Pillow
     # decodes damaged data silently) must not take it
-    from transforms.pcr_image import ImageRejected, to_progressive
+    from transforms.pcr.image import ImageRejected, to_progressive
     with pytest.raises(ImageRejected, match="jpegtran rejected: .*Corrupt JPEG data"):
         to_progressive(_damaged_jpeg(orientation))
 
@@ -291,7 +291,7 @@ def test_damaged_jpeg_is_rejected_whatever_its_orientation(orientation):
 def test_jpeg_size_is_not_limited_by_pillows_pixel_guard(monkeypatch):
     # stands in for a >89 MP JPEG: only its header is parsed in Python, jpegtran converts it
     from pcr_fixtures import exif_orientation
-    from transforms.pcr_image import ImageRejected, to_progressive
+    from transforms.pcr.image import ImageRejected, to_progressive
     data = encode(photo("chelsea", (64, 48)))
     turned = encode(photo("chelsea", (64, 48)), exif=exif_orientation(6))
     png = encode(photo("chelsea", (64, 48)), "PNG")
@@ -305,7 +305,7 @@ def test_jpeg_size_is_not_limited_by_pillows_pixel_guard(monkeypatch):
 
 def test_tiff_orientation_is_recorded():
     from pcr_fixtures import exif_orientation
-    from transforms.pcr_image import to_progressive
+    from transforms.pcr.image import to_progressive
     img = photo("chelsea", (40, 30))
     exif = Image.Exif()
     exif[0x0112] = 6

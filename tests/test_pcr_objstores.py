@@ -7,16 +7,16 @@ import numpy as np
 
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
 from pcr_fixtures import decode, encode, make_tar, photo, requires_jpegtran
-from transforms import pcr_format as fmt
-from transforms import pcr_reader
-from transforms.pcr_verify import verify_pcr
+from transforms.pcr import format as fmt
+from transforms.pcr import reader as pcr_reader
+from transforms.pcr.verify import verify_pcr
 
 pytestmark = requires_jpegtran
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_pcr_from_and_to_a_bucket(backend, tmp_path):  # noqa: F811
-    from pipelines.pcr import PcrConfig, convert_pcr, manifest_path
+    from pipelines.beam.pcr import PcrConfig, convert_pcr, manifest_path
     images = {f"s/{i}": encode(photo(n, (48, 32 + 8 * i))) for i, n in enumerate(("chelsea", "coffee", "rocket"))}
     shard = make_tar(str(tmp_path / "a.tar"), [(k, {"jpg": v, "cls": str(i).encode()})
                                                for i, (k, v) in enumerate(images.items())]

@@ -14,17 +14,17 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from protogen import assert_gencode_fresh
 from pcr_fixtures import decode, encode, photo, requires_jpegtran
-from transforms import jpeg_scans as js
-from transforms import pcr_format as fmt
-from transforms import pcr_pb2, pcr_reader
-from transforms.pcr_verify import verify_pcr
+from transforms.pcr import jpeg_scans as js
+from transforms.pcr import format as fmt
+from transforms.pcr import pcr_pb2, reader as pcr_reader
+from transforms.pcr.verify import verify_pcr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F = descriptor_pb2.FieldDescriptorProto
 
 
 def test_gencode_matches_proto(tmp_path):
-    assert_gencode_fresh("transforms/pcr.proto", tmp_path)
+    assert_gencode_fresh("transforms/pcr/pcr.proto", tmp_path)
 
 
 def _reference_classes(syntax: str):

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from pcr_fixtures import convert_local, encode, make_image_folder, photo, requires_jpegtran
-from transforms import pcr_quality
+from transforms.pcr import quality as pcr_quality
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,10 +5,10 @@ import os
 
 from pcr_fixtures import requires_jpegtran
 
-from pipelines import workfiles
-from pipelines.convert import OutputExistsError
-from pipelines.pcr import PcrConfig, convert_pcr, list_units, work_dir_for
-from transforms import pcr_convert as pc
+from pipelines.job import workfiles
+from pipelines.beam.convert import OutputExistsError
+from pipelines.beam.pcr import PcrConfig, convert_pcr, list_units, work_dir_for
+from transforms.pcr import convert as pc
 
 pytestmark = requires_jpegtran
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,8 +60,8 @@ def test_resume_reuses_verified_units_and_matches_a_clean_run(tmp_path):
 
 def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     from pcr_fixtures import encode, make_image_folder, photo
-    from transforms.pcr_format import INDEX_NAME, record_files
-    from transforms.pcr_reader import iter_pcr
+    from transforms.pcr.format import INDEX_NAME, record_files
+    from transforms.pcr.reader import iter_pcr
     src = str(tmp_path / "src")
     make_image_folder(src, {f"c{i % 2}/img{i:03d}.jpg": encode(photo("chelsea", (32 + i % 5, 24)))
                             for i in range(12)})

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pcr_fixtures import convert_local, decode, make_image_folder, requires_jpegtran, sample_images
-from transforms import jpeg_scans as js
-from transforms import pcr_format as fmt
-from transforms import pcr_pb2, pcr_quality, pcr_reader, pcr_scan_script
-from transforms.pcr_verify import verify_pcr
+from transforms.pcr import jpeg_scans as js
+from transforms.pcr import format as fmt
+from transforms.pcr import pcr_pb2, quality as pcr_quality, reader as pcr_reader, scan_script as pcr_scan_script
+from transforms.pcr.verify import verify_pcr
 
 pytestmark = requires_jpegtran
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +161,7 @@ def test_gray_and_cmyk_images_keep_the_standard_script(tmp_path):
 
 def test_same_bytes_across_worker_counts_and_processes(runs, tmp_path):
     (out, _), _ = runs
-    from pipelines.pcr import PcrConfig, convert_pcr
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
     one = str(tmp_path / "one")
     convert_pcr(PcrConfig(sources=DEMO, output=one, images_per_record=20, scans=SCRIPT, progress=False),
                 ["--direct_num_workers=1"])
@@ -208,7 +208,7 @@ def test_bad_scripts_are_usage_errors_before_any_work(case, tmp_path, capsys):
 
 
 def test_a_file_and_a_different_text_are_refused(tmp_path):
-    from pipelines.pcr import PcrConfig, convert_pcr
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
     cfg = PcrConfig(sources=DEMO, output=str(tmp_path / "out"), scans=SCRIPT, scan_script="0 1 2: 0 0 0 0;\n")
     with pytest.raises(ValueError, match="scan_script differs from the text of scans="):
         convert_pcr(cfg, ["--direct_num_workers=1"])
@@ -217,8 +217,8 @@ def test_a_file_and_a_different_text_are_refused(tmp_path):
 
 def test_resume_with_another_script_is_refused(tmp_path, monkeypatch, capsys):
     from launch.cli import main
-    from pipelines.pcr import PcrConfig, convert_pcr
-    from transforms import pcr_convert as pc
+    from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from transforms.pcr import convert as pc
     src = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
     out = str(tmp_path / "out")
     real = pc.convert_unit

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from pcr_fixtures import decode, encode, photo, requires_jpegtran
-from transforms import jpeg_scans as js
-from transforms.pcr_image import to_progressive
+from transforms.pcr import jpeg_scans as js
+from transforms.pcr.image import to_progressive
 
 pytestmark = requires_jpegtran
 

@@ -1,6 +1,6 @@
 """Pool workers writing their pieces where the shard stream places them (a local ``{}``
-output: ``PieceFeed.place``): the placing protocol between ``pipelines.shard_pool`` and
-``pipelines.shard_worker``, and what a failing worker leaves behind."""
+output: ``PieceFeed.place``): the placing protocol between ``pipelines.local.pool`` and
+``pipelines.local.worker``, and what a failing worker leaves behind."""
 
 import os
 import time
@@ -8,8 +8,8 @@ import time
 import pytest
 
 import shardgen
-from pipelines.local_convert import convert_in_process
-from pipelines.shard_convert import ConvertConfig
+from pipelines.local.driver import convert_in_process
+from pipelines.job.config import ConvertConfig
 from transforms.ops import Func, Resize
 
 
@@ -24,7 +24,8 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
     shards holding the piece's ranges fail when closed (no wait for a range nobody will
     write), and the worker is ready for its next task, whose runs it writes."""
     import cloudpickle
-    from pipelines import finalize, shard_pool
+    from pipelines.job import finalize
+    from pipelines.local import pool as shard_pool
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"})
     shards_out = [finalize.ShardFile(str(tmp_path / "o" / f"t-{i}.record")) for i in (1, 2)]
     placed = []
@@ -119,9 +120,10 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     worker waiting for its runs would never do: the wait times out), and every piece is
     still written where it was placed, with the worker's CRCs."""
     import cloudpickle
-    from pipelines import finalize, shard_pool
-    from transforms.sources import resolve
-    from transforms.tfrecord import iter_frames
+    from pipelines.job import finalize
+    from pipelines.local import pool as shard_pool
+    from transforms.tar.sources import resolve
+    from transforms.tfrecord.framing import iter_frames
     urls, _ = resolve(shards)
     log = str(tmp_path / "converted.log")
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},
@@ -171,9 +173,10 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(shar
     range nobody will write.  Either way no call waits forever and the pool is broken."""
     import cloudpickle
     import threading
-    from pipelines import finalize, shard_pool
-    from transforms.sources import resolve
-    from transforms.tfrecord import iter_frames
+    from pipelines.job import finalize
+    from pipelines.local import pool as shard_pool
+    from transforms.tar.sources import resolve
+    from transforms.tfrecord.framing import iter_frames
     urls, _ = resolve(shards)
     marker = str(tmp_path / "converting-shard-3")
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},

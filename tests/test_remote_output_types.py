@@ -34,7 +34,7 @@ def _shard(path):
 
 def _spread(record):
     """A float image beyond [0, 1], negatives included (for casts to integers)."""
-    from transforms.images import decode_image
+    from transforms.ops.images import decode_image
     pixels = np.asarray(decode_image(record["png"]), dtype=np.float32)
     return pixels * 1.5 - 60.25
 
@@ -125,7 +125,7 @@ def test_fixed_shape_pair_output_types_and_output_signature_match_in_memory(tmp_
 
 def test_without_dtype_changes_the_records_are_parsed_as_stored_with_no_cast(tmp_path):
     import tensorflow as tf
-    from pipelines import recast
+    from pipelines.tfdata import recast
     from transforms.ops import Decode, SelectDict, SelectJSON
     sels = [SelectDict({"img": Decode("png"), "xs": SelectJSON("json", "xs"), "b": SelectJSON("json", "b"),
                         "big": SelectJSON("json", "big")}), "cls"]

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from transforms.retry import (FetchError, ResumableReader, RetryPolicy, ShortBodyError, discard,
+from transforms.stores.retry import (FetchError, ResumableReader, RetryPolicy, ShortBodyError, discard,
                               is_transient, open_resumable, permanent_error)
 
 FAST = RetryPolicy(attempts=8, initial_s=0.001, max_s=0.005, total_s=10)

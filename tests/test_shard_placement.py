@@ -1,5 +1,5 @@
 """Pieces a worker process writes itself, into byte ranges the shard stream reserves in
-the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/shard_worker.py)."""
+the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/local/worker.py)."""
 
 import os
 import tempfile
@@ -7,8 +7,8 @@ import tempfile
 import pytest
 from hypothesis import settings, strategies as st, given
 
-from pipelines.shard_convert import ConvertConfig
-from pipelines.shard_stream import ShardStream
+from pipelines.job.config import ConvertConfig
+from pipelines.local.stream import ShardStream
 from shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
 
 
@@ -18,8 +18,8 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     and written by a thread standing in for the worker process, from memory ("held") or
     from the piece file ("spilled"); the threads start in ``order``."""
     import threading
-    from pipelines.shard_stream import PieceFeed
-    from pipelines.shard_worker import write_runs
+    from pipelines.local.stream import PieceFeed
+    from pipelines.local.worker import write_runs
     feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
     errors = []
 
@@ -81,7 +81,8 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     so the feed's thread itself waits in finish() for the last shards), removes every
     shard, and refuses pieces placed later (a waiting one too)."""
     import threading
-    from pipelines import convert as cv, shard_stream
+    from pipelines.beam import convert as cv
+    from pipelines.local import stream as shard_stream
     pieces = _pieces(str(tmp_path), [[300] * 4] * 4)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     job = f"job-5-{all_in}"
@@ -117,8 +118,9 @@ def _raises(fn):
 def test_a_piece_placed_twice_is_written_once(tmp_path):
     """A retried bundle converts a piece again: the second placement gets None (the
     worker drops its frames) and the shards are those of one conversion."""
-    from pipelines import convert as cv, shard_stream
-    from pipelines.shard_worker import write_runs
+    from pipelines.beam import convert as cv
+    from pipelines.local import stream as shard_stream
+    from pipelines.local.worker import write_runs
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)

@@ -1,4 +1,4 @@
-"""``processes=N``: shards converted in local worker processes (pipelines.shard_pool)."""
+"""``processes=N``: shards converted in local worker processes (pipelines.local.pool)."""
 
 import hashlib
 import logging
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from pipelines import options as opts
-from pipelines.convert import ConvertConfig, convert
-from pipelines.local_convert import convert_in_process
+from pipelines.beam import options as opts
+from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.local.driver import convert_in_process
 from transforms.ops import Func, Resize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +82,7 @@ def test_tasks_the_pool_converts_itself_are_not_spread_over_beams_workers(shards
     """With a pool converting every task in order, Beam's DoFns only collect its results:
     the graph has no spread step before ConvertShard (one shuffle less for the runner).
     On Beam's threads the tasks are spread, so that its workers share them."""
-    from pipelines import convert as cv
+    from pipelines.beam import convert as cv
     labels = []
     real = cv.spread
 
@@ -131,7 +131,7 @@ def test_workers_run_native_thread_pools_on_one_thread_unless_told(shards, tmp_p
 
 
 def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use(shards, tmp_path):
-    """A worker starts from pipelines.shard_worker: none of the pool's queue, futures and
+    """A worker starts from pipelines.local.worker: none of the pool's queue, futures and
     subprocess machinery, no size parser (the member limit reaches it as a number), no
     OpenSSL digest, no Beam, no TensorFlow (each import costs start-up on every job)."""
     seen = tmp_path / "mods"
@@ -150,9 +150,9 @@ def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use
     assert pids
     for pid in pids:
         mods = set(open(os.path.join(str(seen), pid)).read().split())
-        assert "pipelines.shard_worker" in mods and "pipelines.shard_convert" in mods
+        assert "pipelines.local.worker" in mods and "pipelines.job.shard" in mods
         # (subprocess is not in the list: Pillow's GIF plugin imports it when Pillow registers its formats)
-        unwanted = {"pipelines.shard_pool", "pipelines.worker_handle", "concurrent.futures", "queue", "humanfriendly", "hashlib",
+        unwanted = {"pipelines.local.pool", "pipelines.local.handle", "concurrent.futures", "queue", "humanfriendly", "hashlib",
                     "apache_beam", "tensorflow"}
         assert mods & unwanted == set(), pid
 
@@ -202,7 +202,7 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
     script = tmp_path / "job.py"
     script.write_text(
         "import os\n"
-        "from pipelines.convert import ConvertConfig, convert\n"
+        "from pipelines.beam.convert import ConvertConfig, convert\n"
         "from transforms.ops import Func\n"
         "def crash_on_20(r):\n"
         "    if r['__key__'] == '000020':\n"
@@ -221,8 +221,8 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
 
 
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
-    from pipelines import convert as cv
-    from transforms.sources import resolve
+    from pipelines.beam import convert as cv
+    from transforms.tar.sources import resolve
     # a planned output: the worker writes its piece into the work dir (a streamed local
     # output's workers hold their pieces and write into the final shards); a directory
     # stands where the first piece goes (the job itself writes job.json there first)
@@ -237,7 +237,7 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     """Workers are not started through multiprocessing's spawn, which would re-run it."""
     script = tmp_path / "job.py"
     script.write_text(
-        "from pipelines.convert import ConvertConfig, convert\n"
+        "from pipelines.beam.convert import ConvertConfig, convert\n"
         f"res = convert(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
         "progress=False, processes=2))\n"
         "print('WRITTEN', res.totals['records_written'])\n")
@@ -264,7 +264,7 @@ def test_pool_only_where_dofns_run_in_this_process(caplog):
 
 
 def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
-    from pipelines import worker_handle
+    from pipelines.local import handle as worker_handle
     monkeypatch.setattr(worker_handle, "_BOOT", "import sys; sys.exit(7)")  # e.g. a broken environment
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2)
     with pytest.raises(Exception, match="died with exit code 7"):
@@ -277,10 +277,10 @@ def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
 
 
 def test_heavy_ops_are_told_from_light_ones():
-    from transforms.leaves import selection_stage
-    from transforms.gostages import ByKey, BySampleF, Rename
+    from transforms.ops.leaves import selection_stage
+    from transforms.ops.gostages import ByKey, BySampleF, Rename
     from transforms.ops import Decode
-    from transforms.selections import SelectDict, SelectJSON
+    from transforms.ops.selections import SelectDict, SelectJSON
 
     def heavy(*stages, **kw):
         return ConvertConfig(sources="x", output="o", sample_stages=stages, **kw).has_heavy_ops()
@@ -299,8 +299,8 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
     threads ask: Beam's fixed per-thread bundles no longer decide which worker idles."""
     import cloudpickle
     import threading
-    from pipelines import shard_pool
-    from transforms.sources import resolve
+    from pipelines.local import pool as shard_pool
+    from transforms.tar.sources import resolve
     urls, _ = resolve(shards)
     work = str(tmp_path / "work")
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"},
@@ -337,8 +337,8 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
 
 def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
     import cloudpickle
-    from pipelines import shard_pool
-    from transforms.sources import resolve
+    from pipelines.local import pool as shard_pool
+    from transforms.tar.sources import resolve
     urls, _ = resolve(shards)
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False)
     pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls * 50)))
@@ -354,7 +354,7 @@ def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkey
     """The in-process API with worker processes and a local ``{}`` output: as in a local
     Beam job, the workers write their frames where the stream places them; this process
     neither copies a piece file nor writes a frame, and the bytes are the threads' bytes."""
-    from pipelines import finalize
+    from pipelines.job import finalize
     calls = {"copy": 0, "write": 0, "reserve": 0}
     for name in calls:
         real = getattr(finalize.ShardFile, name)
@@ -379,7 +379,7 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(s
     write their frames into the final shards, so it gets worker processes; to a list
     output (frames pass through this process) or with one worker it stays in this
     process.  The bytes are the same every way."""
-    from pipelines import local_convert, shard_pool
+    from pipelines.local import driver as local_convert, pool as shard_pool
     started = []
     real = shard_pool.start
     monkeypatch.setattr(shard_pool, "start", lambda job, cfg, work, procs, **kw: (started.append(procs),
@@ -404,7 +404,7 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
     converts the one shard left here, without starting worker processes."""
     import dataclasses
     import shardgen
-    from pipelines import shard_pool, shard_stream
+    from pipelines.local import pool as shard_pool, stream as shard_stream
     shardgen.make_shards(str(tmp_path / "in"), 3, 6, size=(16, 16))
     cfg = ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0002}.tar"),
                         output=str(tmp_path / "o" / "t-{}.record"), records_per_shard=6, progress=False)

@@ -1,4 +1,4 @@
-"""Streamed final shards (pipelines.shard_stream) against the planned path (finalize), on
+"""Streamed final shards (pipelines.local.stream) against the planned path (finalize), on
 piece files of random records: the stream and its journal, and the feed (``PieceFeed``)
 that Beam's DoFns hand pieces to.  Whole jobs through the stream: test_shard_stream_jobs."""
 
@@ -8,9 +8,9 @@ import tempfile
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pipelines import finalize
-from pipelines.shard_convert import ConvertConfig
-from pipelines.shard_stream import ShardStream, can_stream
+from pipelines.job import finalize
+from pipelines.job.config import ConvertConfig
+from pipelines.local.stream import ShardStream, can_stream
 from shard_stream_fixtures import _files, _info, _pieces, _planned, _rows, _streamed, _wait_for
 
 
@@ -56,7 +56,7 @@ def test_only_count_free_names_stream():
 
 
 def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consumed_pieces(tmp_path):
-    from pipelines import shard_journal
+    from pipelines.job import journal as shard_journal
     work = str(tmp_path / "work")
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, [[100] * 5, [100] * 5, [100] * 5])]
@@ -78,7 +78,7 @@ def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consume
        max_bytes=st.one_of(st.none(), st.integers(50, 900)), max_records=st.one_of(st.none(), st.integers(1, 5)),
        cut=st.integers(0, 40))
 def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(layout, max_bytes, max_records, cut):
-    from pipelines import shard_journal
+    from pipelines.job import journal as shard_journal
     with tempfile.TemporaryDirectory() as d:
         pieces = _pieces(d, layout)
         full = _streamed(pieces, os.path.join(d, "full", "t-{}.rec"), max_bytes, max_records, False)
@@ -120,7 +120,7 @@ def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
 def _work_pieces(tmp_path, layout):
     """Pieces with sidecars in a work dir (as workers leave them), the shards the planned
     path makes of them, and the config of a streamed job writing to ``s/``."""
-    from pipelines import workfiles
+    from pipelines.job import workfiles
     work = str(tmp_path / "work")
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, layout)]
@@ -138,7 +138,8 @@ def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path, f
     finished shards 1-2 (with 7 records in piece 0): they are kept, and the stream goes on
     from the record after them."""
     import json
-    from pipelines import convert as cv, shard_stream
+    from pipelines.beam import convert as cv
+    from pipelines.local import stream as shard_stream
     work, pieces, ref, cfg = _work_pieces(tmp_path, [[300] * first, [300] * 4, [300] * 4])
     job = f"job-missing-{journaled}"
     feed = cv.start_stream(job, cfg, work=work if journaled else None)
@@ -161,7 +162,9 @@ def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path, f
 
 
 def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
-    from pipelines import convert as cv, shard_stream, workfiles
+    from pipelines.beam import convert as cv
+    from pipelines.job import workfiles
+    from pipelines.local import stream as shard_stream
     work = str(tmp_path / "work")
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, [[300] * 2, [300] * 2])]
@@ -180,7 +183,8 @@ def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
 def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_path):
     """With the job's piece count, the last shard is closed (fsync, final name) as soon as
     every piece is in, before anyone calls finish(): the runner's wind-down overlaps it."""
-    from pipelines import convert as cv, shard_stream
+    from pipelines.beam import convert as cv
+    from pipelines.local import stream as shard_stream
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
@@ -199,7 +203,8 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
 
 
 def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
-    from pipelines import convert as cv, shard_stream
+    from pipelines.beam import convert as cv
+    from pipelines.local import stream as shard_stream
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = cv.start_stream("job-4", cfg, expect=2)

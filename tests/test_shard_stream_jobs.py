@@ -10,8 +10,8 @@ import time
 import pytest
 
 import shardgen
-from pipelines.local_convert import convert_in_process
-from pipelines.shard_convert import ConvertConfig
+from pipelines.local.driver import convert_in_process
+from pipelines.job.config import ConvertConfig
 from transforms.ops import Func
 
 
@@ -29,7 +29,8 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     """A job that fails keeps the shards its stream finished (journaled), and nothing else
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
-    from pipelines import convert as cv, shard_journal
+    from pipelines.beam import convert as cv
+    from pipelines.job import journal as shard_journal
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
     def cfg(out, processes=2, **kw):
@@ -65,8 +66,9 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
 def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeypatch, hold):
     """Threads of the in-process driver hand their pieces to the stream in memory (each byte
     written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
-    from pipelines import local_convert, shard_convert
-    from pipelines.convert import convert
+    from pipelines.job import shard as shard_convert
+    from pipelines.local import driver as local_convert
+    from pipelines.beam.convert import convert
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
     shardgen.make_shards(str(tmp_path / "in"), 5, 4, size=(32, 32))
@@ -88,7 +90,7 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
 
 def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
     """resume=True continues after the journaled final shards: pieces need not be on disk."""
-    from pipelines import shard_convert
+    from pipelines.job import shard as shard_convert
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
     holds = []
     real = shard_convert.convert_shard
@@ -105,8 +107,8 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
 def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, hold):
     """A gzip shard whose CRC trailer fails: every record it gave is rejected, in memory or
     spilled, and the other shards are written as the planned path writes them."""
-    from pipelines import local_convert
-    from pipelines.convert import convert
+    from pipelines.local import driver as local_convert
+    from pipelines.beam.convert import convert
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
     d = tmp_path / "in"
@@ -131,7 +133,7 @@ def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path,
     """num_workers=1 with a local output: the shards are converted on the caller's thread
     between writes (no converter thread), into the same shards as two threads write."""
     import threading
-    from pipelines import convert as cv
+    from pipelines.beam import convert as cv
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
     threads = []
     real = cv.convert_shard
@@ -154,7 +156,7 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     """An error converting the third shard on the caller's thread: the job raises it, the
     shards finished before stay (journaled, final names only, no temporary file), and
     resume=True converts only what comes after them, into an uninterrupted run's bytes."""
-    from pipelines import convert as cv
+    from pipelines.beam import convert as cv
     shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
     real = cv.convert_shard
     seen = []

@@ -1,6 +1,6 @@
 """Shards written to a bucket wait for the one upload thread in local spool files; when
 uploads are slower than conversion, the writer waits once more than the spool limit is
-spooled and not yet uploaded (``pipelines.shard_stream``), so local disk stays bounded.
+spooled and not yet uploaded (``pipelines.local.stream``), so local disk stays bounded.
 Against the real stores (aisnode, fake-gcs-server) with uploads slowed by the fault proxy."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 import pytest
 
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
-from pipelines.shard_stream import ShardStream
+from pipelines.local.stream import ShardStream
 from transforms.stores import get_store
-from transforms.upload import SPOOL_DIR_ENV
+from transforms.stores.upload import SPOOL_DIR_ENV
 
 RECORD, PER_PIECE, PIECES = 10_000, 4, 10  # 40 shards of 10 KB (one record each)
 SHARD = RECORD
@@ -140,7 +140,7 @@ def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(backend, tmp_p
     The shards queued behind it are dropped: no upload request for any of them, nothing
     under their names, no spool file left.  The two before it are removed without a
     journal, and kept (journaled, for resume) with one."""
-    from pipelines import shard_journal
+    from pipelines.job import journal as shard_journal
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
@@ -210,7 +210,7 @@ def test_a_stopping_job_does_not_upload_its_queued_shards(backend, tmp_path, mon
     abort with no upload failed): the shards still queued are dropped, not uploaded (and,
     without a journal, deleted again); abort returns after the upload under way, not after
     all of them.  With a journal, the shards uploaded before the stop stay, journaled."""
-    from pipelines import shard_journal
+    from pipelines.job import journal as shard_journal
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))

@@ -135,7 +135,7 @@ def test_staged_package_runs_from_a_clean_venv(demo_output, tmp_path):
     work.mkdir()
     # nothing is imported from the source tree: every tar2tf module comes from the venv
     probe = subprocess.run([py, "-c", "import sys, launch.cli, launch.cmd_convert, launch.cmd_verify, "
-                            "pipelines.convert, pipelines.verify, pipelines.shuffle, transforms.example; "
+                            "pipelines.beam.convert, pipelines.job.verify, pipelines.beam.shuffle, transforms.tfrecord.example; "
                             "print('\\n'.join(m.__file__ for n, m in sorted(sys.modules.items()) "
                             "if n.split('.')[0] in ('launch', 'pipelines', 'transforms') and getattr(m, '__file__', None)))"],
                            capture_output=True, text=True, env=env, cwd=str(work))
@@ -153,7 +153,7 @@ def test_staged_package_runs_from_a_clean_venv(demo_output, tmp_path):
     assert ver.returncode == 0, ver.stdout + ver.stderr
 
 
-@pytest.mark.parametrize("missing", ["transforms/tfrecord.py"])
+@pytest.mark.parametrize("missing", ["transforms/tfrecord/framing.py"])
 def test_clean_venv_check_can_fail(tmp_path, missing):
     """Control: the same venv setup without a module of ours really fails to import it
     (so the test above cannot pass by reaching the source tree)."""

@@ -1,6 +1,6 @@
 """The streamed dataset (``Dataset.load(template)`` without ``path``) converting in local
 worker processes: ops that do real work per record, more than one worker and shard
-(``Dataset.elements``, ``pipelines.shard_elements``, ``Pool.elements``)."""
+(``Dataset.elements``, ``pipelines.tfdata.elements``, ``Pool.elements``)."""
 
 import os
 import subprocess
@@ -52,7 +52,7 @@ def _counts(stats):
 
 
 def test_worker_processes_give_the_threads_elements_and_counts(shards):
-    from pipelines.dataset import LoadStats
+    from pipelines.tfdata.dataset import LoadStats
     runs = {}
     for workers in (1, 2):
         stats = LoadStats()
@@ -109,7 +109,7 @@ def _die_in_worker(parent):
 
 
 def test_a_worker_that_dies_fails_the_stream_instead_of_hanging(shards):
-    from pipelines.shard_pool import WorkerDied
+    from pipelines.local.pool import WorkerDied
     ds = Dataset(shards, conversions=[Func(_die_in_worker(os.getpid())), Decode("jpg")], selections=["jpg", "cls"])
     got = []
     with pytest.raises(WorkerDied, match="exit code 3"):
@@ -139,7 +139,7 @@ def test_script_ending_with_a_worker_stream_open_exits(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(textwrap.dedent(f"""
         import time
-        from pipelines.dataset import Dataset
+        from pipelines.tfdata.dataset import Dataset
         from transforms.ops import Decode, Func
         def slow(r):
             time.sleep(0.05)

@@ -12,7 +12,7 @@ import pytest
 
 import shardgen
 from transforms.records import Reject
-from transforms.tar_records import ShardCorrupt, TarStats, iter_records
+from transforms.tar.records import ShardCorrupt, TarStats, iter_records
 
 
 def _records(path, **kw):
@@ -93,7 +93,7 @@ def test_corrupt_gzip_keeps_earlier_records(tmp_path):
 
 def test_gzip_crc_mismatch_is_reported(tmp_path):
     """Damage deflate decodes without error is still caught by the gzip CRC trailer."""
-    from transforms.tar_records import ShardCorrupt
+    from transforms.tar.records import ShardCorrupt
     p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 10), gz=True)
     data = bytearray(open(p, "rb").read())
     start = len(data) * 2 // 3
@@ -300,7 +300,7 @@ def test_hard_link_written_by_gnu_tar(tmp_path):
 
 class _ChangesAt(io.RawIOBase):
     """``data`` up to byte ``cut``, then what a store raises when the object changed
-    between two requests of the read (transforms.store_ais's version check)."""
+    between two requests of the read (transforms.stores.ais's version check)."""
 
     def __init__(self, data: bytes, cut: int):
         self.data, self.cut, self.pos = data, cut, 0
@@ -309,7 +309,7 @@ class _ChangesAt(io.RawIOBase):
         return True
 
     def readinto(self, b):
-        from transforms.retry import ObjectChangedError
+        from transforms.stores.retry import ObjectChangedError
         if self.pos >= self.cut:
             raise ObjectChangedError("ais://b/s.tar", f"at byte {self.pos}: Ais-Version 1 -> 2")
         n = min(len(b), self.cut - self.pos)

@@ -10,7 +10,7 @@ import pytest
 
 import shardgen
 from transforms.records import Reject
-from transforms.tar_records import TarStats, iter_records, split_key
+from transforms.tar.records import TarStats, iter_records, split_key
 
 TRICKY = [
     "n01/img7.jpg", "n01/img7.cls", "n01/a.seg.png", "n01/a.seg.PNG.json", "dir.with.dots/x.JPG",

@@ -1,4 +1,4 @@
-"""transforms.tar_stream against Python's tarfile and GNU tar: same members, same bytes."""
+"""transforms.tar.reader against Python's tarfile and GNU tar: same members, same bytes."""
 
 import glob
 import io
@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from transforms.tar_stream import TarFormatError, TarStream, _number
+from transforms.tar.reader import TarFormatError, TarStream, _number
 
 COMPAT = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "testdata", "compat")
 NAMES = ["a.jpg", "dir/b.cls", "ünïcödé/ç.txt", "x" * 150 + "/long.jpg", "y/" + "z" * 120 + ".seg.png",
@@ -139,7 +139,7 @@ def test_number_fields():
 def test_metadata_header_size_is_bounded(kind):
     """A long-name / pax header is read into memory: a size over MAX_META_SIZE (here a
     base-256 2^50) is a format error, not an attempt to allocate it."""
-    from transforms.tar_stream import MAX_META_SIZE
+    from transforms.tar.reader import MAX_META_SIZE
     ti = tarfile.TarInfo("././@LongLink")
     ti.type = kind
     head = bytearray(ti.tobuf(tarfile.GNU_FORMAT)[:512])

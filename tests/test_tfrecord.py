@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from transforms.tfrecord import (FRAME_OVERHEAD, CorruptRecordError, TFRecordWriter, frame, frame_parts,
+from transforms.tfrecord.framing import (FRAME_OVERHEAD, CorruptRecordError, TFRecordWriter, frame, frame_parts,
                                  iter_frames, pack,
                                  read_records, record_index)
 

@@ -10,7 +10,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from transforms import example as ex
+from transforms.tfrecord import example as ex
 
 TAGS = [["a", "bb"], ["ünï", ""], ["x", "yz"]]
 
@@ -158,8 +158,8 @@ def test_bool_values_encode_as_int64_and_read_back():
                                         (b"3\n", 3)])
 def test_only_digit_strings_that_fit_int64_become_integers(text, want):
     """A 20-digit id raised OverflowError, rejecting the record."""
-    from transforms import leaves
-    from transforms.selections import Select
+    from transforms.ops import leaves
+    from transforms.ops.selections import Select
     out = leaves.SelectionStage([Select("id"), Select("cls")])({"__key__": "k", "id": text, "cls": b"1"})
     assert out["value"] == want and type(out["value"]) is type(want)
     assert leaves.leaf(text) == want and leaves.entry_value(text) == want

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from ops_fixtures import cli, copy_dataset
-from pipelines.verify import verify
-from transforms.tfrecord import frame, read_records, record_index
+from pipelines.job.verify import verify
+from transforms.tfrecord.framing import frame, read_records, record_index
 
 
 def _checks(report):
@@ -139,7 +139,7 @@ def test_schema_mismatch_is_caught(demo_output, tmp_path):
 
 def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp_path):
     from launch.cmd_inspect import inspect
-    from transforms.example import parse_example
+    from transforms.tfrecord.example import parse_example
     shard = os.path.join(demo_output[0], "demo-1.record")
     sheet = str(tmp_path / "sheet.png")
     p = cli("inspect", shard, "-n", "2", "--images", "10", "--sheet", sheet)
@@ -205,8 +205,8 @@ def test_verify_pcr_index_edits_are_caught(tmp_path):
     from pcr_fixtures import JPEGTRAN_MISSING, convert_local, make_image_folder, sample_images
     if JPEGTRAN_MISSING:
         pytest.skip("!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!")
-    from transforms import pcr_pb2
-    from transforms.pcr_format import INDEX_NAME
+    from transforms.pcr import pcr_pb2
+    from transforms.pcr.format import INDEX_NAME
     out, _ = convert_local(tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()),
                            images_per_record=4)
     rep = verify(out)
@@ -233,7 +233,7 @@ def test_feature_appearing_late_is_in_the_schema(tmp_path):
     """The manifest schema covers every record, so verify does not flag a feature that
     only the 20th record of a shard has."""
     import shardgen
-    from pipelines.convert import ConvertConfig, convert
+    from pipelines.beam.convert import ConvertConfig, convert
     members = shardgen.sample_members(0, 20, size=(16, 12))
     members.append(("000019.txt", b"a late caption"))
     shardgen.write_tar(str(tmp_path / "late.tar"), members)

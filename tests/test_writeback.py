@@ -1,4 +1,4 @@
-"""Writeback started while a final shard fills (transforms/writeback.py): the calls the
+"""Writeback started while a final shard fills (transforms/stores/writeback.py): the calls the
 shard writers make, and what the kernel call accepts."""
 
 import os
@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from pipelines import finalize
-from transforms import digests, writeback
+from pipelines.job import finalize
+from transforms.stores import writeback
+from transforms.tfrecord import digests
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
 
 
 def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
-    from pipelines.shard_worker import write_runs
+    from pipelines.local.worker import write_runs
     frames = _frames(6, 500)
     path = tmp_path / "shard.tmp"
     path.write_bytes(b"\0" * 4_000)

@@ -1,0 +1,88 @@
+"""Beam pipeline options with an offline, local default.
+
+With no ``--runner``, a job runs on Beam's own local runner (FnApiRunner) in its
+``multi_processing`` mode, with one SDK worker process per core: the DoFns of the graph do
+the conversion in those processes, as they do on Flink's or Dataflow's workers.  Processes,
+not threads, because Pillow's Python plugins, tar headers and Example building hold the GIL
+between the codec calls (docs/benchmarks.md compares the modes).  Beam's ``DirectRunner``
+would first try to download the Prism binary (no network here, and a stall risk on
+networks that drop packets); FnApiRunner is the engine DirectRunner falls back to anyway.
+``--runner local`` is not a Beam runner: it names tar2tf's in-process driver
+(``pipelines.local``), which the CLI runs instead of a Beam job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import List, Optional, Sequence
+
+log = logging.getLogger("tar2tf")
+
+LOCAL_DEFAULTS = ["--runner=FnApiRunner", "--direct_running_mode=multi_processing"]
+IN_PROCESS = "local"  # --runner local: the in-process driver, not a Beam runner
+
+
+def in_process(args: Sequence[str]) -> bool:
+    """Whether ``args`` ask for tar2tf's in-process driver (``--runner local``)."""
+    return runner_name(args).lower() == IN_PROCESS
+
+
+def _has(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[int] = None) -> List[str]:
+    """``beam_args`` with tar2tf's local defaults; ``workers`` (default: the core count) is
+    the local runner's worker count unless ``--direct_num_workers`` is given."""
+    args = list(beam_args or [])
+    if not _has(args, "--runner"):
+        args = LOCAL_DEFAULTS + args
+    runner = runner_name(args)
+    if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
+        # in_memory runs one worker whatever the count (Beam warns about any other count)
+        n = 1 if _value(args, "--direct_running_mode") == "in_memory" else int(workers or 0) or os.cpu_count() or 1
+        args.append(f"--direct_num_workers={n}")
+    return args
+
+
+
+
+
+
+
+
+
+
+def runner_name(args: Sequence[str]) -> str:
+    name = "DirectRunner"
+    for i, a in enumerate(args):
+        if a.startswith("--runner="):
+            name = a.split("=", 1)[1]
+        elif a == "--runner" and i + 1 < len(args):
+            name = args[i + 1]
+    return name
+
+
+
+
+def is_local(args: Sequence[str]) -> bool:
+    return runner_name(args) in ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
+                                 "SwitchingDirectRunner")
+
+
+def _value(args: Sequence[str], flag: str) -> Optional[str]:
+    val = None
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            val = a.split("=", 1)[1]
+        elif a == flag and i + 1 < len(args):
+            val = args[i + 1]
+    return val
+
+
+
+
+def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
+    from apache_beam.options.pipeline_options import PipelineOptions
+    return PipelineOptions(effective_args(beam_args))

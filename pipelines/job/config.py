@@ -1,0 +1,71 @@
+"""The options of a TFRecord job (:class:`ConvertConfig`), as both drivers take them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, Optional, Sequence, Union
+
+from transforms.ops.stages import Stages, stage_name
+from transforms.sizes import parse_size
+from transforms.stores import StoreConfig
+from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
+from transforms.tfrecord import schema as exs
+
+
+class OutputExistsError(RuntimeError):
+    """Output files already exist and neither overwrite nor resume was asked for."""
+
+
+@dataclasses.dataclass
+class ConvertConfig:
+    sources: Union[str, Sequence[str]]
+    output: str
+    base: Optional[str] = None
+    max_shard_size: Union[None, int, str] = None
+    records_per_shard: Optional[int] = None
+    type_map: Optional[Dict[str, str]] = None
+    sample_stages: Sequence[Callable] = ()
+    record_to_example: Optional[Callable] = None
+    example_stages: Sequence[Callable] = ()
+    max_member_size: Union[int, str] = DEFAULT_MAX_MEMBER_SIZE
+    max_rejects: int = 0
+    overwrite: bool = False
+    resume: bool = False
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    dali_index: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    progress: Optional[bool] = None
+    work_dir: Optional[str] = None
+    # how many workers convert: Beam's local runner's worker processes
+    # (--direct_num_workers), or the in-process driver's worker processes
+    # (pipelines.local.pool; 0: its threads).  None: automatic (one per core on Beam's
+    # local runner; pipelines.local.driver.auto_processes in-process).  Not an output
+    # option: the bytes are the same either way.
+    processes: Optional[int] = None
+    # outputs in a bucket (streamed shards, pipelines.local.stream): bytes of finished
+    # shards that may wait in local spool files for their upload before the writer waits
+    # (a size: "500MB"); None: $TAR2TF_SPOOL_LIMIT, else 1 GB.  Not an output option either.
+    spool_limit: Union[None, int, str] = None
+
+    def stages(self) -> Stages:
+        from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
+        return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
+                      tuple(as_stage(s) for s in self.example_stages), exs.parse_type_map(self.type_map))
+
+    def has_heavy_ops(self) -> bool:
+        """Whether records go through ops that do real work per record (decode, resize,
+        user functions...), not only light ones that pick entries (``Op.light``)."""
+        stages = list(self.sample_stages) + [self.record_to_example] + list(self.example_stages)
+        return any(s is not None and not getattr(s, "light", False) for s in stages)
+
+    def describe(self) -> Dict[str, Any]:
+        """The options as they enter the manifest (callables by name)."""
+        return {"max_shard_size": parse_size(self.max_shard_size), "records_per_shard": self.records_per_shard,
+                "type_map": exs.parse_type_map(self.type_map),
+                "sample_stages": [stage_name(s) for s in self.sample_stages],
+                "record_to_example": stage_name(self.record_to_example) if self.record_to_example else None,
+                "example_stages": [stage_name(s) for s in self.example_stages],
+                "max_member_size": parse_size(self.max_member_size), "max_rejects": self.max_rejects,
+                "dali_index": self.dali_index, "shuffle": self.shuffle,
+                "seed": self.seed if self.shuffle else None}

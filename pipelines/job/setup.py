@@ -1,0 +1,191 @@
+"""The TFRecord job both drivers run: its set-up and its end, written once.
+
+Set-up (:func:`prepare`): the options checked, the inputs resolved (templates -> shard URLs,
+``list`` rejects), the outputs checked against ``overwrite`` / ``resume``, and the job's work
+directory chosen and recorded.  End (:func:`finish_job`): stale outputs of an earlier run
+removed, the manifest and rejects written, the work directory deleted, and
+(:func:`result_of`) what the caller gets back.  The Beam graph (``pipelines.beam.convert``)
+and the in-process driver (``pipelines.local.driver``) differ only in between: how the
+pieces are converted and the final shards written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Dict, List, Sequence, Tuple
+
+import transforms
+from pipelines.job import finalize
+from pipelines.job import record as job_record
+from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job import journal as shard_journal
+from transforms.records import Reject
+from transforms.sizes import parse_size
+from transforms.stores import dirname, get_store, join
+from transforms.tar.sources import resolve
+from transforms.tfrecord import schema as exs
+
+log = logging.getLogger("tar2tf")
+
+
+@dataclasses.dataclass
+class Job:
+    """A job after set-up: its inputs, the listing's rejects and its work directory."""
+
+    cfg: ConvertConfig
+    urls: List[str]
+    list_rejects: List[Reject]
+    work: str
+    started: float
+
+
+def prepare(cfg: ConvertConfig, flag_names: Tuple[str, str] = ("--overwrite", "--resume")) -> Job:
+    """Check the options, resolve the inputs, check the outputs and choose the work
+    directory.  Raises ``ValueError`` for bad options and :class:`OutputExistsError`,
+    whose message names the overwrite / resume options as ``flag_names`` spell them (the
+    CLI's flags, or ``overwrite=True`` from the Python API).  Nothing is written yet."""
+    t0 = time.time()
+    if cfg.output.count("{}") > 1:
+        raise ValueError("output may contain '{}' only once")
+    parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size), parse_size(cfg.spool_limit)
+    if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
+        raise ValueError("records_per_shard must be positive")
+    urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+    work = work_dir_for(cfg, urls)
+    check_outputs(cfg, work, *flag_names, inputs=urls)
+    return Job(cfg, urls, list_rejects, work, t0)
+
+
+def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
+    """The finished job's result, from the manifest it wrote."""
+    cfg = job.cfg
+    manifest_path = finalize.companion(cfg.output, ".manifest.json")
+    manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
+    rejected = manifest["rejects"]["count"]
+    return ConvertResult(paths=[s["path"] for s in manifest["shards"]], manifest=manifest,
+                         manifest_path=manifest_path,
+                         rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
+                         totals=manifest["totals"], counters=counters, seconds=time.time() - job.started,
+                         exit_code=0 if rejected <= cfg.max_rejects else 3)
+
+
+@dataclasses.dataclass
+class ConvertResult:
+    paths: List[str]
+    manifest: Dict[str, Any]
+    manifest_path: str
+    rejects_path: str
+    totals: Dict[str, int]
+    counters: Dict[str, int]
+    seconds: float
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def plan_shards(pieces, cfg: ConvertConfig):
+    """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
+    in-process driver when output names need the shard count)."""
+    return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
+
+
+def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
+    """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
+    shards = sorted(shards, key=lambda s: s["path"])
+    order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
+    shards.sort(key=lambda s: order.get(s["path"], 0))
+    schema: Dict[str, Any] = {}
+    for p in sorted(pieces, key=lambda p: p["index"]):
+        if p["schema"]:
+            schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
+    if unmatched:
+        log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
+                    ", ".join(unmatched), ", ".join(sorted(schema)))
+    rejects = finalize.all_rejects(pieces, list_rejects)
+    totals = finalize.totals_of(pieces, list_rejects, shards)
+    by_reason = finalize.rejects_by_reason(rejects)
+    manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "tfrecord",
+                "inputs": inputs, "output": cfg.output, "options": cfg.describe(), "schema": schema,
+                "shards": shards, "totals": totals,
+                "rejects": {"count": len(rejects), "by_reason": by_reason,
+                            "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
+    # stale shards of an earlier run (overwrite was checked before the job started)
+    keep = {s["path"] for s in shards}
+    store = get_store(cfg.output, cfg.store)
+    for stale in finalize.existing_outputs(cfg.output, cfg.store):
+        if stale not in keep:
+            store.delete(stale)
+            store.delete(stale + ".idx")
+        elif not cfg.dali_index and store.exists(stale + ".idx"):
+            store.delete(stale + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
+    for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
+        store.delete(tmp)
+    finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
+    finalize.delete_tree(get_store(work, cfg.store), work)
+    yield manifest
+
+
+def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]) -> None:
+    """Raise :class:`OutputExistsError` if outputs exist and neither ``overwrite`` nor
+    ``resume`` was asked for (the flags' names as the caller spells them).  ``resume``
+    accepts them only if an interrupted run of this very job (same inputs, options and
+    output: the same work directory) left its work behind: it would replace them, and
+    they may be another job's finished output.  When an interrupted run of the same
+    inputs and output with other options left its work beside ``work``, the refusal
+    names those options (``pipelines.job.record``)."""
+    existing = finalize.existing_outputs(cfg.output, cfg.store)
+    if cfg.overwrite:
+        return
+    msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})" if existing else ""
+    if cfg.resume:
+        if finalize.has_files(get_store(work, cfg.store), work):
+            return
+        # nothing of this job to continue: an interrupted run of these inputs and this
+        # output with other options is refused, naming them -- also before any output
+        # exists (planned shards are written at the end), as by `tar2tf pcr --resume`,
+        # rather than left behind while the job starts afresh
+        found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
+        if found is not None and not existing:
+            raise ValueError(f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
+                             f"other options ({found.describe()}); rerun with its options to resume it, or "
+                             f"without {resume} to start afresh")
+        if found is not None:
+            raise OutputExistsError(f"{msg}, but the interrupted run of these inputs and this output in "
+                                    f"{found.work} had other options ({found.describe()}); rerun with its "
+                                    f"options to resume it, or pass {overwrite} to replace them")
+        if existing:
+            raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
+                                    f"output) left work to resume in {work}; pass {overwrite} to replace them")
+    if not existing:
+        return
+    # a journal exists only where the in-process driver streamed final shards
+    if get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
+        raise OutputExistsError(f"{msg}: an interrupted run of this job left them; pass {resume} to "
+                                f"continue it, or {overwrite} to start over")
+    raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
+
+
+def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
+    """What the job is: its work directory's fingerprint and record (``pipelines.job.record``)."""
+    return {"inputs": inputs, "options": cfg.describe(), "output": cfg.output, "v": transforms.__version__}
+
+
+def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
+    """Write the job's record into its work directory as it starts (for a refused resume)."""
+    job_record.write(work, job_of(cfg, inputs), cfg.store)
+
+
+def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
+    """Same inputs + options + output -> same work dir, which is what makes ``resume``
+    find pieces (and only this job's: another output's journal lists other shards)."""
+    key = json.dumps(job_of(cfg, inputs), sort_keys=True)
+    fp = hashlib.sha256(key.encode()).hexdigest()[:16]
+    root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
+    return join(root, fp)

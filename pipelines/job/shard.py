@@ -1,0 +1,155 @@
+"""One input shard -> one piece of TFRecord frames + its sidecar.
+
+This is the per-shard work of the TFRecord conversion, kept free of Beam so that it can
+run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process driver
+(``pipelines.local.driver``) and in the local worker processes of ``--processes``
+(``pipelines.local.pool``), which then start without importing Beam.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from pipelines.job import workfiles
+from pipelines.job.config import ConvertConfig
+from transforms.tfrecord import digests, schema as exs
+from transforms.tar.fetch import read_shard
+from transforms.records import Reject, is_reject
+from transforms.sizes import parse_size
+from transforms.ops.stages import FILTERED, Stages, stage_name
+from transforms.stores import StoreConfig, get_store, join
+from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt, TarStats
+from transforms.tfrecord.framing import frame_parts
+
+
+# A piece kept in memory (``hold``) spills to its scratch file beyond this many bytes, so
+# memory stays bounded by (threads + pieces waiting for their turn) x HOLD_BYTES.
+HOLD_BYTES = 32 << 20
+
+
+class _PieceOut:
+    """Where a piece's frames go: its scratch file (what ``--resume`` reuses), or, with
+    ``hold``, memory until it holds more than ``hold`` bytes, then the file."""
+
+    def __init__(self, piece: str, store, hold: int):
+        self.piece, self.store, self.hold = piece, store, hold
+        self.frames: Optional[List[bytes]] = []
+        self.held = 0
+        self.digest = digests.new("crc32c")
+        self._cm = self.f = None
+        if not hold:
+            self._spill()
+
+    @property
+    def on_disk(self) -> bool:
+        return self.f is not None
+
+    def _spill(self) -> None:
+        self._cm = self.store.open_write(self.piece, durable=False)  # scratch: resume re-hashes it
+        self.f = self._cm.__enter__()
+        for fr in self.frames:
+            self.f.write(fr)
+            self.digest.update(fr)
+        self.frames = None
+
+    def write(self, data: bytes) -> None:
+        if self.f is None:
+            self.frames.append(data)
+            self.held += len(data)
+            if self.held > self.hold:
+                self._spill()
+        else:
+            self.f.write(data)
+            self.digest.update(data)
+
+    def close(self) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(type(exc), exc, exc.__traceback__)
+
+    def empty(self) -> None:
+        """Drop everything written (a shard found corrupt after its records were read)."""
+        self.digest = digests.new("crc32c")
+        if self.on_disk:
+            self.store.write_bytes(self.piece, b"")
+        else:
+            self.frames, self.held = [], 0
+
+
+def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages,
+                  hold: int = 0) -> Dict[str, Any]:
+    """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.
+
+    ``hold`` > 0 (the in-process driver, when the job does not ask for ``resume``): keep
+    the frames in memory, in ``info["frames"]``, unless they exceed ``hold`` bytes; such a
+    piece has no file and no sidecar, and its bytes are written once, into the final
+    shards, instead of twice."""
+    piece = join(work, f"piece-{index:06d}.tfrecord")
+    out = _PieceOut(piece, get_store(piece, cfg.store), hold)
+    stats = TarStats()
+    sizes: List[int] = []
+    rejects: List[Dict[str, Any]] = []
+    schema: Dict[str, Any] = {}
+    last_schema: Optional[Dict[str, Any]] = None
+    read = filtered = 0
+    keys: List[str] = []
+    corrupt: Optional[Reject] = None
+    try:
+        for item in read_shard(url, cfg.store, parse_size(cfg.max_member_size), stats):
+            if isinstance(item, ShardCorrupt):
+                corrupt = item
+                continue
+            if is_reject(item):
+                rejects.append(item.to_dict())
+                read += item.counts_record
+                continue
+            read += 1
+            rec, rec_schema = stages.process_with_schema(item, parts=True)
+            if rec is FILTERED:
+                filtered += 1
+                continue
+            if is_reject(rec):
+                rejects.append(rec.to_dict())
+                continue
+            data = frame_parts(rec)
+            out.write(data)
+            sizes.append(len(data))
+            keys.append(item["__key__"])
+            # every record enters the schema, so `tar2tf verify` can hold each Example to it
+            # without false alarms on features that appear late; merging is idempotent, so
+            # a run of records with the same features merges once
+            if rec_schema != last_schema:
+                schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
+                last_schema = rec_schema
+    except BaseException as e:
+        out.abort(e)
+        raise
+    out.close()
+    if corrupt is not None:
+        # the shard failed its integrity check after its records were read: none of its
+        # content can be trusted, so every record it gave is rejected and the piece emptied
+        rejects.append(corrupt.to_dict())
+        reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
+        rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
+        sizes, keys, schema = [], [], {}
+        out.empty()
+    info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
+            "records_read": read, "filtered": filtered,
+            "rejects": rejects, "schema": schema, "members": stats.members,
+            "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
+    if out.on_disk:
+        info["crc32c"] = digests.hexdigest(out.digest)
+        workfiles.write_sidecar(piece, info, cfg.store)
+    else:
+        info["frames"] = out.frames  # taken (and dropped) by the shard stream
+    return info
+
+
+def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
+    """A finished piece from an earlier run, if its sidecar exists and its bytes match."""
+    return workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
+
+

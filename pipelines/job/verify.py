@@ -1,0 +1,357 @@
+"""Check a finished dataset against its manifest (``tar2tf verify``).
+
+For a TFRecord dataset every shard is read once, streaming, and checked for:
+
+* existence, byte size and digest (crc32c; sha256 in older manifests) against the manifest row;
+* TFRecord framing: length and data CRCs of every record (``tfrecord.iter_frames``);
+* record count against the manifest row;
+* every ``tf.train.Example`` parsed and compared with the manifest schema (feature
+  names, dtypes, fixed lengths, required features);
+* optionally (``decode_images``) every image feature decoded with Pillow;
+* the DALI ``.idx`` file, when the job wrote one, against the real record offsets.
+
+Then the manifest's own totals are checked against the shards (records, bytes, shard
+count), the conservation rule ``read = written + rejected + filtered`` and the rejects
+file's line count.  For a PCR dataset (manifest ``kind: pcr``) the record files are
+checked against the manifest's rows, the index against the manifest's sha256, and the
+files against the index by ``transforms.pcr.verify``.  Nothing stops at the first
+problem: the report lists all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from pipelines.job import finalize
+from transforms.tfrecord import digests
+from transforms.stores import StoreConfig, basename, dirname, get_store, join
+from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
+
+IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
+_KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
+
+
+@dataclasses.dataclass
+class Problem:
+    check: str            # file, size, crc32c/sha256/digest, crc, count, schema, image, index, totals, rejects, pcr
+    detail: str
+    shard: Optional[str] = None
+    record: Optional[int] = None   # record number inside the shard, from 0
+    key: Optional[str] = None
+
+    def line(self) -> str:
+        where = self.shard or "manifest"
+        if self.record is not None:
+            where += f" record {self.record}"
+        if self.key:
+            where += f" ({self.key})"
+        return f"{self.check:8s} {where}: {self.detail}"
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    manifest: str
+    kind: str = "tfrecord"
+    shards_checked: int = 0
+    records_checked: int = 0
+    bytes_checked: int = 0
+    images_decoded: int = 0
+    problems: List[Problem] = dataclasses.field(default_factory=list)
+    max_listed_per_shard: int = 20
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["ok"] = self.ok
+        return d
+
+    def text(self) -> str:
+        lines = [f"{'OK' if self.ok else 'MISMATCH'}: {self.manifest} ({self.kind}): "
+                 f"{self.shards_checked} shards, {self.records_checked} records, {self.bytes_checked} bytes"
+                 + (f", {self.images_decoded} images decoded" if self.images_decoded else "")]
+        if self.problems:
+            lines.append(f"{len(self.problems)} problem(s):")
+            lines.extend("  " + p.line() for p in self.problems)
+        return "\n".join(lines)
+
+
+class _HashingReader:
+    """Wraps a binary stream: every byte read also goes into the digest the manifest row
+    carries (:mod:`transforms.tfrecord.digests`) and a byte count."""
+
+    def __init__(self, f, row: Dict[str, Any]):
+        self.kind = digests.kind_of(row)
+        self._f, self.n = f, 0
+        self._digest = digests.new(self.kind) if self.kind else None
+
+    def read(self, n=-1):
+        data = self._f.read(n)
+        if self._digest is not None:
+            self._digest.update(data)
+        self.n += len(data)
+        return data
+
+    def mismatch(self, row: Dict[str, Any]) -> Optional[str]:
+        """What differs when the bytes read do not match the row's digest (the check's
+        name is :attr:`kind`); None when they match or the row carries no digest."""
+        if self._digest is None:
+            return None
+        got = digests.hexdigest(self._digest)
+        return None if got == row[self.kind] else f"{got}, manifest says {row[self.kind]}"
+
+    def drain(self):
+        for chunk in iter(lambda: self.read(4 << 20), b""):
+            pass
+
+
+def manifest_path_for(target: str) -> str:
+    """The manifest for ``target``: a ``*.manifest.json`` as given; a directory holding
+    ``PCR.manifest.json`` (a PCR dataset) or exactly one manifest; else the manifest of an
+    output template (``out/train-{}.record`` -> ``out/train.record.manifest.json``)."""
+    if target.endswith(".manifest.json"):
+        return target
+    if os.path.isdir(target):
+        if os.path.exists(os.path.join(target, "PCR.manifest.json")):
+            return os.path.join(target, "PCR.manifest.json")
+        found = sorted(n for n in os.listdir(target) if n.endswith(".manifest.json"))
+        if len(found) == 1:
+            return os.path.join(target, found[0])
+    return finalize.companion(target, ".manifest.json")
+
+
+def _locate(path: str, manifest_path: str, recorded_manifest: str) -> str:
+    """Where to read a file the manifest names: a file written beside the manifest is
+    looked for beside it now (so a copied or moved dataset is checked where it is),
+    anything else at its recorded path."""
+    if dirname(path) == dirname(recorded_manifest):
+        return join(dirname(manifest_path), basename(path))
+    return path
+
+
+def _check_example(payload: bytes, schema: Dict[str, Dict[str, Any]], example_pb2) -> tuple:
+    """(key, features, problems) of one serialized Example against the schema."""
+    ex = example_pb2.Example.FromString(payload)
+    feats = ex.features.feature
+    key = None
+    if "__key__" in feats and feats["__key__"].bytes_list.value:
+        key = feats["__key__"].bytes_list.value[0].decode("utf-8", "replace")
+    problems = []
+    for name, f in feats.items():
+        kind = f.WhichOneof("kind")
+        dtype = _KINDS.get(kind, "none")
+        n = len(getattr(f, kind).value) if kind else 0
+        spec = schema.get(name)
+        if spec is None:
+            problems.append(f"feature {name!r} ({dtype}) is not in the manifest schema")
+            continue
+        if spec.get("dtype") not in ("mixed", dtype):
+            problems.append(f"feature {name!r} is {dtype}, schema says {spec.get('dtype')}")
+        shape = spec.get("shape", [-1])
+        if shape != [-1] and [n] != shape:
+            problems.append(f"feature {name!r} has {n} values, schema says {shape[0]}")
+    for name, spec in schema.items():
+        if not spec.get("optional") and name not in feats:
+            problems.append(f"required feature {name!r} is missing")
+    return key, feats, problems
+
+
+def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
+    from PIL import Image
+    done, problems = 0, []
+    for name in sorted(feats):
+        if name.lower() not in limit_names or feats[name].WhichOneof("kind") != "bytes_list":
+            continue
+        for value in feats[name].bytes_list.value:
+            try:
+                with Image.open(io.BytesIO(value)) as im:
+                    im.load()
+                done += 1
+            except Exception as e:  # noqa: BLE001 - any decoder error is the finding
+                problems.append(f"feature {name!r} does not decode: {type(e).__name__}: {e}")
+    return done, problems
+
+
+def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, config: StoreConfig,
+                 decode_images: bool = False, dali_index: bool = False) -> int:
+    """Check one shard; append problems to the report; return the records read."""
+    from transforms.tfrecord import example_wire_pb2 as example_pb2  # tf.train.Example's wire format, no TF import
+    store = get_store(path, config)
+    shown = 0
+
+    def add(check, detail, record=None, key=None):
+        nonlocal shown
+        shown += 1
+        if shown <= report.max_listed_per_shard:
+            report.problems.append(Problem(check, detail, path, record, key))
+        elif shown == report.max_listed_per_shard + 1:
+            report.problems.append(Problem(check, "... further problems in this shard not listed", path))
+
+    if not store.exists(path):
+        add("file", "shard is missing")
+        return 0
+    offsets: List[tuple] = []
+    with store.open_read(path) as raw:
+        f = _HashingReader(raw, row)
+        try:
+            for n, (offset, payload) in enumerate(iter_frames(f)):
+                offsets.append((offset, len(payload) + FRAME_OVERHEAD))
+                try:
+                    key, feats, bad = _check_example(payload, schema, example_pb2)
+                except Exception as e:  # noqa: BLE001 - a payload that is not an Example
+                    add("schema", f"not a tf.train.Example: {type(e).__name__}: {e}", n)
+                    continue
+                for b in bad:
+                    add("schema", b, n, key)
+                if decode_images:
+                    done, bad = _decode_images(feats)
+                    report.images_decoded += done
+                    for b in bad:
+                        add("image", b, n, key)
+        except CorruptRecordError as e:
+            add("crc", f"{e} (after {len(offsets)} good records)", len(offsets))
+            f.drain()
+    report.shards_checked += 1
+    report.records_checked += len(offsets)
+    report.bytes_checked += f.n
+    if f.n != row["bytes"]:
+        add("size", f"{f.n} bytes, manifest says {row['bytes']}")
+    differs = f.mismatch(row)
+    if not f.kind:
+        add("digest", "manifest row has no crc32c (or sha256)")
+    elif differs:
+        add(f.kind, differs)
+    if len(offsets) != row["records"]:
+        add("count", f"{len(offsets)} readable records, manifest says {row['records']}")
+    if dali_index:
+        _check_index(path, offsets, store, add)
+    return len(offsets)
+
+
+def _check_file(row: Dict[str, Any], path: str, report: VerifyReport, config: StoreConfig) -> None:
+    """Existence, size and digest of a file the manifest lists (PCR record files)."""
+    store = get_store(path, config)
+    if not store.exists(path):
+        report.problems.append(Problem("file", "file is missing", path))
+        return
+    with store.open_read(path) as raw:
+        f = _HashingReader(raw, row)
+        f.drain()
+    report.shards_checked += 1
+    report.bytes_checked += f.n
+    if "bytes" in row and f.n != row["bytes"]:
+        report.problems.append(Problem("size", f"{f.n} bytes, manifest says {row['bytes']}", path))
+    differs = f.mismatch(row)
+    if differs:
+        report.problems.append(Problem(f.kind, differs, path))
+
+
+def _check_index(path: str, offsets, store, add) -> None:
+    idx = path + ".idx"
+    if not store.exists(idx):
+        add("index", "DALI index file is missing")
+        return
+    try:
+        rows = [tuple(int(x) for x in line.split()) for line in store.read_bytes(idx).decode().splitlines()
+                if line.strip()]
+    except ValueError as e:
+        add("index", f"DALI index is not 'offset size' lines: {e}")
+        return
+    if rows != [tuple(o) for o in offsets]:
+        first = next((i for i, (a, b) in enumerate(zip(rows, offsets)) if tuple(a) != tuple(b)),
+                     min(len(rows), len(offsets)))
+        add("index", f"DALI index differs from the records from entry {first} "
+                     f"({len(rows)} entries, {len(offsets)} records)")
+
+
+def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, manifest_path: str) -> None:
+    t, shards = m.get("totals", {}), m.get("shards", [])
+
+    def want(name, actual):
+        if name in t and t[name] != actual:
+            report.problems.append(Problem("totals", f"{name} is {t[name]} but the shards give {actual}"))
+
+    want("shards", len(shards))
+    want("records_written", sum(s["records"] for s in shards))
+    want("bytes_written", sum(s["bytes"] for s in shards))
+    if all(k in t for k in ("records_read", "records_written", "records_rejected", "records_filtered")):
+        if t["records_read"] != t["records_written"] + t["records_rejected"] + t["records_filtered"]:
+            report.problems.append(Problem("totals", "records read != written + rejected + filtered"))
+    rej = m.get("rejects", {})
+    rpath = rej.get("path")
+    if rpath:
+        rpath = _locate(rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json"))
+        store = get_store(rpath, config)
+        if not store.exists(rpath):
+            report.problems.append(Problem("rejects", f"rejects file {rpath} is missing"))
+        else:
+            n = sum(1 for line in store.read_bytes(rpath).splitlines() if line.strip())
+            if n != rej.get("count", n):
+                report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
+
+
+def _verify_pcr(m: Dict[str, Any], manifest_path: str, recorded: str, report: VerifyReport,
+                config: StoreConfig) -> None:
+    """``recorded``: where the manifest was written (files beside it are looked for beside
+    ``manifest_path`` now, :func:`_locate`)."""
+    from transforms.pcr.verify import verify_pcr
+    directory = dirname(manifest_path) or "."
+    index = m.get("index") or {}
+    if index.get("sha256"):
+        index_path = _locate(index.get("path", ""), manifest_path, recorded)
+        store = get_store(index_path, config)
+        if store.exists(index_path):
+            data = store.read_bytes(index_path)
+            if hashlib.sha256(data).hexdigest() != index["sha256"]:
+                report.problems.append(Problem("index", "PCR index's sha256 differs from the manifest's "
+                                                        f"({len(data)} bytes, manifest says "
+                                                        f"{index.get('bytes')})", index_path))
+    counts: Dict[str, int] = {}
+    try:
+        found = verify_pcr(directory, config=config, counts=counts)
+    except Exception as e:  # noqa: BLE001 - the verifier's failure is the finding
+        report.problems.append(Problem("pcr", f"verify_pcr failed: {type(e).__name__}: {e}"))
+        return
+    report.records_checked += counts.get("images", 0)
+    for p in found:
+        report.problems.append(Problem("pcr", str(p)))
+
+
+def verify(target: str, decode_images: bool = False, config: Optional[StoreConfig] = None) -> VerifyReport:
+    """Verify the dataset whose manifest is ``target`` (or belongs to output template ``target``)."""
+    config = config or StoreConfig()
+    mpath = manifest_path_for(target)
+    m = json.loads(get_store(mpath, config).read_bytes(mpath))
+    report = VerifyReport(manifest=mpath, kind=m.get("kind", "tfrecord"))
+    if report.kind == "pcr":
+        recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
+        for row in m.get("shards", []):
+            _check_file(row, _locate(row["path"], mpath, recorded), report, config)
+        _verify_pcr(m, mpath, recorded, report, config)
+        return report
+    schema = m.get("schema", {})
+    dali = bool(m.get("options", {}).get("dali_index"))
+    recorded = finalize.companion(m.get("output", ""), ".manifest.json")
+    listed = set()
+    for row in m.get("shards", []):
+        path = _locate(row["path"], mpath, recorded)
+        listed.add(path)
+        verify_shard(row, path, schema, report, config, decode_images, dali)
+    output = m.get("output", "")
+    if output and output != "<generator>":
+        # a shard name the output template makes that the manifest does not list: a stale
+        # file of another run, or a shard copied in; a reader globbing the names would take it
+        for extra in finalize.existing_outputs(_locate(output, mpath, recorded), config):
+            if extra not in listed:
+                report.problems.append(Problem("file", "matches the output template but is not in the manifest",
+                                               extra))
+    _check_totals(m, report, config, mpath)
+    return report
+

@@ -1,0 +1,219 @@
+"""The TFRecord conversion without Beam: the same functions, driven by threads in-process
+(or, with ``num_workers=1`` and a local output, on the caller's own thread).
+
+``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
+when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
+is the one the Beam graph runs -- :func:`pipelines.convert.convert_shard` per input shard,
+the greedy packing of :mod:`pipelines.job.finalize`, the same manifest -- so the output files
+are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
+output template the final shards fill while later input shards still convert
+(:mod:`pipelines.local.stream`); otherwise they are planned once every piece is done.
+Pieces converted on this process's threads go to that stream in memory (up to
+``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; with
+worker processes (``pipelines.local.pool``) and a local output, the workers write their
+frames into the final shards where the stream places them, as in a local Beam job.  A
+rerun with ``resume=True`` after a crash continues after the shards the stream finished
+(``pipelines.job.journal``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator, List, Optional, Sequence
+
+import logging
+
+from pipelines.job import finalize
+from pipelines.job import journal as shard_journal
+from pipelines.job.config import ConvertConfig
+from pipelines.job.progress import Progress
+from pipelines.job.setup import ConvertResult, Job, finish_job, plan_shards, prepare, record_job, result_of
+from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
+from pipelines.local import pool as shard_pool, stream as shard_stream
+from transforms.sizes import parse_size
+from transforms.stores import split_url
+
+log = logging.getLogger("tar2tf")
+
+
+def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
+    """The automatic worker-process count: one per worker, when there is more than one of
+    each (a single worker or shard gains nothing from a process) and ``ops``: the job has
+    ops that do real work per record (``ConvertConfig.has_heavy_ops``), or its workers
+    write their frames into local final shards themselves (a local ``{}`` output: nothing
+    then passes through this process).  Otherwise (a passthrough or selections whose
+    frames pass through this process) the work is reading, CRC and writing, and threads
+    convert as fast without a worker's start (docs/benchmarks.md)."""
+    return min(int(workers), shards) if ops and int(workers) > 1 and shards > 1 else 0
+
+
+def streams(cfg: ConvertConfig) -> bool:
+    """Whether the job's final shards can be written while it converts (``{}`` template,
+    no shuffle): see ``pipelines.local.stream``."""
+    return not cfg.shuffle and shard_stream.can_stream(cfg.output)
+
+
+def new_stream(cfg: ConvertConfig, work: Optional[str] = None,
+               resume: Optional[shard_journal.ResumePoint] = None) -> Optional[shard_stream.ShardStream]:
+    """A shard stream for the job when its output names allow one (:func:`streams`), else
+    None; ``work``: the work directory its journal goes to; ``resume``: the journal of an
+    interrupted run to continue (see ``pipelines.job.journal``)."""
+    if not streams(cfg):
+        return None
+    return shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
+                                    cfg.store, cfg.dali_index, journal=work, resume=resume,
+                                    spool_limit=parse_size(cfg.spool_limit))
+
+
+def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
+    """Where a streamed job continues: the journal of an interrupted run when ``resume``
+    asks for it, else the start.  A job that starts over clears any journal first."""
+    if cfg.resume and streams(cfg):
+        point = shard_journal.load(work, cfg.store)
+        if point is not None:
+            log.info("resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
+                     point.shards, point.next_piece)
+            return point
+    else:
+        shard_journal.clear(work, cfg.store)
+    return shard_journal.ResumePoint()
+
+
+def convert_in_process(cfg: ConvertConfig, num_workers: int = 1,
+                       flag_names=("overwrite=True", "resume=True")) -> ConvertResult:
+    """Like :func:`pipelines.beam.convert.convert`, with ``num_workers`` threads and no Beam
+    (and ``cfg.processes`` worker processes converting the shards, if set)."""
+    if cfg.shuffle:
+        raise ValueError("a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
+                         "or no --runner local)")
+    job = prepare(cfg, flag_names)
+    urls, list_rejects, work, t0 = job.urls, job.list_rejects, job.work, job.started
+    stages = cfg.stages()
+    resumed = resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
+    auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
+    # worker processes pay off for heavy ops, and for any job whose workers write their
+    # frames into local final shards themselves (a '{}' output): nothing then passes
+    # through this process (auto_processes)
+    placed = shard_stream.can_stream(cfg.output) and split_url(cfg.output)[0] == ""
+    procs = auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed) if auto \
+        else int(cfg.processes)
+    # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
+    blob = shard_pool.pack(cfg, required=not auto) if procs else None
+    record_job(cfg, urls, work)
+    stream = new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
+    tasks = list(enumerate(urls))[resumed.next_piece:]
+    if blob is not None and stream is not None and split_url(cfg.output)[0] == "":
+        # local final shards: the workers write their frames into them where the stream
+        # places them, converting in input order, as in a local Beam job (pipelines.beam.convert)
+        feed = shard_stream.PieceFeed(stream, len(urls), resumed.next_piece)
+        return _placed(job, blob, procs, feed, tasks, resumed)
+    workers = shard_pool.Pool(blob, work, procs) if blob is not None else None
+    # pieces converted on these threads reach the stream in memory (written once); the
+    # stream's journal is what a rerun with resume=True continues from
+    hold = HOLD_BYTES if stream is not None and workers is None else 0
+
+    def one(task):
+        index, url = task
+        info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
+        if info is not None:
+            return info
+        if workers is not None:
+            return workers.convert(index, url)
+        return convert_shard(index, url, work, cfg, stages, hold)
+
+    threads = max(1, int(num_workers), procs)
+    # one thread writing to a local disk: convert on this thread between writes.  A second
+    # thread would only overlap copies into the page cache, and the two threads' hand-offs
+    # of the GIL cost more than that (docs/benchmarks.md); output elsewhere is
+    # a network upload, which a converter thread keeps overlapping with the next fetch
+    inline = threads == 1 and workers is None and split_url(cfg.output)[0] == ""
+    converted = _inline(one, tasks) if inline else _threaded(one, tasks, threads)
+    bar = Progress(len(urls), cfg.progress) if cfg.progress else None
+    try:
+        pieces = list(resumed.pieces)
+        try:
+            for piece in converted:
+                pieces.append(piece)
+                if bar is not None:
+                    bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+                if stream is not None:
+                    stream.add(piece)  # in input order, while later pieces convert
+            if stream is not None:
+                shards = stream.finish()
+            else:  # the Beam graph's planning step
+                with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
+                    shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
+                                           plan_shards(pieces, cfg)))
+        except BaseException as e:
+            converted.close()  # cancels the conversions not started
+            if stream is not None:
+                stream.abort(e)  # the shards it finished stay, for resume=True
+            raise
+    finally:
+        if workers is not None:
+            workers.close()
+        if bar is not None:
+            bar.close()
+    return _result(job, shards, pieces)
+
+
+def _placed(job: Job, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", tasks: Sequence,
+            resumed: shard_journal.ResumePoint) -> ConvertResult:
+    """The job whose ``procs`` worker processes write into the final shards where ``feed``
+    places their pieces; the pool converts ``tasks`` in order, this thread takes the results."""
+    cfg = job.cfg
+    bar = Progress(len(job.urls), cfg.progress) if cfg.progress else None
+    pool = shard_pool.Pool(blob, job.work, procs, tasks=tasks, place=feed.place)
+    try:
+        for index, url in tasks:
+            info = pool.convert(index, url)  # raises a worker's error
+            if bar is not None:
+                bar.shard_done(len(info["sizes"]), info["member_bytes"])
+        shards = feed.finish(len(job.urls))
+    except BaseException as e:
+        if not feed.settled:
+            feed.abort(e)  # the shards it finished stay if journaled, for resume=True
+        raise
+    finally:
+        pool.close()
+        if bar is not None:
+            bar.close()
+    return _result(job, shards, list(resumed.pieces) + feed.pieces())
+
+
+def _result(job: Job, shards, pieces) -> ConvertResult:
+    """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result."""
+    next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls, job.work)))
+    # the counts a Beam job's counters hold, from the pieces this process saw
+    counters = {"shards_rejected": len(job.list_rejects)}
+    for piece in pieces:
+        for name, n in finalize.piece_counts(piece).items():
+            counters[name] = counters.get(name, 0) + n
+    return result_of(job, counters)
+
+
+def _inline(one: Callable, tasks: Sequence) -> Iterator:
+    """The pieces of ``tasks``, converted on the caller's thread as it asks for each."""
+    for task in tasks:
+        yield one(task)
+
+
+def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
+    """The pieces of ``tasks`` in input order, converted on ``threads`` threads.  At most
+    2 x threads pieces are converted ahead of the one the caller is writing, so the memory
+    of held pieces stays bounded whatever one slow shard does.  Closing the generator
+    cancels the conversions not started (and waits for the running ones)."""
+    futures: List[Future] = []
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
+        def submit_until(n: int) -> None:
+            while len(futures) < min(n, len(tasks)):
+                futures.append(pool.submit(one, tasks[len(futures)]))
+        try:
+            submit_until(2 * threads)
+            for i in range(len(tasks)):
+                piece = futures[i].result()
+                submit_until(i + 1 + 2 * threads)
+                yield piece
+        finally:
+            for f in futures:
+                f.cancel()

@@ -1,0 +1,177 @@
+"""The launching process's handle on one shard worker process (:mod:`pipelines.local.worker`
+is the other end): its start, its pipes, and the messages of one task, a piece-file
+conversion, a placed piece's runs, or a shard's streamed elements.  The pool that schedules
+tasks over these handles is :mod:`pipelines.local.pool`, whose docstring has the design."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+_BOOT = "from pipelines.local.worker import serve; serve()"
+
+# Native thread pools a worker does not need: the pool already runs one worker per core,
+# and numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU per worker, taken
+# from the other workers).  A value the user set is kept.
+_ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def worker_env() -> Dict[str, str]:
+    """The environment of a worker process: this one's, with :data:`_ONE_THREAD` = 1
+    unless set, and this process's import path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for name in _ONE_THREAD:
+        env.setdefault(name, "1")
+    return env
+
+
+class WorkerDied(RuntimeError):
+    """A shard worker process ended without answering."""
+
+
+def failed(url: str, trace: str) -> RuntimeError:
+    """A conversion that raised in a worker (``trace``: its traceback there)."""
+    return RuntimeError(f"converting {url} failed in a shard worker process:\n{trace}")
+
+
+def cancel(runs: list, exc: BaseException) -> None:
+    """Ranges that will never be written: their shards fail (a retried bundle would find
+    the piece placed already)."""
+    for shard, _, _, _ in runs:
+        shard.cancel(exc)
+
+
+class Worker:
+    """One worker process, started with the job's pickled config (``blob``) and work
+    directory; it imports while the caller goes on."""
+
+    def __init__(self, blob: bytes, work: str):
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=worker_env())
+        try:
+            self._send((blob, work))
+        except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
+            pass
+
+    def _send(self, obj: Any) -> None:
+        pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.flush()
+
+    def call(self, index: int, url: str) -> Dict[str, Any]:
+        """Convert one shard into a piece file (a placing pool's conversation, where the
+        worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
+        error raises here."""
+        self.post((index, url, False), f"converting {url}")
+        status, value = self.recv(f"converting {url}")
+        if status == "error":
+            raise failed(url, value)
+        return value
+
+    def send_runs(self, info: Dict[str, Any], place: Callable, doing: str) -> Tuple[list, Optional[BaseException]]:
+        """Wait for ``place`` to settle where the piece the worker holds goes, and send the
+        worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
+        and what ``place`` raised.  The worker's answer is :meth:`report_written`'s.
+        ``doing``: what the worker is busy with, for the message if it is found dead."""
+        try:
+            runs, error = place(info) or [], None
+        except BaseException as e:  # noqa: BLE001 - raised by report_written
+            runs, error = [], e
+        try:
+            self.post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], doing)
+        except BaseException as e:
+            cancel(runs, e)
+            raise
+        return runs, error
+
+    def report_written(self, url: str, runs: list, error: Optional[BaseException], reply: Tuple[str, Any]) -> None:
+        """The worker's answer (``reply``) to :meth:`send_runs`: each run reported to its
+        shard."""
+        try:
+            status, value = reply
+            if status == "write-error":
+                raise RuntimeError(f"writing the piece of {url} failed in a shard worker process:\n{value}")
+        except BaseException as e:
+            cancel(runs, e)
+            raise
+        if error is not None:
+            raise error
+        for (shard, offset, _, _), crc in zip(runs, value):
+            shard.filled(offset, crc)
+
+    def died(self, doing: str, e: BaseException) -> WorkerDied:
+        code = self.proc.wait()
+        return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
+                          f"while {doing} ({e.__class__.__name__})")
+
+    def post(self, message: Any, doing: str) -> None:
+        """Send a message; a worker that is gone raises :class:`WorkerDied` (``doing``:
+        what it was doing, for the message)."""
+        try:
+            self._send(message)
+        except OSError as e:  # BrokenPipeError included
+            raise self.died(doing, e) from None
+
+    def recv(self, doing: str) -> Any:
+        try:
+            return pickle.load(self.proc.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as e:
+            raise self.died(doing, e) from None
+
+    def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
+        """The elements of one shard for the streamed dataset (``pipelines.tfdata.elements``;
+        the protocol is in ``pipelines.local.worker``), ``chunk`` per message; the worker
+        converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
+        worker's counts.  Closing the generator early stops the worker's shard."""
+        doing = f"streaming {url}"
+        self.post(("elements", url, chunk), doing)
+        settled = False  # the worker has finished the task (end, error, or dead)
+        try:
+            while True:
+                kind, value, notes = self.recv(doing)
+                for n in notes:
+                    note(*n)
+                if kind == "error":
+                    settled = True
+                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n{value}")
+                if kind == "end":
+                    settled = True
+                    yield from value
+                    return
+                self.post("next", doing)
+                yield from value
+        except WorkerDied:
+            settled = True
+            raise
+        finally:
+            if not settled:  # the consumer stopped early: end the worker's task, keep the worker
+                self._stop_streaming(doing, note)
+
+    def _stop_streaming(self, doing: str, note: Callable) -> None:
+        try:
+            while True:
+                kind, _, notes = self.recv(doing)
+                for n in notes:
+                    note(*n)
+                if kind != "items":
+                    return
+                self.post("stop", doing)
+        except WorkerDied:
+            pass  # the pool finds out at the worker's next task
+
+    def end_input(self) -> None:
+        """Ask the worker to exit (it does when its stdin closes)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def reap(self) -> None:
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()

@@ -1,0 +1,377 @@
+"""Final TFRecord shards written while the input shards are still converting (the
+in-process driver's way to write them).
+
+The planned path (``pipelines.job.finalize.make_plan`` + ``write_shard``, which the Beam graph
+takes) waits for every piece, then copies byte ranges into final shards.  Here pieces are
+taken in input order as they finish (:class:`PieceFeed`: offered in any order, from any
+thread), and their frames go straight into the open final shard, under the same greedy
+rule (:class:`transforms.tfrecord.framing.Packer`, which depends only on the sizes seen so
+far) -- so the shards, their names and bytes are the same as the planned path's (tested),
+and the copy overlaps the conversion of later pieces.  The driver's worker processes do
+not hand their frames over at all: :meth:`PieceFeed.place` reserves each run's byte range
+in its final shard (:meth:`ShardFile.reserve <pipelines.job.finalize.ShardFile.reserve>`),
+the worker writes it there, and the shard's CRC-32C is combined from the runs' CRCs when
+it closes.
+
+Only for outputs whose shard names do not depend on the shard count (``{}`` templates:
+``train-{}.record`` -> ``train-1.record`` ...): a ``-NNNNN-of-NNNNN`` name is only known
+once every record has been counted.  A finished shard is made durable (fsync, rename) on a
+background thread while the next one fills, then journaled in the job's work directory
+(``pipelines.job.journal``): ``resume`` continues after the journaled shards, and the
+pieces wholly inside them are deleted.  A shard for a bucket waits for that thread's upload
+in a local spool file (``transforms.stores.upload``): when uploads are slower than conversion, the
+writer finishing a shard waits while more than the spool limit (``spool_limit``: the
+job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LIMIT``, else
+1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
+(a shard larger than the limit goes alone).  Once an upload has failed, or the job stops
+(:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A piece the in-process driver held in memory
+(``frames``) is written once, here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+from pipelines.job import finalize, journal as shard_journal, workfiles
+from pipelines.job.finalize import ShardFile
+from transforms.stores import upload
+from transforms.stores import StoreConfig, get_store, split_url
+from transforms.tfrecord.framing import Packer
+
+
+def can_stream(output: str) -> bool:
+    """Whether final shard names are known before the last record is (``{}`` templates)."""
+    return "{}" in output
+
+
+class ShardStream:
+    """Feed pieces (their sidecar dicts) with :meth:`add` in input order, then
+    :meth:`finish` for the manifest rows; :meth:`abort` on failure.
+
+    ``journal``: the job's work directory.  Each shard, once durable, gets its journal
+    entry there (``pipelines.job.journal``), and the pieces whose records all sit in
+    journaled shards are deleted.  :meth:`abort` then keeps the finished shards, which a
+    rerun with ``resume`` continues from (``resume``: the point :func:`~pipelines.
+    shard_journal.load` found; the stream starts after its shards).  Without a journal,
+    :meth:`abort` removes the shards this stream finished, so nothing is left behind.
+
+    ``spool_limit`` (remote outputs; default :func:`transforms.upload.spool_limit`): the
+    bytes of finished shards that may wait for the closer thread's upload before the
+    writer waits too (:meth:`_make_room`)."""
+
+    def __init__(self, output: str, max_bytes: Optional[int], max_records: Optional[int],
+                 config: Optional[StoreConfig] = None, dali_index: bool = False,
+                 journal: Optional[str] = None, resume: Optional[shard_journal.ResumePoint] = None,
+                 spool_limit: Optional[int] = None):
+        if not can_stream(output):
+            raise ValueError(f"streamed shards need a '{{}}' output template, not {output!r}")
+        self.output, self.config, self.dali_index = output, config, dali_index
+        self.journal = journal
+        self.packer = Packer(max_bytes, max_records)
+        self.current: Optional[ShardFile] = None
+        resume = resume or shard_journal.ResumePoint()
+        self._before = list(resume.rows)  # journaled by a run before
+        self.count = len(self._before)
+        self._skip = (resume.next_piece, resume.skip)
+        self._ended: List[Dict[str, Any]] = []  # pieces finished while the current shard is open
+        self._last = self._skip[0] - 1  # index of the last piece added
+        self._closing: List[Future] = []
+        self._open: List[ShardFile] = []  # handed to the closer (it may wait for reserved ranges)
+        self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
+        self.done = False  # finished or aborted
+        # a shard for a bucket waits for its upload in a local spool file: at most this many
+        # bytes of them (None: a local output, whose waiting shards are the output itself)
+        self.remote = split_url(output)[0] != ""
+        self.spool_limit = (spool_limit or upload.spool_limit()) if self.remote else None
+        self._cv = threading.Condition()
+        self._waiting = 0  # bytes of the shards handed to the closer and not yet closed
+        self._close_error: Optional[BaseException] = None  # the first close that failed
+        self._stopped: Optional[BaseException] = None  # cancel(): a waiting writer gives up
+
+    def _close_current(self, position: Tuple[int, int], wait: bool = True) -> None:
+        """Close the open shard, if any, in the background; ``position`` = (piece index,
+        record within the piece) is where the next shard starts.  ``wait``: first wait
+        for room in the spool (:meth:`_make_room`)."""
+        if self.current is not None:
+            entry = {"pieces": self._ended, "next": list(position)}
+            self.current.park()  # it may wait long (for the closer, for workers' ranges)
+            if wait:
+                self._make_room(self.current.bytes)
+            with self._cv:
+                self._waiting += self.current.bytes
+            self._open.append(self.current)
+            self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
+            self._ended = []
+            self.current = None
+
+    def _next_shard(self, position: Tuple[int, int]) -> None:
+        """Close the current shard and open the next, whose first record is ``position``."""
+        self._close_current(position)
+        self.count += 1
+        self.current = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
+
+    def _make_room(self, size: int) -> None:
+        """Before a finished shard of ``size`` bytes is handed to the closer of a remote
+        output: wait while the shards it has not closed yet and this one would spool more
+        than :attr:`spool_limit` (never for a first one: a shard larger than the limit goes
+        alone).  Raises the error of a close that failed (the job fails now, not at
+        :meth:`finish`) or of :meth:`cancel`, so the writer never waits for ever."""
+        if self.spool_limit is None:
+            return
+        with self._cv:
+            while (self._waiting and self._waiting + size > self.spool_limit
+                   and self._close_error is None and self._stopped is None):
+                self._cv.wait()
+            if self._close_error is not None:
+                raise self._close_error
+            if self._stopped is not None:
+                raise self._stopped
+
+    def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+        try:
+            with self._cv:
+                failed, stopped = self._close_error, self._stopped
+            if (failed is not None or stopped is not None) and self.remote:
+                # an earlier shard's upload failed, or the job is stopping (abort, cancel):
+                # the shards queued behind are dropped (spool file removed), not uploaded
+                # under their final names only to be deleted again -- or, with a journal,
+                # kept past a gap that resume does not read beyond, with their pieces
+                # already deleted; a stopping job need not wait for their uploads either
+                # (with a journal, resume converts their input shards again).  (A local
+                # shard may wait for ranges worker processes still write into its temp
+                # file: it is closed as before.)
+                self._open.remove(shard)
+                why = f"an earlier shard failed ({failed})" if failed is not None else f"the job stopped ({stopped})"
+                skipped = RuntimeError(f"{shard.path} not written: {why}")
+                shard.abort(skipped)
+                raise skipped from (failed or stopped)
+            return self._close_shard(shard, n, entry)
+        except BaseException as e:
+            with self._cv:
+                self._close_error = self._close_error or e
+            raise
+        finally:
+            with self._cv:
+                self._waiting -= shard.bytes
+                self._cv.notify_all()
+
+    def _close_shard(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+        row = shard.close()
+        self._open.remove(shard)
+        if self.journal is not None:
+            shard_journal.write(self.journal, n, dict(entry, row=row), self.config)
+            for piece in entry["pieces"]:  # wholly inside journaled shards: not needed again
+                if "crc32c" in piece:  # a piece file (a piece held in memory has none)
+                    store = get_store(piece["piece"], self.config)
+                    store.delete(piece["piece"])
+                    store.delete(workfiles.sidecar_of(piece["piece"]))
+        return row
+
+    def _runs(self, index: int, sizes: List[int], skip: int):
+        """Records ``skip..`` of piece ``index`` as runs ``(lo, hi)`` that each go whole into
+        the open shard; the next shard opens between two runs (after the caller wrote the
+        first)."""
+        lo = skip
+        for r in range(skip, len(sizes)):
+            if self.packer.starts_shard(sizes[r]):
+                if r > lo:
+                    yield lo, r
+                self._next_shard((index, r))
+                lo = r
+                if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
+                    finalize.log.warning("record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                                         sizes[r], self.packer.max_bytes, self.current.path)
+        if len(sizes) > lo:
+            yield lo, len(sizes)
+
+    def add(self, piece: Dict[str, Any]) -> None:
+        index = piece["index"]
+        sizes = piece["sizes"]
+        frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
+        place = piece.pop("place", None)  # a worker process holds the frames (PieceFeed.place)
+        skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
+        self._last = index
+        if place is not None:
+            runs = []
+            try:
+                for lo, hi in self._runs(index, sizes, skip):
+                    shard = self.current
+                    runs.append((shard, shard.reserve(sum(sizes[lo:hi]), sizes[lo:hi]), lo, hi))
+            except BaseException as e:
+                place.set_exception(e)
+                raise
+            place.set_result(runs)
+        elif frames is not None:
+            for lo, hi in self._runs(index, sizes, skip):
+                self.current.write(frames[lo:hi], sizes[lo:hi])
+        elif len(sizes) > skip:
+            url = piece["piece"]
+            ends = list(itertools.accumulate(sizes, initial=0))  # record r is bytes [ends[r], ends[r + 1])
+            with get_store(url, self.config).open_read(url) as src:
+                for lo, hi in self._runs(index, sizes, skip):
+                    self.current.copy(src, ends[lo], ends[hi] - ends[lo], sizes[lo:hi])
+        self._ended.append(piece)
+
+    def finish(self) -> List[Dict[str, Any]]:
+        self.done = True
+        self._close_current((self._last + 1, 0), wait=False)  # the closer's queue drains next
+        self._closer.shutdown(wait=True)
+        try:
+            return self._before + [f.result() for f in self._closing]
+        except BaseException:
+            if self.journal is None:  # with a journal, what was finished is kept for resume
+                self._remove_finished()
+            raise
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        """The job failed: the shard being written is dropped.  The shards this stream
+        finished stay if they are journaled (a rerun with ``resume`` continues after them);
+        without a journal they are removed too, so the failed job leaves no output of its
+        own (as on the planned path, which writes nothing before every piece is done)."""
+        self.done = True
+        self.cancel(exc)
+        if self.current is not None:
+            self.current.abort(exc)
+            self.current = None
+        self._closer.shutdown(wait=True)
+        if self.journal is None:
+            self._remove_finished()
+
+    def cancel(self, exc: Optional[BaseException] = None) -> None:
+        """Ranges left to worker processes will not be filled: the shards waiting for
+        them fail (see :meth:`ShardFile.cancel`) instead of waiting for ever."""
+        exc = exc or RuntimeError("the shard stream was stopped")
+        with self._cv:  # a writer waiting for room in the spool stops waiting
+            self._stopped = self._stopped or exc
+            self._cv.notify_all()
+        for shard in list(self._open) + ([self.current] if self.current is not None else []):
+            shard.cancel(exc)
+
+    def _remove_finished(self) -> None:
+        for f in self._closing:
+            if f.exception() is None:
+                row = f.result()
+                store = get_store(row["path"], self.config)
+                store.delete(row["path"])
+                if self.dali_index:
+                    store.delete(row["path"] + ".idx")
+
+
+class MissingPieces(RuntimeError):
+    """The job finished but some pieces never reached the feed."""
+
+
+class PieceFeed:
+    """Pieces offered in any order, from any thread (the driver's converting threads); a writer
+    thread adds them to the :class:`ShardStream` in input order (piece ``index`` 0, 1,
+    2, ...) as soon as each one's predecessors are in.
+
+    ``first``: the first piece index (a resumed job's first piece after its journal).
+    ``expect``: the job's piece count.  When the last of them is in, the writer closes the
+    last shard at once, and :meth:`finish` returns its result.  Until :meth:`finish` has
+    returned, :meth:`abort` (a failed job) still aborts the stream (see
+    :meth:`ShardStream.abort` for what stays)."""
+
+    def __init__(self, stream: ShardStream, expect: Optional[int] = None, first: int = 0):
+        self.stream = stream
+        self._expect = expect
+        self._rows: Optional[List[Dict[str, Any]]] = None  # the stream finished early
+        self._finish_error: Optional[BaseException] = None
+        self.settled = False  # finish() returned the rows, or cleaned up after its error
+        self._cv = threading.Condition()
+        self._pending: Dict[int, Dict[str, Any]] = {}
+        self._offered: Dict[int, Dict[str, Any]] = {}
+        self._next = first  # a resumed job's stream starts after its journaled pieces
+        self._closed = False
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
+        self._thread.start()
+
+    def offer(self, piece: Dict[str, Any]) -> None:
+        with self._cv:
+            if piece["index"] >= self._next:  # a retried bundle's second offer is the same piece
+                self._pending[piece["index"]] = piece
+                self._offered[piece["index"]] = piece
+                self._cv.notify()
+
+    def place(self, piece: Dict[str, Any]) -> Optional[List[Tuple[ShardFile, int, int, int]]]:
+        """Offer a piece whose frames a worker process holds, and wait for the stream to
+        reach it: returns its runs ``(shard, offset, lo, hi)`` -- records ``lo..hi-1``
+        go at ``offset`` of ``shard.local_path``, and the writer reports each run with
+        ``shard.filled(offset, crc)`` -- or None if the piece was written before (a retried
+        bundle's second conversion).  Raises if the stream stopped first."""
+        fut: Future = Future()
+        with self._cv:
+            if piece["index"] < self._next or piece["index"] in self._offered:
+                return None
+            if self._closed:
+                raise RuntimeError("the shard stream was stopped")
+            piece["place"] = fut
+            self._pending[piece["index"]] = piece
+            self._offered[piece["index"]] = piece
+            self._cv.notify()
+        return fut.result()
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        """Pieces offered but never added: their :meth:`place` calls raise ``exc``."""
+        with self._cv:
+            self._closed = True
+            for index in [i for i, p in self._pending.items() if "place" in p]:
+                self._pending.pop(index)["place"].set_exception(exc)
+            self._cv.notify()
+
+    def pieces(self) -> List[Dict[str, Any]]:
+        """The infos of the pieces offered so far, in input order (without held frames,
+        which the stream takes)."""
+        with self._cv:
+            return [self._offered[i] for i in sorted(self._offered)]
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while self._next not in self._pending and not self._closed:
+                        self._cv.wait()
+                    if self._next not in self._pending:
+                        return
+                    piece = self._pending.pop(self._next)
+                    self._next += 1
+                self.stream.add(piece)
+                if self._next == self._expect:  # every piece is in: close the last shard now
+                    try:
+                        self._rows = self.stream.finish()
+                    except BaseException as e:  # noqa: BLE001 - raised by finish() (the stream cleaned up)
+                        self._finish_error = e
+                    return
+        except BaseException as e:  # noqa: BLE001 - raised by finish()
+            self._error = e
+            self._fail_pending(e)
+
+    def _close(self) -> None:
+        self._fail_pending(RuntimeError("the shard stream was stopped"))
+        self._thread.join()
+
+    def finish(self, count: int) -> List[Dict[str, Any]]:
+        """The manifest rows, once pieces ``0 .. count-1`` are all written; raises the
+        writer's error, or :class:`MissingPieces` (after :meth:`abort`) if some never came."""
+        self._close()
+        try:  # every way out leaves the stream finished or cleaned up: settled
+            if self._error is not None:
+                self.stream.abort(self._error)
+                raise self._error
+            if self._finish_error is not None:
+                raise self._finish_error
+            if self._next != count:
+                self.stream.abort()
+                raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
+            return self._rows if self._rows is not None else self.stream.finish()
+        finally:
+            self.settled = True
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        self.stream.cancel(exc)  # the writer thread may wait in finish() for ranges of dead workers
+        self._close()
+        self.stream.abort(exc)

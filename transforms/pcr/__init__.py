@@ -1,0 +1,1 @@
+"""Progressive Compressed Records: scan splitting, record layout, the index protobuf, reader, verification and the quality report."""

@@ -1,0 +1,134 @@
+"""Google Cloud Storage buckets (``gs://bucket/object``) through ``google-cloud-storage``.
+
+* Credentials: application default credentials (``gcloud auth application-default login``,
+  a service account, or the metadata server), project from ``StoreConfig.gcs_project`` or
+  ADC.  With ``$STORAGE_EMULATOR_HOST`` set, the client talks to that emulator anonymously
+  (the library's own rule).
+* Listing: the library's page iterator, one page (``StoreConfig.list_page_size`` names)
+  per request, each page retried on its own and followed by its ``nextPageToken``.
+* Reads stream as ranged downloads of ``read_chunk`` bytes (8 MiB) of one pinned object
+  generation, so a shard is never held whole in memory and an object replaced mid-read
+  fails (``ObjectChangedError``: the generation is gone) instead of mixing two versions.
+  A fault retries the chunk from the last byte handed out (:mod:`transforms.stores.retry`).
+* Writes: spool locally, then one upload of the whole object (multipart below 8 MiB,
+  resumable above; :mod:`transforms.stores.upload`).  GCS makes an object visible only when its
+  upload is finalized, so readers never see a partial object; a failed upload is started
+  again from its first byte.
+
+The library's own retries are switched off (``retry=None``) so that ``transforms.stores.retry``
+alone decides what is retried and for how long.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from typing import Iterator, Optional, Tuple
+
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
+from transforms.stores.base import StoreConfig
+from transforms.stores.remote import RemoteStore
+from transforms.stores.upload import spooled_upload
+
+log = logging.getLogger("tar2tf.gcs")
+READ_CHUNK = 8 << 20
+
+
+class GCSStore(RemoteStore):
+    scheme = "gs"
+
+    def __init__(self, config: StoreConfig):
+        from google.cloud import storage
+        self.config = config
+        self.policy = RetryPolicy.from_config(config)
+        self.timeout = config.read_timeout_s
+        self.client = storage.Client(project=config.gcs_project)
+        self.read_chunk = READ_CHUNK
+        self.upload_chunk = None  # None: the library's default (resumable uploads above 8 MiB)
+
+    def __repr__(self) -> str:
+        return "GCSStore()"
+
+    def _blob(self, url: str, **kw):
+        bucket, name = self._split(url)
+        if not name:
+            raise ValueError(f"no object name in {url}")
+        return self.client.bucket(bucket).blob(name, **kw)
+
+    # -- Store --------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[str]:
+        bucket, key_prefix = self._split(prefix)
+        page_size = int(getattr(self.config, "list_page_size", 0) or 1000)
+
+        def page(token):
+            with self._errors(f"gs://{bucket}"):
+                it = self.client.list_blobs(bucket, prefix=key_prefix or None, page_size=page_size,
+                                            page_token=token, fields="items(name),nextPageToken",
+                                            retry=None, timeout=self.timeout)
+                first = next(it.pages, None)
+                names = [f"gs://{bucket}/{b.name}" for b in first] if first is not None else []
+            return names, it.next_page_token
+
+        try:
+            yield from iter_pages(page, self.policy, f"list gs://{bucket}/{key_prefix}")
+        except FileNotFoundError:
+            log.warning("GCS bucket gs://%s does not exist (listing %s): nothing listed", bucket, prefix)
+
+    def _stat(self, url: str):
+        bucket, name = self._split(url)
+        blob = self._call(url, "stat", lambda: self.client.bucket(bucket).get_blob(
+            name, retry=None, timeout=self.timeout))
+        if blob is None:
+            raise FileNotFoundError(f"{url}: not found (HTTP 404)")
+        return blob
+
+    def open_read(self, url: str):
+        meta = self._stat(url)
+        size, generation = int(meta.size or 0), meta.generation
+        pinned = self._blob(url, generation=generation)
+        chunk = max(1, int(self.read_chunk))
+
+        def open_at(offset: int):
+            if offset >= size:
+                return io.BytesIO(b""), size, size
+            end = min(size, offset + chunk)
+            try:
+                with self._errors(url):
+                    data = pinned.download_as_bytes(start=offset, end=end - 1, raw_download=True, checksum=None,
+                                                    retry=None, timeout=self.timeout)
+            except FileNotFoundError:
+                # the generation the read is pinned to was there a moment ago (the stat, or
+                # the chunks before): the object was replaced or deleted since
+                raise ObjectChangedError(url, f"at byte {offset}: generation {generation} is gone, "
+                                              "replaced or deleted (HTTP 404)") from None
+            return io.BytesIO(data), end, size
+
+        return self._open_resumable(url, open_at)
+
+    def open_write(self, url: str, durable: bool = True):
+        blob = self._blob(url, chunk_size=self.upload_chunk)
+
+        def upload(path, size):
+            with self._errors(url):
+                blob.upload_from_filename(path, retry=None, timeout=self.timeout)
+
+        return spooled_upload(url, upload, self.policy)
+
+    def exists(self, url: str) -> bool:
+        return bool(self._call(url, "stat", lambda: self._blob(url).exists(retry=None, timeout=self.timeout)))
+
+    def delete(self, url: str) -> None:
+        try:
+            self._call(url, "delete", lambda: self._blob(url).delete(retry=None, timeout=self.timeout))
+        except FileNotFoundError:
+            pass
+
+    def size(self, url: str) -> int:
+        return int(self._stat(url).size or 0)
+
+    def size_and_crc32c(self, url: str) -> Tuple[int, Optional[str]]:
+        """GCS keeps every object's CRC32C (base64, big-endian): no download needed."""
+        meta = self._stat(url)
+        return int(meta.size or 0), (base64.b64decode(meta.crc32c).hex() if meta.crc32c else None)

@@ -1,0 +1,361 @@
+"""Tar and gzipped-tar streams to records, following the WebDataset convention.
+
+* The key of a member is its directory plus its basename up to the first dot; the
+  extension is the rest of the basename, lower-cased: ``n01/a.seg.PNG`` -> key ``n01/a``,
+  extension ``seg.png``.
+* A record is the members sharing a key, which must come together: consecutively (the
+  WebDataset rule, ``group_window=1``) or, by default, within a small window of open
+  records in the same directory, so that tars made by ``tar -c`` of an unsorted directory
+  still group.  A key seen again after its record was emitted is a duplicate: that second
+  appearance is rejected.
+* Directories, devices and members with no extension are skipped and counted, never
+  turned into records.  A link (hard or symbolic) named like a record member rejects its
+  record: following it would need the data of an earlier member, which is not kept.
+* The tar is read as a stream, member by member (:mod:`transforms.tar.reader`; gzip is
+  sniffed and decoded by :mod:`gzip`); a member's bytes are read only if it is within
+  ``max_member_size``.
+
+Bad input turns into :class:`~transforms.records.Reject` values in the same stream:
+a zero-length or oversized member rejects its record; a truncated tar or a corrupt gzip
+stream rejects the record being read at that point (records completed before it are
+kept) and ends the shard with a shard-level reject; a file that is not a tar at all is one
+shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
+:class:`ShardCorrupt`.  Reading stops at the end-of-archive marker, as GNU tar's does;
+data after it (other than zero padding) and trailing garbage after a complete gzip stream
+are ignored with a shard-level reject that says so, and the records are kept.
+
+A read that the store gave up on mid-object (:class:`~transforms.retry.FetchError`:
+retries spent, or an object replaced while it was read), or that the OS failed on a local
+file (an I/O error, the file changed while read; :mod:`transforms.stores.local_read`), is no
+damage in the archive: its rejects (the record being read, and the shard-level one) have
+stage ``fetch``, not ``tar``, and name the object or file and the byte offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import tarfile
+import zlib
+from collections import OrderedDict
+from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
+
+from transforms.records import KEY, SHARD, Record, Reject
+from transforms.stores.errors import FetchError, FileChangedError, LocalReadError, ObjectChangedError
+from transforms.tar.reader import TarStream
+
+DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
+DEFAULT_GROUP_WINDOW = 64
+
+# What a damaged stream can raise from the tar reader (TarFormatError is a tarfile.TarError) / gzip / zlib.
+_STREAM_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
+
+
+def split_key(name: str) -> Optional[Tuple[str, str]]:
+    """``dir/base.ext.more`` -> (``dir/base``, ``ext.more`` lower-cased); None if no extension."""
+    directory, _, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    if not dot or not stem or not ext:
+        return None
+    key = f"{directory}/{stem}" if directory else stem
+    return key, ext.lower()
+
+
+@dataclasses.dataclass
+class TarStats:
+    """Per-shard counts that are not records: skipped members and bytes read."""
+    members: int = 0
+    skipped_members: int = 0
+    member_bytes: int = 0
+
+
+class ShardCorrupt(Reject):
+    """The shard's integrity check failed after records were already produced (a gzip
+    CRC or length mismatch at the end of the stream).  Consumers that can still take
+    records back (the converter, before finalization) reject every record of the shard;
+    content that may be wrong is never written as good."""
+
+
+def _open_stream(stream: BinaryIO):
+    """Gzip streams are decoded by :mod:`gzip`, which checks the CRC32 and length trailer
+    (tarfile's own gzip reader does not)."""
+    if not hasattr(stream, "peek"):
+        stream = io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
+    if stream.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return stream
+
+
+class _Peekable(io.BufferedReader):
+    def __init__(self, f):
+        super().__init__(_RawAdapter(f))
+
+
+class _RawAdapter(io.RawIOBase):
+    def __init__(self, f):
+        self._f = f
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        data = self._f.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class _Group:
+    __slots__ = ("key", "entries", "problem")
+
+    def __init__(self, key: str):
+        self.key = key
+        self.entries: Dict[str, bytes] = {}
+        self.problem: Optional[str] = None
+
+
+def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
+                 stats: Optional[TarStats] = None,
+                 group_window: int = DEFAULT_GROUP_WINDOW) -> Iterator[Union[Record, Reject]]:
+    """Yield records and rejects from one tar / tgz stream, in tar order.
+
+    ``group_window`` is how many records may be open at once in the same directory.  With
+    1 this is exactly WebDataset's rule (members of a record must be consecutive).  The
+    default tolerates tars written by ``tar -c`` from an unsorted directory, where
+    ``x/001.cls, x/002.cls, x/002.jpg, x/001.jpg`` is common: members join their open
+    record while it is within the window; a record is emitted when it leaves the window
+    or its directory ends.  A key seen again after its record was emitted is a duplicate.
+    """
+    stats = stats if stats is not None else TarStats()
+    window = max(1, int(group_window))
+    emitted = set()
+    pending: "OrderedDict[str, _Group]" = OrderedDict()
+    last_dup: Optional[str] = None
+    directory = None
+
+    def finish(g: _Group):
+        emitted.add(g.key)
+        if g.problem:
+            return Reject(shard, g.key, "tar", g.problem)
+        rec: Record = {KEY: g.key, SHARD: shard}
+        rec.update(g.entries)
+        return rec
+
+    def flush(keep: int):
+        while len(pending) > keep:
+            yield finish(pending.popitem(last=False)[1])
+
+    current: Optional[str] = None  # key of the record whose member was read last
+    try:
+        stream = _open_stream(stream)
+        tar = TarStream(stream)
+    except _STREAM_ERRORS as e:
+        broke = _fetch_broke(e)
+        if broke:
+            yield Reject(shard, None, "fetch", broke, counts_record=False)
+        else:
+            yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+        return
+    while True:
+        try:
+            member = tar.next()
+        except _STREAM_ERRORS as e:
+            broke = _fetch_broke(e)
+            if stats.members == 0 and not broke:  # the first header: this is not a tar at all
+                yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+                return
+            # Damage (or a failed read) while reading a header: the record read last may
+            # have lost later members, so it is rejected; the other open records are complete.
+            if current is not None and current in pending:
+                pending.pop(current)
+                emitted.add(current)
+                if broke:
+                    yield Reject(shard, current, "fetch", f"{broke}; the read broke after this record")
+                else:
+                    yield Reject(shard, current, "tar",
+                                 f"truncated shard: the stream broke after this record ({_describe(e)})")
+            yield from flush(0)
+            if broke:
+                yield Reject(shard, None, "fetch", f"{broke}; the read broke after {stats.members} members, "
+                             "the records before them are kept", counts_record=False)
+                return
+            if _is_integrity_error(e):
+                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                return
+            yield Reject(shard, None, "tar",
+                         f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
+                         counts_record=False)
+            return
+        if member is None:
+            break
+        stats.members += 1
+        parsed = split_key(member.name) if member.isreg() or member.islink() else None
+        if parsed is None:
+            stats.skipped_members += 1
+            continue
+        key, ext = parsed
+        new_dir = key.rpartition("/")[0]
+        if new_dir != directory:
+            yield from flush(0)
+            directory = new_dir
+        group = pending.get(key)
+        if group is None:
+            if key in emitted:
+                if key != last_dup:
+                    yield Reject(shard, key, "tar",
+                                 f"duplicate key: {key!r} appears again, not with its first members")
+                last_dup = key
+                stats.skipped_members += 1
+                continue
+            group = pending[key] = _Group(key)
+            last_dup = None
+            yield from flush(window)
+        current = key
+        if member.islink():
+            # GNU tar stores the second name of a hard link as a link entry without data.
+            # Following it would mean keeping every earlier member's bytes (the target may
+            # be anywhere before it in the shard), so the record is rejected instead of
+            # being written without that member.
+            kind = "hard link" if member.type == b"1" else "symbolic link"
+            group.problem = group.problem or (
+                f"{kind} member {member.name} -> {member.linkname}: links are not followed")
+            continue
+        if member.size == 0:
+            group.problem = group.problem or f"zero-length member: {member.name}"
+            continue
+        if member.size > max_member_size:
+            group.problem = group.problem or (
+                f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}")
+            continue
+        if ext in group.entries:
+            # the key starts over inside the window: the first record stands, this
+            # second appearance is the duplicate
+            if last_dup != key:
+                yield Reject(shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}")
+            last_dup = key
+            stats.skipped_members += 1
+            continue
+        try:
+            data = tar.read(member)
+        except _STREAM_ERRORS as e:
+            pending.pop(key, None)
+            emitted.add(key)
+            broke = _fetch_broke(e)
+            if broke:
+                yield Reject(shard, key, "fetch", f"{broke}; member {member.name} is incomplete")
+                yield from flush(0)
+                yield Reject(shard, None, "fetch", f"{broke}; the read broke inside member {member.name}, "
+                             "the records before it are kept", counts_record=False)
+                return
+            if _is_integrity_error(e):
+                # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and
+                # failed its CRC: as on the header path, nothing of the shard is trusted
+                yield Reject(shard, key, "tar",
+                             f"corrupt shard: reading member {member.name} failed the gzip check ({_describe(e)})")
+                yield from flush(0)
+                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                return
+            yield Reject(shard, key, "tar", f"truncated shard: member {member.name} is incomplete ({_describe(e)})")
+            yield from flush(0)
+            yield Reject(shard, None, "tar",
+                         f"truncated or corrupt archive inside member {member.name}: {_describe(e)}",
+                         counts_record=False)
+            return
+        stats.member_bytes += len(data)
+        group.entries[ext] = data
+    if stats.members and not tar.ended:
+        # The stream stopped exactly at a member boundary, without the zero blocks that end
+        # every tar: a shard cut short (a partial download or copy).  The record read last
+        # may have lost members that came after the cut, so it is rejected like any record
+        # at a truncation point; the shard-level reject says what happened.
+        if current is not None and current in pending:
+            pending.pop(current)
+            emitted.add(current)
+            yield Reject(shard, current, "tar",
+                         "truncated shard: the archive ends after this record without its end marker")
+        yield from flush(0)
+        yield Reject(shard, None, "tar",
+                     f"truncated archive: the stream ended after {stats.members} members without the "
+                     "end-of-archive marker (later members may be missing)", counts_record=False)
+        return
+    yield from flush(0)
+    yield from _after_the_end(stream, tar.offset, shard)
+
+
+def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject]:
+    """Read what follows the end-of-archive block at ``offset``, to the end of the stream.
+
+    Reading stops at that block, as GNU tar's does (without ``-i``), but the rest is read:
+    gzip checks its CRC trailer only at the end of each member.  Zero padding (tar fills
+    its 10 KiB records) is normal; other data, e.g. ``cat a.tar b.tar``, whose second
+    archive no tar reader lists, is reported so that its records are not lost unnoticed.
+    Bytes after a complete gzip stream that are not gzip are ignored like ``gzip -d``
+    does ("trailing garbage ignored"): the gzip reader has checked the CRC of the member
+    before them when it finds they are no gzip header, so the records stand.  Any other
+    error, a CRC or length mismatch above all, leaves the content unverified: a
+    :class:`ShardCorrupt`.
+    """
+    pos, data_at, error = offset, None, None
+    try:
+        while True:
+            chunk = stream.read(1 << 16)
+            if not chunk:
+                break
+            if data_at is None and chunk.count(0) != len(chunk):
+                data_at = pos + len(chunk) - len(chunk.lstrip(b"\0"))
+            pos += len(chunk)
+    except _STREAM_ERRORS as e:
+        error = e
+    if data_at is not None:
+        yield Reject(shard, None, "tar",
+                     f"ignored {pos - data_at} bytes of data after the end-of-archive marker (from offset "
+                     f"{data_at}; e.g. a concatenation of tars, whose later archives tar does not list)",
+                     counts_record=False)
+    if error is None:
+        return
+    broke = _fetch_broke(error)
+    if broke and not isinstance(stream, gzip.GzipFile):
+        yield Reject(shard, None, "fetch", f"{broke}; the read broke after the end-of-archive marker, "
+                     "the records are complete and kept", counts_record=False)
+        return
+    if broke:  # the gzip trailer, which vouches for the records, was not reached
+        yield ShardCorrupt(shard, None, "fetch", f"{broke}; the read broke before the gzip CRC check at the "
+                           "end of the stream: content unverified", counts_record=False)
+        return
+    if _is_trailing_garbage(error):
+        yield Reject(shard, None, "tar",
+                     f"trailing garbage after the gzip stream ignored, like gzip -d ({_describe(error)}); "
+                     "the records passed the gzip CRC check and are kept", counts_record=False)
+        return
+    yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(error)}", counts_record=False)
+
+
+def _fetch_broke(e: BaseException) -> Optional[str]:
+    """The reason of a ``fetch`` reject when the store's or the OS's read failed (not the
+    archive), else None."""
+    if isinstance(e, FileChangedError):
+        return f"file changed while being read: {e.url} ({e.detail})"
+    if isinstance(e, ObjectChangedError):
+        return f"object changed while being read: {e.url} ({e.detail})"
+    if isinstance(e, LocalReadError):  # the OS failed a read of a local file: EIO, ESTALE...
+        return str(e)
+    if isinstance(e, FetchError):  # retries spent, or an error no retry helps
+        return f"fetch failed mid-object: {e}"
+    return None
+
+
+def _is_integrity_error(e: BaseException) -> bool:
+    text = str(e)
+    return "CRC check failed" in text or "Incorrect length" in text
+
+
+def _is_trailing_garbage(e: BaseException) -> bool:
+    """gzip raises this only where a new member's header should start: at the start (the
+    stream was sniffed as gzip, so not there) or after a member whose CRC and length it
+    has just checked."""
+    return isinstance(e, gzip.BadGzipFile) and str(e).startswith("Not a gzipped file")
+
+
+def _describe(e: BaseException) -> str:
+    msg = str(e) or e.__class__.__name__
+    return f"{e.__class__.__name__}: {msg}" if e.__class__.__name__ not in msg else msg

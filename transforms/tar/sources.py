@@ -1,0 +1,152 @@
+"""Shard sources: expand a template into object URLs, check them against a listing.
+
+A template is a location with bash brace ranges and lists (``train-{0000..0147}.tar``,
+``{a,b}``, expanded in order by the ``braceexpand`` library) and/or glob characters
+(``*``, ``?``, ``[..]``, matched against a listing).  Listing uses the template's literal
+prefix, so object stores are paged over only what could match.
+
+A name the template requires but the listing lacks is a ``list`` reject, never a silent
+skip.  A listing that fails for good (an unreachable endpoint, a persistent 5xx, after the
+store's retry policy gave up) makes each name it was asked for a ``list`` reject
+(``listing failed: ...``, naming the endpoint and the error): one template's unreachable
+store must not cost the job the shards of the other templates.
+
+The result order is the template's order (brace order; sorted within a glob), and that
+order is the order of records in the output.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import List, Optional, Sequence, Tuple, Union
+
+from braceexpand import braceexpand
+
+from transforms.records import Reject
+from transforms.stores.retry import is_transient
+from transforms.stores import StoreConfig, get_store, join, split_url
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def expand_braces(template: str) -> List[str]:
+    """All names a brace template stands for, in order, duplicates removed."""
+    seen, out = set(), []
+    for name in braceexpand(template):
+        if name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+def _literal_prefix(pattern: str) -> str:
+    m = _GLOB.search(pattern)
+    return pattern if m is None else pattern[: m.start()]
+
+
+def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
+            config: Optional[StoreConfig] = None) -> Tuple[List[str], List[Reject]]:
+    """Turn templates into an ordered list of shard URLs plus ``list`` rejects.
+
+    ``base`` (a directory, ``ais://bucket`` or ``gs://bucket``) is prefixed to relative
+    templates, as ``Dataset(bucket).load(template)`` does.
+    """
+    if isinstance(templates, str):
+        templates = [templates]
+    urls: List[str] = []
+    rejects: List[Reject] = []
+    seen = set()
+    for template in templates:
+        if base and "://" not in template and not template.startswith("/"):
+            template = join(base, template)
+        found, missing, failed = _resolve_one(template, config)
+        for u in found:
+            if u not in seen:
+                seen.add(u)
+                urls.append(u)
+        for u in missing:
+            rejects.append(Reject(u, None, "list", f"missing shard: {u} is not in the listing",
+                                  counts_record=False))
+        for u, why in failed:
+            rejects.append(Reject(u, None, "list", f"listing failed: {u}: {why}", counts_record=False))
+    return urls, rejects
+
+
+def _resolve_one(template: str, config: Optional[StoreConfig]):
+    store = get_store(template, config)
+    names = expand_braces(template)
+    exact = [n for n in names if not _GLOB.search(split_url(n)[2])]
+    globs = [n for n in names if _GLOB.search(split_url(n)[2])]
+    found: List[str] = []
+    missing: List[str] = []
+    failed: List[Tuple[str, str]] = []  # (name or glob, why its listing failed)
+    if exact:
+        prefix = _common_prefix(exact)
+        try:
+            listed = set(store.list(prefix))
+        except Exception as e:  # noqa: BLE001 - retries spent or refused: rejects, the job goes on
+            # No per-name lookup here: against a dead endpoint each one would spend the
+            # whole retry budget again, for thousands of names.
+            why = _listing_error(store, prefix, e)
+            failed.extend((n, why) for n in exact)
+        else:
+            for n in exact:
+                (found if n in listed or _confirmed(store, n) else missing).append(n)
+    for g in globs:
+        try:
+            matches = sorted(u for u in store.list(_literal_prefix(g)) if glob_match(u, g))
+        except Exception as e:  # noqa: BLE001 - as above
+            failed.append((g, _listing_error(store, _literal_prefix(g), e)))
+            continue
+        if not matches:
+            missing.append(g)
+        found.extend(matches)
+    # keep template order for exact names, glob matches in place of their pattern
+    order = {n: i for i, n in enumerate(names)}
+    found.sort(key=lambda u: (order.get(u, _glob_index(u, globs, order)), u))
+    return found, missing, failed
+
+
+def _listing_error(store, prefix: str, e: BaseException) -> str:
+    """One line: which listing, at which endpoint, why, and whether it was retried (the
+    store's own policy already retried a transient fault before it got here)."""
+    where = store.endpoint_name() if hasattr(store, "endpoint_name") else ""
+    how = "retries spent" if is_transient(e) else "not retryable"
+    msg = " ".join(str(e).split()) or "no message"
+    return (f"could not list {prefix}" + (f" at {where}" if where else "")
+            + f" ({how}): {type(e).__name__}: {msg}")
+
+
+def _confirmed(store, url: str) -> bool:
+    """A name the listing lacks, looked up directly before it becomes a reject: object
+    store listings can miss names (AIS 5.0 pages names that share a directory's name as
+    prefix out of order, see docs/object-stores.md), a direct lookup does not."""
+    try:
+        return store.exists(url)
+    except Exception:  # noqa: BLE001 - unreachable, refused...: it stays a missing-shard reject
+        return False
+
+
+def glob_match(url: str, pattern: str) -> bool:
+    """Shell-style matching where ``*``, ``?`` and ``[...]`` stay within one path segment, as
+    in a shell, gsutil and Beam's filesystems; ``**`` crosses segments.  (``fnmatch`` alone
+    lets ``*`` match ``/``: ``data/*.tar`` would take ``data/old/x.tar`` too.)"""
+    if not fnmatch.fnmatchcase(url, pattern):
+        return False
+    return "**" in pattern or url.count("/") == pattern.count("/")
+
+
+def _glob_index(url, globs, order):
+    for g in globs:
+        if glob_match(url, g):
+            return order[g]
+    return len(order)
+
+
+def _common_prefix(names: List[str]) -> str:
+    import os
+    prefix = os.path.commonprefix(names)
+    if "://" in prefix or "/" in prefix:
+        return prefix
+    return prefix if prefix else ""
