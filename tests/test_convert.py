@@ -230,24 +230,23 @@ def test_job_failures_map_to_exit_codes(capsys):
         assert capsys.readouterr().err.strip() == f"tar2tf convert: {exc}"
 
 
-def test_streamed_and_planned_beam_graphs_write_the_same_shards(shards, tmp_path, monkeypatch):
-    """Local Beam jobs with a {} output fill final shards from a stream in this process; the
-    planned graph (other runners, -of-N names) must give the very same files and rows."""
-    from pipelines.beam import options as opts
+def test_the_beam_graph_and_the_in_process_driver_write_the_same_shards(shards, tmp_path, monkeypatch):
+    """The in-process driver fills final shards from a stream while pieces convert; the Beam
+    graph plans them once every piece is done: the very same files and manifest rows."""
     from pipelines.local import stream as shard_stream
+    from pipelines.local.driver import convert_in_process
     _, d = shards
     added = []
     real_add = shard_stream.ShardStream.add
     monkeypatch.setattr(shard_stream.ShardStream, "add", lambda self, p: (added.append(p["index"]), real_add(self, p)))
 
-    def run(name):
-        return convert(ConvertConfig(sources=d + "/train-{0000..0002}.tar", output=str(tmp_path / name / "t-{}.record"),
-                                     max_shard_size="20KB", type_map={"cls": "int64"}, dali_index=True, progress=False))
-    streamed = run("s")
+    def cfg(name):
+        return ConvertConfig(sources=d + "/train-{0000..0002}.tar", output=str(tmp_path / name / "t-{}.record"),
+                             max_shard_size="20KB", type_map={"cls": "int64"}, dali_index=True, progress=False)
+    streamed = convert_in_process(cfg("s"), num_workers=1)
     assert sorted(added) == [0, 1, 2]
-    monkeypatch.setattr(opts, "dofns_run_here", lambda args: False)
-    planned = run("p")
-    assert len(added) == 3  # the planned graph fed no stream
+    planned = convert(cfg("p"))
+    assert len(added) == 3  # the Beam graph fed no stream
     files = lambda r, n: {os.path.basename(p): open(p, "rb").read() for p in r.paths + [p + ".idx" for p in r.paths]}  # noqa: E731
     assert len(streamed.paths) > 2 and files(streamed, "s") == files(planned, "p")
     rows = lambda r: [dict(s, path=os.path.basename(s["path"])) for s in r.manifest["shards"]]  # noqa: E731

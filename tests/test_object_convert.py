@@ -96,9 +96,11 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(backend, loca
     cfg = backend.config()
     output = backend.url("resumed/train-{}.record")
 
-    def run(**kw):
-        return convert(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), output=output, store=cfg,
-                                     sample_stages=(Func(_fail_in_last_shard),), progress=False, **OPTS, **kw), BEAM)
+    def run(**kw):  # the in-process driver streams final shards (and journals them)
+        from pipelines.local.driver import convert_in_process
+        return convert_in_process(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"), output=output,
+                                                store=cfg, sample_stages=(Func(_fail_in_last_shard),), progress=False,
+                                                processes=2, **OPTS, **kw), num_workers=2)
     backend.keep_crc32c()  # as GCS always does: journaled shards are checked without a download
     monkeypatch.setenv("TAR2TF_TEST_FAIL", "1")
     with pytest.raises(Exception, match="died with exit code 1"):
@@ -217,9 +219,9 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(backend, local_r
     paths, ref_shards, ref_totals = local_run
     _upload(backend, paths)
     started = []
-    real = shard_pool.start
-    monkeypatch.setattr(shard_pool, "start", lambda job, cfg, work, procs, **kw: (started.append(procs),
-                                                                                  real(job, cfg, work, procs, **kw))[1])
+    real = shard_pool.Pool.__init__
+    monkeypatch.setattr(shard_pool.Pool, "__init__",
+                        lambda self, blob, work, n, *a, **kw: (started.append(n), real(self, blob, work, n, *a, **kw))[1])
     res = convert_in_process(ConvertConfig(sources=backend.url("in/train-{0000..0002}.tar"),
                                            output=str(tmp_path / "o" / "train-{}.record"), store=backend.config(),
                                            progress=False, **OPTS), num_workers=2)
@@ -250,7 +252,8 @@ def test_many_small_shards_to_a_bucket_fit_in_a_small_descriptor_limit(request, 
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     p = subprocess.run([sys.executable, "-m", "launch.cli", "convert", str(tmp_path / "d" / "train-0000.tar"),
                         "-o", out + "t-{}.record", *flags, "--no-progress", "--records-per-shard", "1",
-                        "--processes", processes, "--ops", '{conversions: ["Resize(jpg, (8, 8))"]}'],
+                        "--runner", "local", "--processes", processes,
+                        "--ops", '{conversions: ["Resize(jpg, (8, 8))"]}'],
                        cwd=ROOT, env=env, capture_output=True, text=True, preexec_fn=limit, timeout=600)
     assert p.returncode == 0, p.stderr[-1500:]
     if scheme == "gs":

@@ -81,12 +81,9 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     so the feed's thread itself waits in finish() for the last shards), removes every
     shard, and refuses pieces placed later (a waiting one too)."""
     import threading
-    from pipelines.beam import convert as cv
-    from pipelines.local import stream as shard_stream
     pieces = _pieces(str(tmp_path), [[300] * 4] * 4)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    job = f"job-5-{all_in}"
-    feed = cv.start_stream(job, cfg, expect=2 if all_in else 4)
+    feed = _feed(cfg, expect=2 if all_in else 4)
     runs = feed.place(dict(pieces[0]))  # placed; its "worker" dies before writing
     assert [r[1:] for r in runs] == [(0, 0, 3), (0, 3, 4)]
     feed.offer(dict(pieces[1]))
@@ -95,7 +92,7 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
         t = threading.Thread(target=lambda: late.append(_raises(lambda: feed.place(dict(pieces[3])))))
         t.start()
     _wait_for(lambda: os.path.isdir(tmp_path / "s") and os.listdir(tmp_path / "s"))
-    stopper = threading.Thread(target=shard_stream.stop, args=(job,))
+    stopper = threading.Thread(target=feed.abort)
     stopper.start()
     stopper.join(10)
     assert not stopper.is_alive()
@@ -107,6 +104,13 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
         feed.place(dict(pieces[2]))
 
 
+def _feed(cfg, expect):
+    """The feed the in-process driver gives its worker pool (``place``)."""
+    from pipelines.local.driver import new_stream
+    from pipelines.local.stream import PieceFeed
+    return PieceFeed(new_stream(cfg), expect)
+
+
 def _raises(fn):
     try:
         fn()
@@ -116,15 +120,13 @@ def _raises(fn):
 
 
 def test_a_piece_placed_twice_is_written_once(tmp_path):
-    """A retried bundle converts a piece again: the second placement gets None (the
+    """A piece converted again (a retried task): the second placement gets None (the
     worker drops its frames) and the shards are those of one conversion."""
-    from pipelines.beam import convert as cv
-    from pipelines.local import stream as shard_stream
     from pipelines.local.worker import write_runs
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = cv.start_stream("job-6", cfg, expect=2)
+    feed = _feed(cfg, expect=2)
     try:
         for p in pieces:
             runs = feed.place(dict(p))
@@ -134,6 +136,7 @@ def test_a_piece_placed_twice_is_written_once(tmp_path):
             assert feed.place(dict(p)) is None
         rows = feed.finish(2)
     finally:
-        shard_stream.stop("job-6")
+        if not feed.settled:
+            feed.abort()
     assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
     assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))

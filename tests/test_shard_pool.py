@@ -1,4 +1,5 @@
-"""``processes=N``: shards converted in local worker processes (pipelines.local.pool)."""
+"""``processes=N``: the in-process driver's shards converted in its worker processes
+(pipelines.local.pool)."""
 
 import hashlib
 import logging
@@ -9,7 +10,6 @@ import time
 
 import pytest
 
-from pipelines.beam import options as opts
 from pipelines.beam.convert import ConvertConfig, convert
 from pipelines.local.driver import convert_in_process
 from transforms.ops import Func, Resize
@@ -17,8 +17,9 @@ from transforms.ops import Func, Resize
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _children():
-    """Live child processes of this process (from /proc)."""
+def _children(zombies=False):
+    """Child processes of this process (from /proc), exited ones not yet reaped too if
+    ``zombies``."""
     me, out = str(os.getpid()), []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -26,7 +27,7 @@ def _children():
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z":
+        if fields[1] == me and (zombies or fields[0] != "Z"):
             out.append(int(pid))
     return out
 
@@ -61,43 +62,19 @@ def test_pool_output_is_byte_identical_and_converted_in_workers(shards, tmp_path
     for mode, extra in (("threads", {"processes": 0}), ("pool", {"processes": 2}), ("auto", {})):
         pid_dir = tmp_path / f"pids-{mode}"
         pid_dir.mkdir()
-        results[mode] = convert(_cfg(shards, str(tmp_path / mode / "t-{}.record"), str(pid_dir), **extra))
+        results[mode] = convert_in_process(_cfg(shards, str(tmp_path / mode / "t-{}.record"), str(pid_dir), **extra),
+                                           num_workers=2)
         pids[mode] = {int(p) for p in os.listdir(pid_dir)}
     assert results["pool"].exit_code == 0 and results["pool"].totals["records_written"] == 24
     assert _files(results["pool"]) == _files(results["threads"]) == _files(results["auto"])
     assert len(results["pool"].paths) >= 2
-    assert results["pool"].counters["records_written"] == 24  # counted in the DoFn as before
+    assert results["pool"].counters["records_written"] == 24
     assert pids["threads"] == {os.getpid()}
     assert os.getpid() not in pids["pool"] and 1 <= len(pids["pool"]) <= 2
-    # the default on a multi-core machine: the local runner's workers are processes
-    assert os.getpid() not in pids["auto"] if (os.cpu_count() or 1) > 1 else pids["auto"] == {os.getpid()}
-    for _ in range(100):  # the pool is gone with its job (its workers exit on EOF, reaped
-        if set(_children()) <= before:  # by a background thread)
-            break
-        time.sleep(0.05)
-    assert set(_children()) <= before
-
-
-def test_tasks_the_pool_converts_itself_are_not_spread_over_beams_workers(shards, tmp_path, monkeypatch):
-    """With a pool converting every task in order, Beam's DoFns only collect its results:
-    the graph has no spread step before ConvertShard (one shuffle less for the runner).
-    On Beam's threads the tasks are spread, so that its workers share them."""
-    from pipelines.beam import convert as cv
-    labels = []
-    real = cv.spread
-
-    def spy(pcoll, label, key):
-        labels.append(label)
-        return real(pcoll, label, key)
-    monkeypatch.setattr(cv, "spread", spy)
-    res = {}
-    for procs in (2, 0):
-        labels.clear()
-        res[procs] = convert(ConvertConfig(sources=shards, output=str(tmp_path / str(procs) / "t-{}.record"),
-                                           type_map={"cls": "int64"}, max_shard_size="20KB", progress=False,
-                                           processes=procs), ["--direct_num_workers=2"])
-        assert ("SpreadShards" in labels) == (procs == 0)
-    assert _files(res[2]) == _files(res[0]) and res[2].totals == res[0].totals
+    # automatic with two workers and heavy ops: worker processes
+    assert os.getpid() not in pids["auto"]
+    # the pool is reaped with its job: no child of this process is left, not even a zombie
+    assert set(_children(zombies=True)) <= before
 
 
 def test_in_process_api_uses_the_pool_too(shards, tmp_path):
@@ -178,7 +155,7 @@ def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
     cfg = ConvertConfig(sources=shards, output=str(out / "t-{}.record"), sample_stages=(Func(_die),),
                         progress=False, processes=2)
     with pytest.raises(Exception, match="shard worker process .* died with exit code 3"):
-        convert(cfg)
+        convert_in_process(cfg, num_workers=2)
     assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
 
 
@@ -192,26 +169,27 @@ def test_a_worker_whose_op_ends_the_process_exits_with_its_code(shards, tmp_path
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "o" / "t-{}.record"), sample_stages=(Func(_exit),),
                         progress=False, processes=2)
     with pytest.raises(Exception, match="shard worker process .* died with exit code 4"):
-        convert(cfg)
+        convert_in_process(cfg, num_workers=2)
 
 
 def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path):
-    """Two Beam threads, one worker that crashes on a late shard: the thread waiting for
+    """Two threads, one worker that crashes on a late shard: the thread waiting for
     the worker gets the error too instead of waiting forever (run in a subprocess with a
     timeout, so a hang fails the test instead of the suite)."""
     script = tmp_path / "job.py"
     script.write_text(
         "import os\n"
-        "from pipelines.beam.convert import ConvertConfig, convert\n"
+        "from pipelines.job.config import ConvertConfig\n"
+        "from pipelines.local.driver import convert_in_process\n"
         "from transforms.ops import Func\n"
         "def crash_on_20(r):\n"
         "    if r['__key__'] == '000020':\n"
         "        os._exit(9)\n"
         "    return r\n"
         "try:\n"
-        f"    convert(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r},\n"
-        "                          sample_stages=(Func(crash_on_20),), progress=False, processes=1),\n"
-        "            ['--direct_num_workers=2'])  # two threads share the one worker\n"
+        f"    convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r},\n"
+        "                       sample_stages=(Func(crash_on_20),), progress=False, processes=1),\n"
+        "                       num_workers=2)  # two threads share the one worker\n"
         "except Exception as e:\n"
         "    print('FAILED:', type(e).__name__, str(e)[-400:])\n")
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
@@ -221,25 +199,26 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
 
 
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
-    from pipelines.beam import convert as cv
+    from pipelines.job import setup
     from transforms.tar.sources import resolve
     # a planned output: the worker writes its piece into the work dir (a streamed local
     # output's workers hold their pieces and write into the final shards); a directory
     # stands where the first piece goes (the job itself writes job.json there first)
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t.record"), progress=False, processes=1)
-    work = cv.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
+    work = setup.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
     os.makedirs(os.path.join(work, "piece-000000.tfrecord", "blocker"))
     with pytest.raises(Exception, match="(?s)failed in a shard worker process.*(IsADirectoryError|OSError)"):
-        convert(cfg)
+        convert_in_process(cfg, num_workers=2)
 
 
 def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     """Workers are not started through multiprocessing's spawn, which would re-run it."""
     script = tmp_path / "job.py"
     script.write_text(
-        "from pipelines.beam.convert import ConvertConfig, convert\n"
-        f"res = convert(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
-        "progress=False, processes=2))\n"
+        "from pipelines.job.config import ConvertConfig\n"
+        "from pipelines.local.driver import convert_in_process\n"
+        f"res = convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
+        "progress=False, processes=2), num_workers=2)\n"
         "print('WRITTEN', res.totals['records_written'])\n")
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path))
@@ -247,33 +226,18 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     assert p.stdout.count("WRITTEN 24") == 1
 
 
-def test_pool_only_where_dofns_run_in_this_process(caplog):
-    local = opts.effective_args(["--direct_running_mode=multi_threading"], workers=3)
-    assert "--direct_num_workers=3" in local and opts.pool_size(3, local) == 3
-    with caplog.at_level(logging.WARNING, logger="tar2tf"):
-        assert opts.pool_size(2, opts.effective_args(["--direct_running_mode=multi_processing"])) == 0
-        assert opts.pool_size(2, ["--runner=FlinkRunner", "--flink_master=[local]"]) == 0
-    assert caplog.text.count("processes=2 ignored") == 2
-    assert opts.pool_size(None, local, shards=8) == 3 and opts.pool_size(None, local, shards=2) == 2
-    assert opts.pool_size(None, local, shards=1) == 0 and opts.pool_size(0, local, shards=8) == 0
-    one = opts.effective_args(["--direct_running_mode=multi_threading", "--direct_num_workers=1"])
-    mem = opts.effective_args(["--direct_running_mode=in_memory", "--direct_num_workers=2"])
-    assert opts.pool_size(None, one, shards=8) == 0 and opts.pool_size(None, mem, shards=8) == 0
-    with pytest.raises(ValueError):
-        opts.pool_size(-1, local)
-
-
 def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
     from pipelines.local import handle as worker_handle
     monkeypatch.setattr(worker_handle, "_BOOT", "import sys; sys.exit(7)")  # e.g. a broken environment
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2)
     with pytest.raises(Exception, match="died with exit code 7"):
-        convert(cfg)
+        convert_in_process(cfg, num_workers=2)
 
 
 def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
-    assert opts.auto_processes(2, 8, ops=True) == 2 and opts.auto_processes(2, 8, ops=False) == 0
-    assert opts.auto_processes(4, 3) == 3 and opts.auto_processes(1, 8) == 0 and opts.auto_processes(2, 1) == 0
+    from pipelines.local.driver import auto_processes
+    assert auto_processes(2, 8, ops=True) == 2 and auto_processes(2, 8, ops=False) == 0
+    assert auto_processes(4, 3) == 3 and auto_processes(1, 8) == 0 and auto_processes(2, 1) == 0
 
 
 def test_heavy_ops_are_told_from_light_ones():
@@ -342,8 +306,7 @@ def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
     urls, _ = resolve(shards)
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False)
     pool = shard_pool.Pool(cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls * 50)))
-    pool.close()
-    time.sleep(1.0)
+    pool.close()  # returns once its workers are reaped: nothing converts after it
     left = [f for f in os.listdir(tmp_path / "work") if f.endswith(".tfrecord")] if (tmp_path / "work").exists() else []
     assert len(left) <= 2  # the one in flight at close (and at most one taken meanwhile), not 200
     with pytest.raises(Exception):
@@ -351,8 +314,8 @@ def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
 
 
 def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkeypatch):
-    """The in-process API with worker processes and a local ``{}`` output: as in a local
-    Beam job, the workers write their frames where the stream places them; this process
+    """The in-process API with worker processes and a local ``{}`` output: the workers
+    write their frames where the stream places them; this process
     neither copies a piece file nor writes a frame, and the bytes are the threads' bytes."""
     from pipelines.job import finalize
     calls = {"copy": 0, "write": 0, "reserve": 0}
@@ -381,9 +344,9 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(s
     process.  The bytes are the same every way."""
     from pipelines.local import driver as local_convert, pool as shard_pool
     started = []
-    real = shard_pool.start
-    monkeypatch.setattr(shard_pool, "start", lambda job, cfg, work, procs, **kw: (started.append(procs),
-                                                                                  real(job, cfg, work, procs, **kw))[1])
+    real = shard_pool.Pool.__init__
+    monkeypatch.setattr(shard_pool.Pool, "__init__",
+                        lambda self, blob, work, n, *a, **kw: (started.append(n), real(self, blob, work, n, *a, **kw))[1])
 
     def run(out, workers):
         started.clear()
@@ -399,7 +362,7 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(s
 
 
 def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path, monkeypatch):
-    """The worker count follows the input shards left after the journal, as on Beam: a job
+    """The worker count follows the input shards left after the journal: a job
     stopped (Ctrl-C) while closing its last shard, rerun with resume=True and two workers,
     converts the one shard left here, without starting worker processes."""
     import dataclasses
@@ -417,16 +380,16 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
             convert_in_process(cfg, num_workers=1)
     assert sorted(f for f in os.listdir(tmp_path / "o") if f.endswith(".record")) == ["t-1.record", "t-2.record"]
     started = []
-    real = shard_pool.start
-    monkeypatch.setattr(shard_pool, "start", lambda job, c, work, procs, **kw: (started.append(procs),
-                                                                                real(job, c, work, procs, **kw))[1])
+    real = shard_pool.Pool.__init__
+    monkeypatch.setattr(shard_pool.Pool, "__init__",
+                        lambda self, blob, work, n, *a, **kw: (started.append(n), real(self, blob, work, n, *a, **kw))[1])
     res = convert_in_process(dataclasses.replace(cfg, resume=True), num_workers=2)
     assert res.exit_code == 0 and res.totals["records_written"] == 18 and len(res.paths) == 3
     assert started == []
 
 
 def test_a_beam_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_directory(shards, tmp_path):
-    """processes=2 with an op that cannot be pickled: the job stops before it writes
+    """An op that cannot be pickled: the Beam job stops before it writes
     anything, job.json included (a record there would be taken for an interrupted run by a
     later --resume with other options)."""
     import threading

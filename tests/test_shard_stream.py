@@ -131,64 +131,15 @@ def _work_pieces(tmp_path, layout):
     return work, pieces, ref, cfg
 
 
-@pytest.mark.parametrize("first, journaled", [(4, False), (7, True)])
-def test_pieces_the_stream_never_got_are_read_back_from_the_work_dir(tmp_path, first, journaled):
-    """A DoFn that ran in another process fed no stream piece 1: finish_streamed reads the
-    pieces from the work dir and the stream goes on with them.  A journaled stream had
-    finished shards 1-2 (with 7 records in piece 0): they are kept, and the stream goes on
-    from the record after them."""
-    import json
-    from pipelines.beam import convert as cv
-    from pipelines.local import stream as shard_stream
-    work, pieces, ref, cfg = _work_pieces(tmp_path, [[300] * first, [300] * 4, [300] * 4])
-    job = f"job-missing-{journaled}"
-    feed = cv.start_stream(job, cfg, work=work if journaled else None)
-    feed.offer(dict(pieces[0]))  # piece 1 never arrives
-    feed.offer(dict(pieces[2]))
-    if journaled:
-        _wait_for(lambda: os.path.exists(os.path.join(work, "journal-000002.json")))
-    try:
-        manifest = cv.finish_streamed(job, cfg, [], [p["shard"] for p in pieces], work)
-    finally:
-        shard_stream.stop(job)
-    assert _rows(manifest["shards"], str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
-    shards = {n: b for n, b in _files(str(tmp_path / "s")).items() if n.startswith("t-")}
-    assert shards == _files(str(tmp_path / "p"))
-    t = manifest["totals"]
-    assert t["records_written"] == first + 8 and t["shards_read"] == 3 and manifest["rejects"]["count"] == 0
-    assert not os.path.exists(work)
-    on_disk = json.loads(open(manifest["rejects"]["path"].replace(".rejects.jsonl", ".manifest.json")).read())
-    assert on_disk == manifest
-
-
-def test_a_piece_missing_from_stream_and_work_dir_fails_the_job(tmp_path):
-    from pipelines.beam import convert as cv
-    from pipelines.job import workfiles
-    from pipelines.local import stream as shard_stream
-    work = str(tmp_path / "work")
-    os.makedirs(work)
-    pieces = [_info(p) for p in _pieces(work, [[300] * 2, [300] * 2])]
-    workfiles.write_sidecar(pieces[0]["piece"], pieces[0], None)  # piece 1 has none
-    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = cv.start_stream("job-2", cfg)
-    feed.offer(pieces[0])
-    try:
-        with pytest.raises(RuntimeError, match=r"piece of input shard 1 .* is missing"):
-            cv.finish_streamed("job-2", cfg, [], [p["shard"] for p in pieces], work)
-    finally:
-        shard_stream.stop("job-2")
-    assert not os.path.exists(str(tmp_path / "s" / "t-{}.rec.manifest.json"))
-
-
 def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_path):
     """With the job's piece count, the last shard is closed (fsync, final name) as soon as
-    every piece is in, before anyone calls finish(): the runner's wind-down overlaps it."""
-    from pipelines.beam import convert as cv
-    from pipelines.local import stream as shard_stream
+    every piece is in, before anyone calls finish()."""
+    from pipelines.local.driver import new_stream
+    from pipelines.local.stream import PieceFeed
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = cv.start_stream("job-3", cfg, expect=3)
+    feed = PieceFeed(new_stream(cfg), 3)
     try:
         for i in (2, 0, 1):
             feed.offer(pieces[i])
@@ -197,20 +148,21 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
         assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # every shard closed
         rows = feed.finish(3)
     finally:
-        shard_stream.stop("job-3")
+        if not feed.settled:
+            feed.abort()
     assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
     assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # kept: the job finished
 
 
 def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
-    from pipelines.beam import convert as cv
-    from pipelines.local import stream as shard_stream
+    from pipelines.local.driver import new_stream
+    from pipelines.local.stream import PieceFeed
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = cv.start_stream("job-4", cfg, expect=2)
+    feed = PieceFeed(new_stream(cfg), 2)
     for p in pieces:
         feed.offer(p)
     _wait_for(lambda: os.path.isdir(tmp_path / "s")
               and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"])
-    shard_stream.stop("job-4")  # the runner failed afterwards: finish() was never reached
+    feed.abort()  # the job failed afterwards: finish() was never reached
     assert os.listdir(tmp_path / "s") == []
