@@ -15,6 +15,28 @@ pytest_plugins = ["ops_fixtures"]
 
 COMPAT = os.path.join(ROOT, "..", "shared", "testdata", "compat")
 
+# In CI (CI=true) nothing may skip quietly: a test skipped because a server, tool or data
+# set-up should have provided is missing fails instead.  Skips that are not about the
+# environment (a parameter combination that does not apply) say so with this prefix.
+NOT_APPLICABLE = "n/a: "
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (in_ci() and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if NOT_APPLICABLE in reason:
+        return
+    report.outcome = "failed"
+    report.longrepr = f"skipped in CI (CI=true), which must not happen: {reason}"
+
 
 @pytest.fixture(scope="session")
 def compat_dir():
