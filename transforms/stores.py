@@ -233,6 +233,12 @@ def get_store(url: str, config: Optional[StoreConfig] = None) -> Store:
         elif scheme == "gs":
             from transforms.store_gcs import GCSStore
             store = GCSStore(config)
+        elif scheme in ("http", "https"):
+            from transforms.store_http import HTTPStore
+            store = HTTPStore(config)
+        elif scheme == "s3":
+            from transforms.store_s3 import S3Store
+            store = S3Store(config)
         else:
             store = BeamFileSystemStore()
         _CACHE[key] = store
