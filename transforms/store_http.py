@@ -78,13 +78,20 @@ class HTTPStatusError(IOError):
 
 
 class _Body:
-    """A response's raw body (no decoding) that releases its connection on close."""
+    """A response's raw body (no decoding) that releases its connection on close.
+
+    Reads return what has arrived (``read1``): urllib3's ``read(n)`` drops the bytes it
+    got when the connection breaks before ``n``, which would make every resume start from
+    the last piece boundary instead of the byte reached."""
 
     def __init__(self, resp):
         self.resp = resp
 
     def read(self, n: int = -1) -> bytes:
-        return self.resp.raw.read(None if n is None or n < 0 else n, decode_content=False)
+        raw = self.resp.raw
+        if n is None or n < 0:
+            return raw.read(decode_content=False)
+        return raw.read1(n, decode_content=False)
 
     def close(self) -> None:
         self.resp.close()
