@@ -17,8 +17,8 @@ then is spent):
 ``slow``     forward, but wait ``delay`` seconds before answering.
 
 A ``status`` rule answers ``body`` (default a short text) with ``content_type``; any rule
-may run ``then()`` once its fault is done (e.g. replace the object upstream between a
-reset and the client's resume).
+may run ``then()`` when it fires (a ``reset``/``truncate`` one after its ``after`` bytes,
+before the break), e.g. to replace the object upstream before the client resumes.
 
 ``rewrite`` maps upstream ``host:port`` to another proxy's ``host:port`` in ``Location``
 headers, so redirects (AIS proxy -> target) also pass through a fault proxy.
@@ -250,13 +250,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         break
                     self.wfile.write(chunk)
                     left -= len(chunk)
+                if rule.then is not None:  # before the break: the client's retry must see its effect
+                    self.wfile.flush()
+                    rule.then()
                 if rule.kind == "reset":
                     self._reset()
                 else:
                     self.wfile.flush()
                     self.close_connection = True
-                if rule.then is not None:
-                    rule.then()
                 return
             if data is not None:
                 self.wfile.write(data)

@@ -166,7 +166,8 @@ def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, t
     out_keys = [k for k in server.keys(bucket) if k.startswith("out/")]
     shards = sorted((k for k in out_keys if k.endswith(".record")), key=lambda k: int(k[10:-7]))
     assert [server.get(bucket, k) for k in shards] == ref
-    manifest = json.loads(server.get(bucket, "out/train.manifest.json"))
+    from pipelines.finalize import companion
+    manifest = json.loads(server.get(bucket, companion("out/train-{}.record", ".manifest.json")))
     assert manifest["totals"] == ref_manifest["totals"]
     assert not [k for k in out_keys if ".tar2tf-work" in k or ".tmp" in k]
     everything = r.stdout + r.stderr + _bucket_text(server, bucket) + _tree_text(str(summary))
@@ -174,20 +175,24 @@ def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, t
         assert secret not in everything
 
 
-def test_convert_from_s3_to_local_keeps_credentials_out_of_the_work_dir(s3, local_run, tmp_path):
+def test_convert_from_s3_to_local_keeps_credentials_out_of_every_artifact(s3, local_run, tmp_path, caplog):
+    import pickle
     server, bucket, proxy, cfg = s3
     paths, ref, _ = local_run
     for p in paths:
         server.put(bucket, "in/" + os.path.basename(p), open(p, "rb").read())
-    work = tmp_path / "work"
-    # a resumable run keeps its work dir (job.json) until it ends: stop it before the end
-    res = convert(ConvertConfig(sources=f"s3://{bucket}/in/train-{{0000..0002}}.tar",
-                                output=str(tmp_path / "out/train-{}.record"), store=cfg, work_dir=str(work),
-                                progress=False, **OPTS), BEAM)
+    conf = ConvertConfig(sources=f"s3://{bucket}/in/train-{{0000..0003}}.tar",
+                         output=str(tmp_path / "out/train-{}.record"), store=cfg, work_dir=str(tmp_path / "work"),
+                         max_rejects=1, progress=False, **OPTS)
+    # what travels to workers (the pickled config) holds no credential
+    blob = pickle.dumps(conf)
+    assert SECRET_KEY.encode() not in blob and ACCESS_KEY.encode() not in blob
+    res = convert(conf, BEAM)
     assert res.exit_code == 0 and [open(p, "rb").read() for p in res.paths] == ref
-    text = _tree_text(str(tmp_path))
+    rejects = [json.loads(line) for line in open(res.rejects_path)]
+    assert [(r["shard"], r["stage"]) for r in rejects] == [(f"s3://{bucket}/in/train-0003.tar", "list")]
+    text = _tree_text(str(tmp_path)) + caplog.text
     assert SECRET_KEY not in text and ACCESS_KEY not in text
-    assert "s3_endpoint" not in json.dumps(res.manifest.get("options", {}))
 
 
 def test_pcr_from_s3(s3, tmp_path):
