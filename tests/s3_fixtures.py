@@ -6,8 +6,10 @@ It answers the S3 REST API over HTTP as S3 does: ListObjectsV2 pages, ranged GET
 ``If-Match`` preconditions, PUT, and multipart uploads (parts of >= 5 MiB but the last).
 Without moto the tests skip loudly, and fail when ``$CI`` is set (CI must run them).
 
-The aisnode the AIS tests start also speaks S3 (under ``/s3``), but it answers object
-requests with redirects to its target, which S3 clients (botocore) do not follow.
+The aisnode the AIS tests start also speaks S3 (under ``/s3``), but its proxy answers
+object GETs and PUTs with 307 redirects to the target, which botocore does not follow
+unless it is patched or the cluster runs with the ``S3-Reverse-Proxy`` feature; moto
+answers S3 requests itself, as S3 does.
 """
 
 from __future__ import annotations
