@@ -20,7 +20,6 @@ import email.utils
 import http.server
 import os
 import re
-import shutil
 import socketserver
 import threading
 from typing import Optional, Tuple
@@ -181,7 +180,3 @@ def replace_file(path: str, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-def copy_tree(src: str, dst: str) -> None:
-    shutil.copytree(src, dst, dirs_exist_ok=True)
