@@ -150,7 +150,9 @@ class HTTPStore(Store):
     # -- Store --------------------------------------------------------------------------
 
     def list(self, prefix: str) -> Iterator[str]:
-        raise ValueError(f"{prefix}: HTTP(S) locations cannot be listed; name the shards with a brace range")
+        # reached for an output or work directory (sources never list: see expand)
+        raise ValueError(f"{prefix}: http(s):// shards can be read one by one, not listed or written; "
+                         "write outputs to a local path, gs://, ais:// or s3://")
 
     def open_read(self, url: str):
         pin = _Pin(url)
