@@ -264,3 +264,20 @@ def test_pcr_from_http(tmp_path):
     finally:
         proxy.stop()
         srv.stop()
+
+
+def test_http_headers_stay_out_of_the_job_config_and_record(monkeypatch, tmp_path):
+    """What travels to workers (the pickled config) and what job.json / the manifest record
+    (the job's description) hold no header; the header lives in this process's environment."""
+    import pickle
+    from launch import cli
+    from launch.cmd_convert import build_config
+    from pipelines.convert import job_of
+    monkeypatch.delenv(HEADERS_ENV, raising=False)
+    args, _ = cli.build_parser().parse_known_args(
+        ["convert", "http://127.0.0.1:9/x-{0..1}.tar", "-o", str(tmp_path / "x-{}.record"),
+         "--http-header", f"Authorization: {SECRET}"])
+    cfg = build_config(args)
+    assert os.environ[HEADERS_ENV] == f"Authorization: {SECRET}"
+    assert SECRET.encode() not in pickle.dumps(cfg)
+    assert SECRET not in json.dumps(job_of(cfg, ["http://127.0.0.1:9/x-0.tar"])) + repr(cfg)
