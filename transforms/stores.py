@@ -167,7 +167,7 @@ LOCAL_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{12}\Z")  # a local_temp_n
 
 
 class BeamFileSystemStore(Store):
-    """Any other scheme Beam's FileSystems supports (s3://, hdfs://, ...).
+    """Any other scheme Beam's FileSystems supports (hdfs://, ...).
 
     Beam's filesystems write through a temp object and expose the final name on close,
     which gives the same atomicity on object stores."""
