@@ -16,6 +16,10 @@ then is spent):
 ``truncate`` forward, send the headers (full Content-Length) and ``after`` body bytes, then close;
 ``slow``     forward, but wait ``delay`` seconds before answering.
 
+A ``status`` rule answers ``body`` (default a short text) with ``content_type``; any rule
+may run ``then()`` when it fires (a ``reset``/``truncate`` one after its ``after`` bytes,
+before the break), e.g. to replace the object upstream before the client resumes.
+
 ``rewrite`` maps upstream ``host:port`` to another proxy's ``host:port`` in ``Location``
 headers, so redirects (AIS proxy -> target) also pass through a fault proxy.
 """
@@ -30,7 +34,7 @@ import socketserver
 import struct
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
@@ -39,7 +43,8 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
 
 class Rule:
     def __init__(self, kind: str, method: Optional[str], path: Optional[str], times: int,
-                 status: int, after: int, delay: float, skip: int = 0):
+                 status: int, after: int, delay: float, skip: int = 0, body: Optional[bytes] = None,
+                 content_type: str = "text/plain", then: Optional[Callable[[], None]] = None):
         if kind not in ("status", "reset", "truncate", "slow"):
             raise ValueError(kind)
         self.kind, self.method, self.times = kind, method, times
@@ -47,6 +52,7 @@ class Rule:
         self.status, self.after, self.delay = status, after, delay
         self.fired = 0
         self.skip = skip  # let this many matching requests through first
+        self.body, self.content_type, self.then = body, content_type, then
 
     def matches(self, method: str, path: str) -> bool:
         if not (self.fired < self.times and (self.method is None or self.method == method)
@@ -108,8 +114,10 @@ class FaultProxy:
             self._server = None
 
     def add(self, kind: str, method: Optional[str] = None, path: Optional[str] = None, times: int = 1,
-            status: int = 503, after: int = 0, delay: float = 0.0, skip: int = 0) -> Rule:
-        rule = Rule(kind, method, path, times, status, after, delay, skip)
+            status: int = 503, after: int = 0, delay: float = 0.0, skip: int = 0,
+            body: Optional[bytes] = None, content_type: str = "text/plain",
+            then: Optional[Callable[[], None]] = None) -> Rule:
+        rule = Rule(kind, method, path, times, status, after, delay, skip, body, content_type, then)
         with self.lock:
             self.rules.append(rule)
         return rule
@@ -192,13 +200,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             p.headers.append(dict(self.headers.items()))
         rule = p._take(method, path)
         if rule is not None and rule.kind == "status":
-            msg = f"injected fault {rule.status}".encode()
+            msg = rule.body if rule.body is not None else f"injected fault {rule.status}".encode()
             self.send_response(rule.status)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", rule.content_type)
             self.send_header("Content-Length", str(len(msg)))
             self.end_headers()
-            self.wfile.write(msg)
+            if method != "HEAD":
+                self.wfile.write(msg)
             p._record(method, path, rule.status, "status")
+            if rule.then is not None:
+                rule.then()
             return
         if rule is not None and rule.kind == "slow":
             time.sleep(rule.delay)
@@ -239,6 +250,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         break
                     self.wfile.write(chunk)
                     left -= len(chunk)
+                if rule.then is not None:  # before the break: the client's retry must see its effect
+                    self.wfile.flush()
+                    rule.then()
                 if rule.kind == "reset":
                     self._reset()
                 else:

@@ -20,8 +20,10 @@ class StoreConfig:
     ``ais_endpoint`` falls back to ``$AIS_ENDPOINT``.  The AIS auth token is read from
     ``$AIS_AUTHN_TOKEN`` on the worker and is never stored here (so it is never pickled
     into a job graph nor printed).  ``retry_*`` bound the retry of transient faults;
-    ``list_page_size`` is the number of names per listing request (AIS, GCS; 0: the
-    server's maximum).
+    ``list_page_size`` is the number of names per listing request (AIS, GCS, S3; 0: the
+    server's maximum).  ``s3_endpoint`` falls back to boto3's own (``$AWS_ENDPOINT_URL``);
+    S3 credentials and HTTP headers are read from the environment on the worker, never
+    kept here (``transforms.stores.s3``, ``transforms.stores.http``).
     """
 
     ais_endpoint: Optional[str] = None
@@ -33,6 +35,7 @@ class StoreConfig:
     read_timeout_s: float = 60.0
     ais_etl_name: Optional[str] = None
     list_page_size: int = 0
+    s3_endpoint: Optional[str] = None
 
     def resolved_ais_endpoint(self) -> str:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")

@@ -167,7 +167,7 @@ LOCAL_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{12}\Z")  # a local_temp_n
 
 
 class BeamFileSystemStore(Store):
-    """Any other scheme Beam's FileSystems supports (s3://, hdfs://, ...).
+    """Any other scheme Beam's FileSystems supports (hdfs://, ...).
 
     Beam's filesystems write through a temp object and expose the final name on close,
     which gives the same atomicity on object stores."""
@@ -233,6 +233,12 @@ def get_store(url: str, config: Optional[StoreConfig] = None) -> Store:
         elif scheme == "gs":
             from transforms.stores.gcs import GCSStore
             store = GCSStore(config)
+        elif scheme in ("http", "https"):
+            from transforms.stores.http import HTTPStore
+            store = HTTPStore(config)
+        elif scheme == "s3":
+            from transforms.stores.s3 import S3Store
+            store = S3Store(config)
         else:
             store = BeamFileSystemStore()
         _CACHE[key] = store

@@ -33,4 +33,23 @@ def read_shard(url: str, config: Optional[StoreConfig] = None,
                      counts_record=False)
         return
     with stream:
+        if _html_page(stream):
+            yield Reject(url, None, "tar", f"not a tar archive: {url} is an HTML page (an error or login "
+                                           "page served in place of the shard?)", counts_record=False)
+            return
         yield from iter_records(stream, url, max_member_size, stats)
+
+
+def _html_page(stream) -> bool:
+    """Whether the shard's first bytes are an HTML document: a web server's error or login
+    page where a tar was expected says so in its reject, not as a bad tar header.  (A tar
+    starts with a member name; no usable one starts with "<!doctype" or "<html".)"""
+    peek = getattr(stream, "peek", None)
+    if peek is None:
+        return False
+    try:
+        head = peek(512)[:512]
+    except Exception:  # noqa: BLE001 - the read fails again in the tar reader, which reports it
+        return False
+    head = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    return head.startswith((b"<!doctype html", b"<html"))

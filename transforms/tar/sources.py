@@ -76,6 +76,8 @@ def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
 def _resolve_one(template: str, config: Optional[StoreConfig]):
     store = get_store(template, config)
     names = expand_braces(template)
+    if not getattr(store, "listable", True):  # http(s): no listing, each name is one shard
+        return store.expand(template, names), [], []
     exact = [n for n in names if not _GLOB.search(split_url(n)[2])]
     globs = [n for n in names if _GLOB.search(split_url(n)[2])]
     found: List[str] = []

@@ -1,0 +1,276 @@
+"""S3 buckets and S3-compatible servers (``s3://bucket/key``) through ``boto3``.
+
+* Endpoint: ``StoreConfig.s3_endpoint`` (``--s3-endpoint``), else ``$AWS_ENDPOINT_URL_S3`` /
+  ``$AWS_ENDPOINT_URL`` (boto3's own rule), else AWS.  A custom endpoint is addressed
+  path-style (``http://host:port/bucket/key``), which S3-compatible servers expect.
+* Credentials and region: boto3's usual chain (``$AWS_ACCESS_KEY_ID`` /
+  ``$AWS_SECRET_ACCESS_KEY`` / ``$AWS_SESSION_TOKEN``, ``$AWS_PROFILE`` and
+  ``~/.aws/credentials``, instance roles), read on each worker and handed to boto3 only:
+  never kept in :class:`StoreConfig`, so never pickled into a job graph, written into an
+  artifact or printed.  Without any region configured ``us-east-1`` is used.
+* Listing: ``ListObjectsV2`` pages (``StoreConfig.list_page_size`` keys per request, default
+  1000), each page retried on its own and followed by its continuation token.
+* Reads stream one GET of the whole object and resume after a fault with a range GET from
+  the last byte handed out (``Range: bytes=N-``), pinned to the first answer's ``ETag``
+  with ``If-Match``: an object replaced mid-read fails (``ObjectChangedError``, HTTP 412)
+  instead of splicing two versions.
+* Writes: spool locally, then on success one ``PutObject`` (below ``MULTIPART_AT``) or a
+  multipart upload whose parts are retried one by one and which is completed only after
+  every part is in -- S3 shows an object only then.  A failed multipart upload is aborted,
+  so no parts are left behind (and billed).
+
+botocore's own retries are switched off (one attempt) so that ``transforms.stores.retry`` alone
+decides what is retried and for how long.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Iterator, Optional, Tuple
+
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
+from transforms.stores.base import StoreConfig
+from transforms.stores.remote import RemoteStore
+from transforms.stores.upload import spooled_upload
+
+log = logging.getLogger("tar2tf.s3")
+MULTIPART_AT = 64 << 20     # objects from this size go up in parts
+PART_SIZE = 16 << 20        # S3 wants parts of >= 5 MiB (but the last) and <= 10000 parts
+MAX_PARTS = 10_000
+
+
+def _status(exc: BaseException) -> Optional[int]:
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+class S3StatusError(IOError):
+    """A botocore ``ClientError`` with its HTTP status where the retry policy looks for it
+    (``status_code``): 408/429/5xx are retried, 404/401/403 mapped, the rest final."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status_code = status
+
+
+class S3Store(RemoteStore):
+    scheme = "s3"
+
+    def __init__(self, config: StoreConfig):
+        self.config = config
+        self.policy = RetryPolicy.from_config(config)
+        self.endpoint = (getattr(config, "s3_endpoint", None) or os.environ.get("AWS_ENDPOINT_URL_S3")
+                         or os.environ.get("AWS_ENDPOINT_URL") or None)
+        self.part_size = PART_SIZE
+        self.multipart_at = MULTIPART_AT
+        self._local = threading.local()
+
+    def __repr__(self) -> str:  # never shows a credential
+        return f"S3Store({self.endpoint!r})"
+
+    def endpoint_name(self) -> str:
+        return self.endpoint or "AWS S3"
+
+    @property
+    def client(self):
+        """A boto3 client per thread (boto3 clients are thread-safe, their sessions are not;
+        one per thread keeps building them off the shared default session)."""
+        c = getattr(self._local, "client", None)
+        if c is None:
+            import boto3
+            from botocore.config import Config
+            t = self.config.read_timeout_s
+            cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"},
+                         connect_timeout=min(10.0, t), read_timeout=t,
+                         s3={"addressing_style": "path"} if self.endpoint else None,
+                         max_pool_connections=32)
+            session = boto3.session.Session()
+            region = session.region_name or "us-east-1"
+            c = self._local.client = session.client("s3", endpoint_url=self.endpoint, region_name=region,
+                                                    config=cfg)
+        return c
+
+    def _key(self, url: str) -> Tuple[str, str]:
+        bucket, key = self._split(url)
+        if not key:
+            raise ValueError(f"no object name in {url}")
+        return bucket, key
+
+    def _errors(self, url: str):
+        return _S3Errors(self, url)
+
+    # -- Store --------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[str]:
+        bucket, key_prefix = self._split(prefix)
+        page_size = int(getattr(self.config, "list_page_size", 0) or 1000)
+
+        def page(token):
+            kw = {"Bucket": bucket, "Prefix": key_prefix, "MaxKeys": page_size}
+            if token:
+                kw["ContinuationToken"] = token
+            with self._errors(f"s3://{bucket}"):
+                res = self.client.list_objects_v2(**kw)
+            names = [f"s3://{bucket}/{o['Key']}" for o in res.get("Contents", [])]
+            return names, (res.get("NextContinuationToken") if res.get("IsTruncated") else None)
+
+        try:
+            yield from iter_pages(page, self.policy, f"list s3://{bucket}/{key_prefix}")
+        except FileNotFoundError:
+            log.warning("S3 bucket s3://%s does not exist (listing %s): nothing listed", bucket, prefix)
+
+    def open_read(self, url: str):
+        bucket, key = self._key(url)
+        pin = {}
+
+        def open_at(offset: int):
+            kw = {"Bucket": bucket, "Key": key}
+            if offset:
+                kw["Range"] = f"bytes={offset}-"
+            if pin.get("etag"):  # some S3-compatible servers send no ETag: then the size is the check
+                kw["IfMatch"] = pin["etag"]
+            try:
+                with self._errors(url):
+                    res = self.client.get_object(**kw)
+            except FileNotFoundError:
+                if "etag" not in pin:
+                    raise
+                raise ObjectChangedError(url, f"at byte {offset}: the object is gone (HTTP 404)") from None
+            except S3StatusError as e:
+                if e.status_code == 412:
+                    raise ObjectChangedError(url, f"at byte {offset}: ETag {pin.get('etag')} no longer "
+                                                  "matches (HTTP 412)") from None
+                raise
+            body = res["Body"]
+            length = int(res.get("ContentLength") or 0)
+            total = offset + length
+            crange = res.get("ContentRange") or ""
+            if crange and "/" in crange and crange.rpartition("/")[2].isdigit():
+                total = int(crange.rpartition("/")[2])
+            if "etag" not in pin:
+                pin["etag"], pin["size"] = res.get("ETag"), total
+            elif pin["size"] != total:
+                body.close()
+                raise ObjectChangedError(url, f"at byte {offset}: size {pin['size']} -> {total}")
+            return _Body(body), offset + length, total
+
+        return self._open_resumable(url, open_at)
+
+    def open_write(self, url: str, durable: bool = True):
+        bucket, key = self._key(url)
+
+        def upload(path: str, size: int) -> None:
+            if size < self.multipart_at:
+                with open(path, "rb") as f:
+                    data = f.read()
+                with self._errors(url):
+                    self.client.put_object(Bucket=bucket, Key=key, Body=data)
+            else:
+                self._multipart(url, bucket, key, path, size)
+
+        # parts are retried one by one inside; the small PUT by the spool's own policy
+        return spooled_upload(url, upload, self.policy)
+
+    def _multipart(self, url: str, bucket: str, key: str, path: str, size: int) -> None:
+        part = max(self.part_size, -(-size // MAX_PARTS))
+        upload_id = self._call(url, "start upload", lambda: self.client.create_multipart_upload(
+            Bucket=bucket, Key=key)["UploadId"])
+        try:
+            parts = []
+            with open(path, "rb") as f:
+                number = 1
+                for start in range(0, size, part):
+                    f.seek(start)
+                    data = f.read(part)
+                    n = number
+                    etag = self._call(url, f"upload part {n}", lambda: self.client.upload_part(
+                        Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data)["ETag"])
+                    parts.append({"PartNumber": n, "ETag": etag})
+                    number += 1
+            self._call(url, "complete upload", lambda: self.client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            try:
+                self._call(url, "abort upload", lambda: self.client.abort_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id))
+            except Exception as e:  # noqa: BLE001 - the upload's own error is the one to report
+                log.warning("could not abort the multipart upload of %s: %s", url, e)
+            raise
+
+    def _head(self, url: str):
+        bucket, key = self._key(url)
+        return self._call(url, "head", lambda: self.client.head_object(Bucket=bucket, Key=key))
+
+    def exists(self, url: str) -> bool:
+        try:
+            self._head(url)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete(self, url: str) -> None:
+        bucket, key = self._key(url)
+        try:
+            self._call(url, "delete", lambda: self.client.delete_object(Bucket=bucket, Key=key))
+        except FileNotFoundError:
+            pass
+
+    def size(self, url: str) -> int:
+        return int(self._head(url)["ContentLength"])
+
+
+class _S3Errors:
+    """botocore errors -> the Store contract: 404 (``NoSuchKey``, ``NoSuchBucket``, a HEAD's
+    bare 404) -> FileNotFoundError, 401/403 -> PermissionError, other statuses ->
+    :class:`S3StatusError` (the retry policy decides by its status); connection errors pass
+    unchanged (botocore's are transient to the policy through their urllib3 cause)."""
+
+    def __init__(self, store: S3Store, url: str):
+        self.store, self.url = store, url
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, e, tb):
+        if e is None or isinstance(e, (FileNotFoundError, PermissionError, ObjectChangedError)):
+            return False
+        from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, \
+            ReadTimeoutError, ResponseStreamingError
+        if isinstance(e, ClientError):
+            status = _status(e) or 0
+            code = e.response.get("Error", {}).get("Code", "")
+            if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
+                raise FileNotFoundError(f"{self.url}: not found (HTTP 404{', ' + code if code else ''})") from e
+            if status in (401, 403):
+                raise PermissionError(f"{self.url}: access denied (HTTP {status}, {code})") from e
+            raise S3StatusError(f"{self.url}: {code or 'error'} (HTTP {status})", status) from e
+        if isinstance(e, (ConnectionClosedError, EndpointConnectionError, ReadTimeoutError,
+                          ResponseStreamingError)):
+            raise ConnectionError(f"{self.url}: {type(e).__name__}: {e}") from e
+        return False
+
+
+class _Body:
+    """A GetObject body read raw; botocore's own errors mid-body become ConnectionError (a
+    transient fault the resumable reader recovers from)."""
+
+    def __init__(self, body):
+        self.body = body
+
+    def read(self, n: int = -1) -> bytes:
+        from botocore.exceptions import ConnectionClosedError, IncompleteReadError, ReadTimeoutError, \
+            ResponseStreamingError
+        try:
+            return self.body.read(None if n is None or n < 0 else n)
+        except (ConnectionClosedError, IncompleteReadError, ReadTimeoutError, ResponseStreamingError) as e:
+            raise ConnectionError(f"{type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        self.body.close()
+
