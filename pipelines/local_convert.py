@@ -83,7 +83,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     threads = max(1, int(num_workers), procs)
     # one thread writing to a local disk: convert on this thread between writes.  A second
     # thread would only overlap copies into the page cache, and the two threads' hand-offs
-    # of the GIL cost more than that (docs/benchmarks.md, session 17); output elsewhere is
+    # of the GIL cost more than that (docs/benchmarks.md, passthrough); output elsewhere is
     # a network upload, which a converter thread keeps overlapping with the next fetch
     inline = threads == 1 and workers is None and split_url(cfg.output)[0] == ""
     converted = _inline(one, tasks) if inline else _threaded(one, tasks, threads)

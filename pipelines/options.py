@@ -6,8 +6,8 @@ binary (no network here, and a stall risk on networks that drop packets); FnApiR
 the engine DirectRunner falls back to anyway.  In that default mode the TFRecord job
 also hands whole shards to one local worker process per thread (``pipelines.shard_pool``;
 ``processes=0`` / ``--processes 0`` keeps the conversion on the threads), because Python
-threads contend for the GIL between Pillow's calls and with Beam's own threads: 7-10 %
-more throughput with image ops and 37-52 % for a passthrough on 2 cores (benchmark R14, R15).
+threads contend for the GIL between Pillow's calls and with Beam's own threads: the
+processes convert faster, with image ops and for a passthrough (docs/benchmarks.md).
 When that pool converts every shard and this process's shard stream writes them, the
 DoFns only collect, and the job's bundle runs in ``in_memory`` mode on one worker instead
 (:func:`collecting_args`) unless the user chose a running mode.
@@ -47,8 +47,8 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     one of each (a single thread or shard gains nothing from a process) and ``ops``: the
     job has ops that do real work per record (``ConvertConfig.has_heavy_ops``), or its
     workers write their frames into local final shards themselves (the in-process
-    driver with a local ``{}`` output: 0.31 s with two workers against 0.37-0.41 s on
-    threads for the 5,120-image passthrough benchmark, session 27).  Otherwise (a
+    driver with a local ``{}`` output: faster than threads for the passthrough benchmark,
+    docs/benchmarks.md).  Otherwise (a
     passthrough or selections whose frames pass through this process) the work is
     reading, CRC and writing, and threads convert as fast without a worker's ~0.1-0.2 s
     start.  Beam's local runner always takes ``ops=True`` (see :func:`pool_size`)."""
@@ -64,8 +64,8 @@ def pool_size(processes: Optional[int], args: Sequence[str], shards: int = 0) ->
     more than one worker and more than one input shard gets one process per worker,
     whatever the ops.  Unlike the in-process driver (:func:`auto_processes`), a Beam job
     converting on its threads shares the GIL with Beam's own (about forty in this mode),
-    and even a passthrough converts faster in workers: 0.40-0.41 s instead of 0.56-0.61 s
-    for the 5,120-image benchmark (R14, R15 in docs/benchmarks.md)."""
+    and even a passthrough converts faster in workers (the passthrough benchmark,
+    docs/benchmarks.md)."""
     mode = _value(args, "--direct_running_mode") or "multi_threading"
     if processes is None:
         workers = int(_value(args, "--direct_num_workers") or 1)
