@@ -2,8 +2,8 @@
 
 ``Dataset.load(..., remote_exec=True)`` reads back the TFRecords its Beam job wrote.
 :func:`pipelines.parsers.make_record_parser` reads raw bytes only as the dtype they were
-stored as (casting in the parser doubled its time per record: ``docs/benchmarks.md``,
-session 25), so the load parses with :func:`stored_spec` -- the requested structure and
+stored as (casting in the parser would double its time per record: ``docs/benchmarks.md``),
+so the load parses with :func:`stored_spec` -- the requested structure and
 shapes, the first record's stored dtypes -- and, only where ``output_types`` /
 ``output_signature`` ask for another dtype, casts the parsed element with
 :func:`caster`.  The cast gives the in-memory load's values
