@@ -12,8 +12,9 @@ import pytest
 import shardgen
 from launch.cli import main
 from pcr_fixtures import requires_jpegtran
-from pipelines.beam import convert as cv
+from pipelines.local import driver as cv
 from pipelines.job import journal as shard_journal
+from pipelines.job.setup import work_dir_for
 from pipelines.beam.convert import OutputExistsError
 from pipelines.local.driver import convert_in_process
 from pipelines.beam.pcr import PcrConfig, convert_pcr
@@ -44,7 +45,7 @@ def _interrupted_run(tmp_path, monkeypatch, **kw):
     with pytest.raises(RuntimeError, match="killed"):
         convert_in_process(cfg, num_workers=1)
     monkeypatch.setattr(cv, "convert_shard", real)
-    work = cv.work_dir_for(cfg, [str(tmp_path / "in" / f"train-{i:04d}.tar") for i in range(N)])
+    work = work_dir_for(cfg, [str(tmp_path / "in" / f"train-{i:04d}.tar") for i in range(N)])
     point = shard_journal.load(work)
     assert point is not None and point.shards >= 1 and point.next_piece <= 2
     record = json.load(open(os.path.join(work, "job.json")))

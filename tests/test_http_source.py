@@ -272,7 +272,7 @@ def test_http_headers_stay_out_of_the_job_config_and_record(monkeypatch, tmp_pat
     import pickle
     from launch import cli
     from launch.cmd_convert import build_config
-    from pipelines.beam.convert import job_of
+    from pipelines.job.setup import job_of
     monkeypatch.delenv(HEADERS_ENV, raising=False)
     args, _ = cli.build_parser().parse_known_args(
         ["convert", "http://127.0.0.1:9/x-{0..1}.tar", "-o", str(tmp_path / "x-{}.record"),

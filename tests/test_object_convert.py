@@ -195,7 +195,7 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(backend, loc
     convert on a thread of their own (the next fetch overlaps the upload; only a local
     output converts on the caller's thread), into the bytes of the local Beam run."""
     import threading
-    from pipelines.beam import convert as cv
+    from pipelines.local import driver as cv
     from pipelines.local.driver import convert_in_process
     paths, ref_shards, ref_totals = local_run
     _upload(backend, paths)

@@ -11,7 +11,8 @@ import pytest
 
 import shardgen
 from pipelines.local.driver import convert_in_process
-from pipelines.job.config import ConvertConfig
+from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.setup import work_dir_for
 from transforms.ops import Func
 
 
@@ -29,7 +30,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     """A job that fails keeps the shards its stream finished (journaled), and nothing else
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
-    from pipelines.beam import convert as cv
+    from pipelines.local import driver as cv
     from pipelines.job import journal as shard_journal
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
@@ -42,13 +43,13 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
         convert_in_process(cfg("o"), num_workers=2)
     monkeypatch.delenv("TAR2TF_TEST_CRASH")
     kept = sorted(os.listdir(tmp_path / "o"))
-    work = cv.work_dir_for(cfg("o"), [str(tmp_path / f"train-{i:04d}.tar") for i in range(4)])
+    work = work_dir_for(cfg("o"), [str(tmp_path / f"train-{i:04d}.tar") for i in range(4)])
     point = shard_journal.load(work)
     assert point is not None and 0 < point.next_piece < 4
     on_disk = {i for i in range(4) if os.path.exists(os.path.join(work, f"piece-{i:06d}.json"))}
     assert 3 not in on_disk and not on_disk & {p["index"] for p in point.pieces}
     assert kept == [".tar2tf-work"] + [f"t-{i + 1}.record" for i in range(point.shards)]  # no temp file, no manifest
-    with pytest.raises(cv.OutputExistsError, match="resume=True to continue it"):
+    with pytest.raises(OutputExistsError, match="resume=True to continue it"):
         convert_in_process(cfg("o"), num_workers=2)
 
     converted = []
@@ -133,7 +134,7 @@ def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path,
     """num_workers=1 with a local output: the shards are converted on the caller's thread
     between writes (no converter thread), into the same shards as two threads write."""
     import threading
-    from pipelines.beam import convert as cv
+    from pipelines.local import driver as cv
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
     threads = []
     real = cv.convert_shard
@@ -156,7 +157,7 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     """An error converting the third shard on the caller's thread: the job raises it, the
     shards finished before stay (journaled, final names only, no temporary file), and
     resume=True converts only what comes after them, into an uninterrupted run's bytes."""
-    from pipelines.beam import convert as cv
+    from pipelines.local import driver as cv
     shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
     real = cv.convert_shard
     seen = []

@@ -30,6 +30,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.beam import options as opts
+from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
 from pipelines.job import finalize, progress
 from pipelines.job.config import ConvertConfig, OutputExistsError  # noqa: F401  (re-exported)
@@ -109,6 +110,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     args = opts.effective_args(beam_args, workers=cfg.processes)
     # built before the job's record is written: ops that cannot be pickled stop the job
     # before it leaves anything in its work directory
+    worker_logs.install()
     p = beam.Pipeline(options=opts.make_pipeline_options(args))
     build(p, cfg, job.urls, job.list_rejects, job.work)
     record_job(cfg, job.urls, job.work)

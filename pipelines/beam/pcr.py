@@ -34,6 +34,7 @@ from apache_beam.metrics import Metrics
 
 import transforms
 from pipelines.beam import options as opts
+from pipelines.beam import worker_logs
 from pipelines.job import finalize, record as job_record, progress as prog, workfiles
 from pipelines.beam.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.beam.distribute import gather, spread
@@ -296,6 +297,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
                                     f"--overwrite to replace it")
     job_record.write(work, job_of(cfg, inputs), cfg.store)
     args = opts.effective_args(beam_args)
+    worker_logs.install()
     p = beam.Pipeline(options=opts.make_pipeline_options(args))
     build(p, cfg, units, list_rejects, inputs, classes, work)
     with prog.watch(work, cfg.store, len(units), cfg.progress):
