@@ -229,9 +229,9 @@ def test_resume_with_another_script_is_refused(tmp_path, monkeypatch, capsys):
         return real(unit, *a, **kw)
 
     monkeypatch.setattr(pc, "convert_unit", dies_on_unit_2)
-    with pytest.raises(Exception, match="killed"):
+    with pytest.raises(Exception, match="killed"):  # in_memory: the DoFns run in this process, patched
         convert_pcr(PcrConfig(sources=src, output=out, images_per_record=20, progress=False),
-                    ["--direct_num_workers=1"])
+                    ["--direct_running_mode=in_memory", "--direct_num_workers=1"])
     monkeypatch.setattr(pc, "convert_unit", real)
     # the interrupted run used the standard script: resuming with another one is refused
     assert main(["pcr", src, "--output", out, "--images-per-record", "20", "--resume", "--scans", SCRIPT,
