@@ -42,6 +42,7 @@ from apache_beam.metrics.metric import MetricsFilter
 import transforms
 from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
 from pipelines.distribute import gather, spread
+from pipelines.element_coding import Pickled
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example_schema as exs
 from transforms.records import Reject
@@ -95,7 +96,7 @@ class ConvertShardFn(beam.DoFn):
             info = convert_shard(index, url, self.work, self.cfg, self.stages)
             piece_done(info, shard_stream.get(self.job), prog.get(self.job))
         self._count(info)
-        yield info
+        yield Pickled(info)  # its keys may be surrogate-escaped bytes (pipelines.element_coding)
 
     def _count(self, info):
         for name, n in finalize.piece_counts(info).items():
@@ -235,7 +236,7 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
-    yield manifest
+    yield Pickled(manifest)
 
 
 def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]) -> None:

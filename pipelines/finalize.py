@@ -339,6 +339,8 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
     for r in info["rejects"]:
         c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
         name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+        # a counter name is UTF-8 text: a member name's undecodable bytes stay escaped
+        name = name.encode("utf-8", "backslashreplace").decode("utf-8")
         c[name] = c.get(name, 0) + 1
     return c
 
