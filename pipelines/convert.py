@@ -218,9 +218,14 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
     by_reason = finalize.rejects_by_reason(rejects)
+    dups = finalize.duplicate_keys(pieces)
+    if dups["count"]:
+        e = dups["examples"][0]
+        log.warning("%d records have a key that an earlier input shard had (e.g. %r in %s, first in %s); "
+                    "both are written", dups["count"], e["key"], e["again"], e["first"])
     manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "tfrecord",
                 "inputs": inputs, "output": cfg.output, "options": cfg.describe(), "schema": schema,
-                "shards": shards, "totals": totals,
+                "shards": shards, "totals": totals, "duplicate_keys": dups,
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
     # stale shards of an earlier run (overwrite was checked before the job started)
@@ -408,4 +413,4 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
                          manifest_path=manifest_path,
                          rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
                          totals=totals, counters=counters, seconds=time.time() - t0,
-                         exit_code=0 if rejected <= cfg.max_rejects else 3)
+                         exit_code=finalize.exit_code(totals, rejected, cfg.max_rejects))

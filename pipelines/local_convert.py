@@ -140,7 +140,7 @@ def _result(cfg, shards, pieces, list_rejects, urls: List[str], work: str, t0: f
                             manifest_path=manifest_path,
                             rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
                             totals=manifest["totals"], counters={}, seconds=time.time() - t0,
-                            exit_code=0 if rejected <= cfg.max_rejects else 3)
+                            exit_code=finalize.exit_code(manifest["totals"], rejected, cfg.max_rejects))
 
 
 def _inline(one: Callable, tasks: Sequence) -> Iterator:

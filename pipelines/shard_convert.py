@@ -196,7 +196,8 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
             "records_read": read, "filtered": filtered,
             "rejects": rejects, "schema": schema, "members": stats.members,
-            "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
+            "skipped_members": stats.skipped_members, "duplicate_members": stats.duplicate_members,
+            "member_bytes": stats.member_bytes}
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)
         workfiles.write_sidecar(piece, info, cfg.store)
