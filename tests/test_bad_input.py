@@ -106,3 +106,38 @@ def test_in_memory_rejects_are_grouped(tmp_path, caplog):
     assert len(got) == 30
     lines = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
     assert lines == [lines[0]] and lines[0].startswith("2 rejected: tar: zero-length member (e.g. reject ")
+
+
+# -- image size limit ------------------------------------------------------------------------------
+
+def _jpeg_claiming(w, h):
+    """A small JPEG whose frame header claims ``w x h``: Pillow reads the size from it
+    without decoding, so a rejection by size never touches the (absent) pixels."""
+    data = bytearray(shardgen.jpeg(1, (16, 16)))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = h.to_bytes(2, "big") + w.to_bytes(2, "big")
+    return bytes(data)
+
+
+def test_max_image_pixels_rejects_from_the_header(tmp_path):
+    src = _tar(str(tmp_path / "big.tar"), [
+        ("a.jpg", shardgen.jpeg(0, (64, 48))), ("a.cls", b"0"),
+        ("b.jpg", _jpeg_claiming(10000, 10000)), ("b.cls", b"1"),   # between Pillow's warning and error sizes
+        ("c.jpg", _jpeg_claiming(30000, 30000)), ("c.cls", b"2")])  # over Pillow's error size
+    out = str(tmp_path / "o" / "t-{}.record")
+    p = cli("convert", src, "-o", out, "--ops", "[Decode(jpg)]", "--max-rejects", "2", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "DecompressionBomb" not in p.stderr
+    rejects = {r["key"]: r for r in map(json.loads, open(str(tmp_path / "o" / "t.record.rejects.jsonl")))}
+    assert sorted(rejects) == ["b", "c"] and {r["stage"] for r in rejects.values()} == {"op"}
+    assert "image too large: 10000x10000 = 100000000 pixels > max-image-pixels 64000000" in rejects["b"]["reason"]
+    assert "image too large" in rejects["c"]["reason"] and "900000000" in rejects["c"]["reason"]
+
+    out2 = str(tmp_path / "o2" / "t-{}.record")
+    p = cli("convert", src, "-o", out2, "--ops", "[Decode(jpg)]", "--max-rejects", "3", "--no-progress",
+            "--max-image-pixels", "1000")
+    assert p.returncode == 3, p.stderr  # every record rejected: nothing written
+    rejects = [json.loads(x) for x in open(str(tmp_path / "o2" / "t.record.rejects.jsonl"))]
+    assert "image too large: 64x48 = 3072 pixels > max-image-pixels 1000" in rejects[0]["reason"]
+    m = json.load(open(str(tmp_path / "o2" / "t.record.manifest.json")))
+    assert m["options"]["max_image_pixels"] == 1000
