@@ -211,6 +211,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     for p in sorted(pieces, key=lambda p: p["index"]):
         if p["schema"]:
             schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    for name, t in exs.first_types(schema, pieces).items():
+        schema[name]["first_dtype"] = t  # convert() runs the job again with it in the type map
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
         log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
@@ -328,6 +330,17 @@ def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: L
                                          list_rejects, urls, work))
 
 
+def warn_retype(cfg: ConvertConfig, retyped: Dict[str, str]) -> None:
+    """A feature's records disagreed on its type: the job is converted again with the type
+    of the first record in input order that has it (as if given in the type map), so that
+    every record has one type and the values that do not fit it are ``encode`` rejects."""
+    given = exs.parse_type_map(cfg.type_map)
+    added = ", ".join(f"{n}:{t}" for n, t in sorted(retyped.items()) if n not in given)
+    log.warning("features with values of several types across records; converting again with the type "
+                "of the first record that has each (as --type-map %s); values that do not fit are rejected",
+                added)
+
+
 def counters_of(result) -> Dict[str, int]:
     """The ``tar2tf`` Beam counters of a finished pipeline result, by name."""
     out: Dict[str, int] = {}
@@ -407,6 +420,11 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
         counters["shards_resumed"] = counters.get("shards_resumed", 0) + 1
         for name, n in finalize.piece_counts(info).items():
             counters[name] = counters.get(name, 0) + n
+    retyped = exs.retype(cfg.type_map, manifest["schema"])
+    if retyped:
+        warn_retype(cfg, retyped)
+        return convert(dataclasses.replace(cfg, type_map=retyped, overwrite=True, resume=False), beam_args,
+                       flag_names)
     totals = manifest["totals"]
     rejected = manifest["rejects"]["count"]
     return ConvertResult(paths=[s["path"] for s in manifest["shards"]], manifest=manifest,

@@ -18,6 +18,7 @@ rerun with ``resume=True`` after a crash continues after the shards the stream f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -27,6 +28,7 @@ from typing import Callable, Iterator, List, Sequence
 from pipelines import convert as cv
 from pipelines import finalize, options as opts, shard_pool, shard_stream
 from pipelines.shard_convert import HOLD_BYTES
+from transforms import example_schema as exs
 from transforms.sizes import parse_size
 from transforms.sources import resolve
 from transforms.stores import get_store, split_url
@@ -107,7 +109,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
             raise
     finally:
         shard_pool.stop(job)
-    return _result(cfg, shards, pieces, list_rejects, urls, work, t0)
+    return _result(cfg, shards, pieces, list_rejects, urls, work, t0, num_workers)
 
 
 def _placed(cfg, job: str, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", tasks: Sequence,
@@ -126,12 +128,18 @@ def _placed(cfg, job: str, blob: bytes, procs: int, feed: "shard_stream.PieceFee
         raise
     finally:
         shard_pool.stop(job)
-    return _result(cfg, shards, list(resumed.pieces) + feed.pieces(), list_rejects, urls, work, t0)
+    return _result(cfg, shards, list(resumed.pieces) + feed.pieces(), list_rejects, urls, work, t0, num_workers)
 
 
-def _result(cfg, shards, pieces, list_rejects, urls: List[str], work: str, t0: float) -> "cv.ConvertResult":
+def _result(cfg, shards, pieces, list_rejects, urls: List[str], work: str, t0: float,
+            num_workers: int) -> "cv.ConvertResult":
     """Manifest and rejects written (``pipelines.convert.finish_job``); the job's result."""
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
+    retyped = exs.retype(cfg.type_map, manifest["schema"])
+    if retyped:  # see pipelines.convert.warn_retype
+        cv.warn_retype(cfg, retyped)
+        return convert_in_process(dataclasses.replace(cfg, type_map=retyped, overwrite=True, resume=False),
+                                  num_workers)
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     written = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     assert written["totals"] == manifest["totals"]

@@ -158,6 +158,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     rejects: List[Dict[str, Any]] = []
     schema: Dict[str, Any] = {}
     last_schema: Optional[Dict[str, Any]] = None
+    first_types: Dict[str, str] = {}  # feature -> dtype of the first record that has it
     read = filtered = 0
     keys: List[str] = []
     corrupt: Optional[Reject] = None
@@ -188,6 +189,8 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             if rec_schema != last_schema:
                 schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
                 last_schema = rec_schema
+                for name, spec in rec_schema.items():
+                    first_types.setdefault(name, spec["dtype"])
     except BaseException as e:
         out.abort(e)
         raise
@@ -198,11 +201,11 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
         rejects.append(corrupt.to_dict())
         reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema = [], [], {}
+        sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
     info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
             "records_read": read, "filtered": filtered,
-            "rejects": rejects, "schema": schema, "members": stats.members,
+            "rejects": rejects, "schema": schema, "first_types": first_types, "members": stats.members,
             "skipped_members": stats.skipped_members, "duplicate_members": stats.duplicate_members,
             "member_bytes": stats.member_bytes}
     if out.on_disk:

@@ -92,6 +92,8 @@ def _as_floats(name: str, value: Any) -> List[float]:
 
 
 def _fail(name, value, typ):
+    if isinstance(value, float) and typ == INT64:  # nan, inf, 2.5: no integer holds them
+        raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({value!r} is no whole finite number)")
     shown = value[:40] if isinstance(value, (bytes, str)) else type(value).__name__
     raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({shown!r})")
 
