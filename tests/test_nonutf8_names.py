@@ -145,3 +145,26 @@ def test_resume_after_kill(shards, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     _check(str(tmp_path / "o"), str(tmp_path / "in"))
+
+
+def test_pcr_rejects_keys_its_index_cannot_hold(shards, tmp_path):
+    """A PCR index stores keys as protobuf strings (UTF-8 only): such records are encode
+    rejects naming why, the others convert; the job never crashes on a name."""
+    out = str(tmp_path / "pcr")
+    p = cli("pcr", shards, "--output", out, "--max-rejects", "9")
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    m = json.load(open(os.path.join(out, "PCR.manifest.json")))
+    non_utf8 = [raw for _, names in SHARDS for raw in names if not _is_utf8(raw)]
+    rejects = [json.loads(x) for x in open(os.path.join(out, "PCR.rejects.jsonl"))]
+    assert sorted(r["key"].encode("utf-8", "surrogateescape") for r in rejects
+                  if r["reason"].startswith("key is not UTF-8")) == sorted(non_utf8)
+    assert m["totals"]["records_written"] == len(_expected()) - len(non_utf8)
+
+
+def _is_utf8(raw):
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

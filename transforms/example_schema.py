@@ -124,12 +124,12 @@ def retype(type_map: Union[None, str, Mapping[str, str]], schema: Mapping[str, M
     """The type map to convert again with, when the manifest ``schema`` has features whose
     records disagreed on their type (``mixed``, with the type of the first one in input
     order as ``first_dtype``): the job's own type map plus those.  Empty: nothing to do."""
-    add = {n: s["first_dtype"] for n, s in schema.items()
-           if s.get("dtype") == "mixed" and s.get("first_dtype") in FEATURE_TYPES}
-    if not add:
-        return {}
     tm = parse_type_map(type_map)
-    return {**tm, **{n: t for n, t in add.items() if n not in tm}}
+    # a feature the type map already names cannot be typed any further (a custom encoder
+    # wrote it): no second pass, which would end the same way
+    add = {n: s["first_dtype"] for n, s in schema.items()
+           if s.get("dtype") == "mixed" and s.get("first_dtype") in FEATURE_TYPES and n not in tm}
+    return {**tm, **add} if add else {}
 
 
 def tf_feature_spec(schema: Mapping[str, Mapping[str, Any]]):
