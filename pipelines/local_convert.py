@@ -128,12 +128,13 @@ def _placed(cfg, job: str, blob: bytes, procs: int, feed: "shard_stream.PieceFee
         raise
     finally:
         shard_pool.stop(job)
-    return _result(cfg, shards, list(resumed.pieces) + feed.pieces(), list_rejects, urls, work, t0, num_workers)
+    return _result(cfg, shards, list(resumed.pieces) + feed.pieces(), list_rejects, urls, work, t0, procs)
 
 
 def _result(cfg, shards, pieces, list_rejects, urls: List[str], work: str, t0: float,
             num_workers: int) -> "cv.ConvertResult":
-    """Manifest and rejects written (``pipelines.convert.finish_job``); the job's result."""
+    """Manifest and rejects written (``pipelines.convert.finish_job``); the job's result.
+    ``num_workers``: for a second pass of a job whose features had several types."""
     manifest = next(iter(cv.finish_job(shards, pieces, cfg, list_rejects, urls, work)))
     retyped = exs.retype(cfg.type_map, manifest["schema"])
     if retyped:  # see pipelines.convert.warn_retype
