@@ -30,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops")
     p.add_argument("--max-member-size", type=size, metavar="SIZE", default="256MB",
                    help="tar members larger than this are rejected (default 256MB)")
+    p.add_argument("--max-image-pixels", type=int_in(1), metavar="N", default=None,
+                   help="images larger than this many pixels (read from their header, before decoding) "
+                        "are rejected (default 64000000)")
     p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run: keep its journaled final shards "
@@ -66,7 +69,8 @@ def build_config(args):
         max_member_size=args.max_member_size, max_rejects=args.max_rejects, overwrite=args.overwrite,
         resume=args.resume, store=store_config(args), dali_index=args.dali_index,
         shuffle=args.shuffle, seed=args.seed, progress=False if args.no_progress else None,
-        work_dir=args.work_dir, processes=args.processes, spool_limit=args.spool_limit)
+        work_dir=args.work_dir, processes=args.processes, spool_limit=args.spool_limit,
+        max_image_pixels=args.max_image_pixels)
 
 
 def check_paths(args) -> List[str]:

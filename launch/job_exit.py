@@ -28,7 +28,10 @@ def run_job(command: str, job: Callable[[], Any]) -> Tuple[Optional[Any], int]:
 
 def rejects_exit(command: str, res, max_rejects: int) -> int:
     """The result's exit code, saying why when it is 3 (too many rejects)."""
-    if res.exit_code == 3:
-        print(f"tar2tf {command}: {res.manifest['rejects']['count']} rejects > --max-rejects {max_rejects}",
+    count = res.manifest["rejects"]["count"]
+    if res.exit_code == 3 and count <= max_rejects:
+        print(f"tar2tf {command}: nothing written: every record read was rejected ({count} rejects)",
               file=sys.stderr)
+    elif res.exit_code == 3:
+        print(f"tar2tf {command}: {count} rejects > --max-rejects {max_rejects}", file=sys.stderr)
     return res.exit_code

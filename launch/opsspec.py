@@ -119,13 +119,29 @@ def _node(n: ast.AST) -> Any:
         return n.id  # bare word: an extension name
     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("tf", "np", "numpy"):
         return n.attr  # tf.float32 -> "float32"
+    dotted = _dotted(n)
+    if dotted is not None:
+        return dotted  # rgb.png, depth.npy, txt.gz: a dotted extension (WebDataset shards have many)
     if isinstance(n, (ast.Tuple, ast.List)):
         return [_node(e) for e in n.elts]
     if isinstance(n, ast.Dict):
         return {_node(k): _node(v) for k, v in zip(n.keys, n.values)}
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
         return -n.operand.value
-    raise SpecError(f"not allowed in an op expression: {ast.unparse(n)!r}")
+    text = ast.unparse(n)
+    hint = " (quote an extension that is not made of plain words: 'seg-0.png')" if re.search(r"[.-]", text) else ""
+    raise SpecError(f"not allowed in an op expression: {text!r}{hint}")
+
+
+def _dotted(n: ast.AST):
+    """``a.b.c`` made of bare words -> ``"a.b.c"``, else None."""
+    parts = []
+    while isinstance(n, ast.Attribute):
+        parts.append(n.attr)
+        n = n.value
+    if not parts or not isinstance(n, ast.Name):
+        return None
+    return ".".join([n.id] + parts[::-1])
 
 
 def parse_expr(text: str):
@@ -135,6 +151,8 @@ def parse_expr(text: str):
         hint = ""
         if text.count("(") > text.count(")"):  # YAML split an unquoted item at its comma
             hint = " (in YAML, quote an op whose arguments have commas: '[\"Decode(jpg, channels=3)\"]')"
+        elif re.search(r"\w[.-]\d", text):  # an extension that is no Python name
+            hint = " (quote an extension that is not made of plain words: Decode('seg.0.png'))"
         raise SpecError(f"cannot parse op {text!r}: {e.msg}{hint}") from None
     return _node(tree.body)
 

@@ -100,3 +100,21 @@ def test_cli_bad_ops_is_usage_error(tmp_path):
     p = _cli("convert", "demo-0.tar", "--base", DEMO, "-o", str(tmp_path / "x.record"), "--ops", "[Explode(jpg)]")
     assert p.returncode == 2 and "unknown op 'Explode'" in p.stderr
     assert not os.path.exists(tmp_path / "x.record")
+
+
+def test_dotted_extensions_unquoted():
+    """WebDataset shards often hold ``rgb.png``, ``depth.npy``, ``txt.gz``: bare dotted words
+    are extensions, as plain words are; a dotted word that is no Python name (``seg.0.png``)
+    gets a hint to quote it."""
+    conv, sel = load_ops('{conversions: [Decode(rgb.png), "Resize(rgb.png, (8, 8))", '
+                         '"Rotate(depth.npy, 90)"], selections: [rgb.png, txt.gz]}')
+    assert conv[0] == Resize(Decode("rgb.png"), (8, 8))
+    assert conv[1].what == "depth.npy"
+    assert sel == ["rgb.png", "txt.gz"]
+    assert parse_expr("SelectJSON(meta.json, [a])") == SelectJSON("meta.json", ["a"])
+    assert parse_expr("Convert(Decode(rgb.png), tf.float32)") == Convert(Decode("rgb.png"), "float32")
+    with pytest.raises(SpecError, match=r"quote an extension .*seg\.0\.png"):
+        parse_expr("Decode(seg.0.png)")
+    with pytest.raises(SpecError, match="quote an extension"):
+        parse_expr("Decode(seg-0.png)")
+    assert parse_expr("Decode('seg-0.png')") == Decode("seg-0.png")

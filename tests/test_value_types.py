@@ -338,3 +338,64 @@ def test_remote_in_memory_load_gives_the_local_elements_bools_and_0d_arrays_incl
     assert remote.element_spec == local.element_spec
     _assert_same(a, b)
     assert [bool(label) for _, label in b] == [False, True, False]
+
+
+MIXED = [[1, 2, 3], [float("nan"), 4, "x"], [float("inf"), 5, 2.5]]  # labels per shard, in input order
+
+
+def _mixed_shards(d):
+    import shardgen
+    d.mkdir()
+    for s, labels in enumerate(MIXED):
+        members = []
+        for i, label in enumerate(labels):
+            members += [(f"{s}{i}.jpg", shardgen.jpeg(i, (16, 12))), (f"{s}{i}.json", json.dumps({"label": label}).encode())]
+        shardgen.write_tar(str(d / f"m-{s}.tar"), members)
+    return str(d / "m-{0..2}.tar")
+
+
+def _labels(out_dir):
+    import glob
+    from transforms.tfrecord.framing import read_records
+    return [(r["__key__"], int(r["label"])) for p in sorted(glob.glob(f"{out_dir}/*.record"))
+            for r in map(ex.parse_example, read_records(p))]
+
+
+def test_mixed_value_types_get_the_first_records_type(tmp_path):
+    """A label that is an int in the first record, nan/inf/text/2.5 in later ones: the
+    feature is int64 (the type of the first record in input order that has it), the values
+    that do not fit are encode rejects, whatever worker converts which shard first; the
+    in-memory stream keeps the same records."""
+    from ops_fixtures import cli, output_digest
+    src = _mixed_shards(tmp_path / "in")
+    ops = '{selections: [jpg, "SelectJSON(json, [label])"]}'
+    outs = {}
+    for mode, extra in (("threads", ["--processes", "0", "--direct_num_workers=3"]),
+                        ("workers", ["--processes", "2"])):
+        out = str(tmp_path / mode / "t-{}.record")
+        p = cli("convert", src, "-o", out, "--ops", ops, "--max-rejects", "4", "--no-progress", *extra)
+        assert p.returncode == 0, p.stderr
+        assert "as --type-map label:int64" in p.stderr
+        outs[mode] = output_digest(str(tmp_path / mode))
+        m = json.load(open(str(tmp_path / mode / "t.record.manifest.json")))
+        assert m["schema"]["label"] == {"dtype": "int64", "shape": [1]}
+        rejects = [json.loads(x) for x in open(str(tmp_path / mode / "t.record.rejects.jsonl"))]
+        assert [(r["key"], r["stage"]) for r in rejects] == [("10", "encode"), ("12", "encode"),
+                                                            ("20", "encode"), ("22", "encode")]
+        assert "'label' is not int64 (nan is no whole finite number)" in rejects[0]["reason"]
+        assert _labels(str(tmp_path / mode)) == [("00", 1), ("01", 2), ("02", 3), ("11", 4), ("21", 5)]
+    assert outs["threads"] == outs["workers"]
+
+    # more rejects than allowed: exit 3 (the job does not pass with a 'mixed' schema)
+    p = cli("convert", src, "-o", str(tmp_path / "strict" / "t-{}.record"), "--ops", ops, "--no-progress")
+    assert p.returncode == 3, p.stderr
+
+    # the in-memory stream: the same records, no cast of nan to -2**31
+    import warnings
+    from pipelines import Dataset
+    from transforms.ops import SelectJSON
+    ds = Dataset(str(tmp_path / "in"), selections=["jpg", SelectJSON("json", ["label"])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = [int(label) for _, label in ds.load("m-{0..2}.tar").as_numpy_iterator()]
+    assert got == [1, 2, 3, 4, 5]

@@ -258,3 +258,47 @@ def test_manifests_with_sha256_rows_still_verify(demo_output, tmp_path):
     m["shards"][1]["sha256"] = "0" * 64
     json.dump(m, open(mpath, "w"))
     assert _checks(verify(mpath)) == [("sha256", os.path.basename(m["shards"][1]["path"]))]
+
+
+def test_decode_images_checks_pixel_arrays_as_arrays(tmp_path):
+    """A conversion without selections stores the resized pixels under ``jpg`` as an array
+    (``jpg``, ``jpg/dtype``, ``jpg/shape``): --decode-images checks it as one, not as a
+    JPEG; an array whose bytes do not fill its shape is still caught."""
+    import shardgen
+    from transforms.tfrecord.example import parse_example
+    shardgen.make_shards(str(tmp_path / "in"), 2, 3, size=(40, 30))
+    out = str(tmp_path / "o" / "t-{}.record")
+    p = cli("convert", str(tmp_path / "in" / "train-{0000..0001}.tar"), "-o", out, "--no-progress",
+            "--ops", '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"]}')
+    assert p.returncode == 0, p.stderr
+    manifest = str(tmp_path / "o" / "t.manifest.json")
+    manifest = manifest if os.path.exists(manifest) else str(tmp_path / "o" / "t.record.manifest.json")
+    p = cli("verify", manifest, "--decode-images", "--json", "-")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["images_decoded"] == 6 and rep["problems"] == []
+    shard = json.load(open(manifest))["shards"][0]["path"]
+    ex = parse_example(next(iter(read_records(shard))))
+    assert ex["jpg"].shape == (32, 32, 3)
+
+    # an array cut short: its bytes no longer fill the shape it states
+    from transforms.tfrecord.example import record_to_example
+    rec = {"__key__": "cut", "cls": b"1", "jpg": np.zeros((32, 32, 3), np.uint8)}
+    payload = bytearray(record_to_example(rec).SerializeToString())
+    ex_pb = __import__("transforms.tfrecord.example_wire_pb2", fromlist=["x"]).Example.FromString(bytes(payload))
+    ex_pb.features.feature["jpg"].bytes_list.value[0] = b"\0" * 100
+    from pipelines.job.verify import _decode_images
+    done, bad = _decode_images(ex_pb.features.feature)
+    assert done == 0 and bad == ["array feature 'jpg' (uint8, shape [32, 32, 3]) holds 100 bytes, "
+                                 "its shape needs 3072"]
+
+
+def test_mixed_schema_fails_verify(demo_output, tmp_path):
+    out = copy_dataset(demo_output[0], str(tmp_path / "copy"))
+    mpath = os.path.join(out, os.path.basename(demo_output[1]))
+    m = json.load(open(mpath))
+    m["schema"]["cls"]["dtype"] = "mixed"
+    json.dump(m, open(mpath, "w"))
+    rep = verify(mpath)
+    assert not rep.ok and [p.detail for p in rep.problems if p.check == "schema"] == [
+        "feature 'cls' has mixed types across records (schema dtype 'mixed'): no parser reads them all"]

@@ -34,7 +34,8 @@ from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
 from pipelines.job import finalize, progress
 from pipelines.job.config import ConvertConfig, OutputExistsError  # noqa: F401  (re-exported)
-from pipelines.job.setup import ConvertResult, finish_job, plan_shards, prepare, record_job, result_of
+from pipelines.job.element_coding import Pickled
+from pipelines.job.setup import ConvertResult, finish_job, plan_shards, prepare, record_job, result_of, retyped
 from pipelines.job.shard import convert_shard, load_verified_piece
 from transforms.records import Reject
 
@@ -67,7 +68,7 @@ class ConvertShardFn(beam.DoFn):
         for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        yield info
+        yield Pickled(info)  # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
 
 
 def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject], work: str):
@@ -119,4 +120,6 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
         result.wait_until_finish()
     counters = counters_of(result)
     counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
-    return result_of(job, counters)
+    res = result_of(job, counters)
+    again = retyped(cfg, res.manifest)
+    return res if again is None else convert(again, beam_args, flag_names)

@@ -39,6 +39,7 @@ from pipelines.job import finalize, record as job_record, progress as prog, work
 from pipelines.beam.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.beam.distribute import gather, spread
 from pipelines.beam.shuffle import sort_key
+from pipelines.job.element_coding import Pickled
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
@@ -116,8 +117,9 @@ class ConvertUnitFn(beam.DoFn):
         self.c["records_written"].inc(len(info["images"]))
         for r in info["rejects"]:
             self.c["records_rejected" if r.get("record", True) else "shards_rejected"].inc()
-            Metrics.counter(NS, "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind).inc()
-        yield info
+            name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+            Metrics.counter(NS, name.encode("utf-8", "backslashreplace").decode("utf-8")).inc()
+        yield Pickled(info)  # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
 
 
 def plan_records(infos: List[Dict[str, Any]], cfg: PcrConfig) -> List[Dict[str, Any]]:
@@ -129,7 +131,7 @@ def plan_records(infos: List[Dict[str, Any]], cfg: PcrConfig) -> List[Dict[str, 
     if cfg.seed is not None:
         flat.sort(key=lambda im: sort_key(cfg.seed, im["unit"], im["key"]))
     n = cfg.images_per_record
-    return [{"index": r, "path": join(cfg.output, fmt.record_name(r)), "images": flat[a:a + n]}
+    return [Pickled({"index": r, "path": join(cfg.output, fmt.record_name(r)), "images": flat[a:a + n]})
             for r, a in enumerate(range(0, len(flat), n))]
 
 
@@ -192,7 +194,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
                             "path": finalize.companion(stem, ".rejects.jsonl")}}
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
-    yield manifest
+    yield Pickled(manifest)
 
 
 def _existing_records(cfg: PcrConfig) -> List[str]:
@@ -310,4 +312,4 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     return PcrResult(paths=[s["path"] for s in manifest["shards"]], index_path=manifest["index"]["path"],
                      manifest=manifest, manifest_path=mpath, rejects_path=manifest["rejects"]["path"],
                      totals=manifest["totals"], counters=counters, seconds=time.time() - t0,
-                     exit_code=0 if rejected <= cfg.max_rejects else 3)
+                     exit_code=finalize.exit_code(manifest["totals"], rejected, cfg.max_rejects))

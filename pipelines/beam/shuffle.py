@@ -26,7 +26,8 @@ from transforms.tfrecord.framing import iter_frames, pack
 
 
 def sort_key(seed: int, shard: int, key: str) -> bytes:
-    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode()).digest()[:12]
+    # the key's own bytes, also where they are no UTF-8 (pipelines.job.element_coding)
+    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[:12]
 
 
 def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
+from transforms.ops import image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig
@@ -47,9 +48,14 @@ class ConvertConfig:
     # shards that may wait in local spool files for their upload before the writer waits
     # (a size: "500MB"); None: $TAR2TF_SPOOL_LIMIT, else 1 GB.  Not an output option either.
     spool_limit: Union[None, int, str] = None
+    # images over this many pixels (from their header) are op rejects before decoding;
+    # None: transforms.ops.image_limits.DEFAULT_MAX_IMAGE_PIXELS
+    max_image_pixels: Optional[int] = None
 
     def stages(self) -> Stages:
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
+
+        image_limits.set_max_pixels(self.max_image_pixels)  # in every process that runs the stages
         return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
                       tuple(as_stage(s) for s in self.example_stages), exs.parse_type_map(self.type_map))
 
@@ -68,4 +74,7 @@ class ConvertConfig:
                 "example_stages": [stage_name(s) for s in self.example_stages],
                 "max_member_size": parse_size(self.max_member_size), "max_rejects": self.max_rejects,
                 "dali_index": self.dali_index, "shuffle": self.shuffle,
-                "seed": self.seed if self.shuffle else None}
+                "seed": self.seed if self.shuffle else None,
+                # only when set: the manifests (and work directories) of jobs at the default stay as they were
+                **({"max_image_pixels": self.max_image_pixels}
+                   if self.max_image_pixels not in (None, image_limits.DEFAULT_MAX_IMAGE_PIXELS) else {})}

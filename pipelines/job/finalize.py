@@ -336,16 +336,18 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
     c = {"shards_read": 1, "records_read": info["records_read"], "records_written": len(info["sizes"]),
          "records_filtered": info["filtered"], "bytes_written": info.get("bytes", 0),
          "member_bytes_read": info.get("member_bytes", 0), "members_skipped": info.get("skipped_members", 0),
-         "records_rejected": 0, "shards_rejected": 0}
+         "members_duplicate": info.get("duplicate_members", 0), "records_rejected": 0, "shards_rejected": 0}
     for r in info["rejects"]:
         c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
         name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+        # a counter name is UTF-8 text: a member name's undecodable bytes stay escaped
+        name = name.encode("utf-8", "backslashreplace").decode("utf-8")
         c[name] = c.get(name, 0) + 1
     return c
 
 
 _PIECE_TOTALS = ("shards_read", "records_read", "records_written", "records_rejected", "records_filtered",
-                 "shards_rejected", "members_skipped")
+                 "shards_rejected", "members_skipped", "members_duplicate")
 
 
 def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
@@ -361,11 +363,40 @@ def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
     return t
 
 
+DUPLICATE_EXAMPLES = 5
+
+
+def duplicate_keys(pieces: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Records written whose key an earlier input shard (in input order) already had:
+    their count and the first few, each with the shard that had the key first.  Within a
+    shard a repeated key is a ``tar`` reject; across shards both records are written (they
+    may be distinct samples that share a name), and this says so."""
+    first: Dict[str, str] = {}
+    count, examples = 0, []
+    for p in sorted(pieces, key=lambda p: p["index"]):
+        for k in p.get("keys", ()):
+            seen = first.setdefault(k, p["shard"])
+            if seen != p["shard"]:
+                count += 1
+                if len(examples) < DUPLICATE_EXAMPLES:
+                    examples.append({"key": k, "first": seen, "again": p["shard"]})
+    return {"count": count, "examples": examples}
+
+
 def all_rejects(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]) -> List[Dict[str, Any]]:
     out = [r.to_dict() for r in list_rejects]
     for p in sorted(pieces, key=lambda p: p["index"]):
         out.extend(p["rejects"])
     return out
+
+
+def exit_code(totals: Dict[str, int], rejected: int, max_rejects: int) -> int:
+    """3 when rejects exceed ``max_rejects``, or when the job wrote nothing because
+    everything it read was rejected (within ``max_rejects`` or not): an empty output is no
+    success.  Else 0."""
+    if rejected > max_rejects:
+        return 3
+    return 3 if rejected and not totals.get("records_written", 0) else 0
 
 
 def rejects_by_reason(rejects: Sequence[Dict[str, Any]]) -> Dict[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 COMPARED = ("shards_read", "records_read", "records_written", "records_rejected", "records_filtered",
-            "shards_rejected", "bytes_written", "members_skipped")
+            "shards_rejected", "bytes_written", "members_skipped", "members_duplicate")
 
 
 def mismatches(counters: Dict[str, int], totals: Dict[str, int]) -> List[str]:
@@ -34,6 +34,7 @@ def build(res) -> Dict[str, Any]:
         "counter_mismatches": mismatches(c, t),
         "shards_resumed": c.get("shards_resumed", 0),
         "rejects": {"count": res.manifest["rejects"]["count"], "by_reason": res.manifest["rejects"]["by_reason"]},
+        "duplicate_keys": res.manifest.get("duplicate_keys", {"count": 0, "examples": []}),
         "rates": {"records_per_s": round(t["records_written"] / secs, 2),
                   "mb_written_per_s": round(t["bytes_written"] / 1e6 / secs, 3),
                   "mb_read_per_s": round(c.get("member_bytes_read", 0) / 1e6 / secs, 3)},
@@ -45,7 +46,8 @@ def text(report: Dict[str, Any]) -> str:
     lines = [
         f"records: {t['records_read']} read, {t['records_written']} written, "
         f"{t['records_rejected']} rejected, {t['records_filtered']} filtered"
-        f" ({t.get('members_skipped', 0)} non-file/extensionless members skipped)",
+        f" ({t.get('members_skipped', 0)} non-file/extensionless members skipped"
+        + (f", {t['members_duplicate']} duplicate members" if t.get("members_duplicate") else "") + ")",
         f"shards:  {t['shards_read']} input ({t['shards_rejected']} rejected"
         + (f", {report['shards_resumed']} resumed" if report["shards_resumed"] else "")
         + f") -> {t['shards']} output, {t['bytes_written']} bytes ({r['mb_written_per_s']:.1f} MB/s)",
@@ -56,6 +58,11 @@ def text(report: Dict[str, Any]) -> str:
         lines.append(f"  {n:6d}  {reason}")
     if not report["counters_reported"]:
         lines.append("counters: the runner reported no metrics (totals are from the manifest)")
+    dups = report.get("duplicate_keys") or {}
+    if dups.get("count"):
+        e = dups["examples"][0]
+        lines.append(f"WARNING {dups['count']} records have a key an earlier input shard had "
+                     f"(e.g. {e['key']!r} in {e['again']}, first in {e['first']}); both are written")
     for m in report["counter_mismatches"]:
         lines.append(f"WARNING counters disagree with the manifest: {m}")
     lines.append(f"manifest: {report['manifest']}")

@@ -16,9 +16,10 @@ import hashlib
 import json
 import logging
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import transforms
+from pipelines.job.element_coding import Pickled
 from pipelines.job import finalize
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
@@ -70,7 +71,23 @@ def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
                          manifest_path=manifest_path,
                          rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
                          totals=manifest["totals"], counters=counters, seconds=time.time() - job.started,
-                         exit_code=0 if rejected <= cfg.max_rejects else 3)
+                         exit_code=finalize.exit_code(manifest["totals"], rejected, cfg.max_rejects))
+
+
+def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
+    """A feature's records disagreed on its type: the job to run again, with the type of
+    the first record in input order that has it (as if given in the type map), so that
+    every record has one type and the values that do not fit it are ``encode`` rejects;
+    None when every feature had one type."""
+    types = exs.retype(cfg.type_map, manifest["schema"])
+    if not types:
+        return None
+    given = exs.parse_type_map(cfg.type_map)
+    added = ", ".join(f"{n}:{t}" for n, t in sorted(types.items()) if n not in given)
+    log.warning("features with values of several types across records; converting again with the type "
+                "of the first record that has each (as --type-map %s); values that do not fit are rejected",
+                added)
+    return dataclasses.replace(cfg, type_map=types, overwrite=True, resume=False)
 
 
 @dataclasses.dataclass
@@ -104,6 +121,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     for p in sorted(pieces, key=lambda p: p["index"]):
         if p["schema"]:
             schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    for name, t in exs.first_types(schema, pieces).items():
+        schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
         log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
@@ -111,9 +130,14 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
     by_reason = finalize.rejects_by_reason(rejects)
+    dups = finalize.duplicate_keys(pieces)
+    if dups["count"]:
+        e = dups["examples"][0]
+        log.warning("%d records have a key that an earlier input shard had (e.g. %r in %s, first in %s); "
+                    "both are written", dups["count"], e["key"], e["again"], e["first"])
     manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "tfrecord",
                 "inputs": inputs, "output": cfg.output, "options": cfg.describe(), "schema": schema,
-                "shards": shards, "totals": totals,
+                "shards": shards, "totals": totals, "duplicate_keys": dups,
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
     # stale shards of an earlier run (overwrite was checked before the job started)
@@ -129,7 +153,7 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
-    yield manifest
+    yield Pickled(manifest)
 
 
 def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]) -> None:

@@ -93,6 +93,7 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
     sizes: List[int] = []
     rejects: List[Dict[str, Any]] = []
     schema: Dict[str, Any] = {}
+    first_types: Dict[str, str] = {}  # feature -> dtype of the first record that has it
     last_schema: Optional[Dict[str, Any]] = None
     read = filtered = 0
     keys: List[str] = []
@@ -122,6 +123,8 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
             # without false alarms on features that appear late; merging is idempotent, so
             # a run of records with the same features merges once
             if rec_schema != last_schema:
+                for name, spec in rec_schema.items():
+                    first_types.setdefault(name, spec["dtype"])
                 schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
                 last_schema = rec_schema
     except BaseException as e:
@@ -134,12 +137,13 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
         rejects.append(corrupt.to_dict())
         reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema = [], [], {}
+        sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
     info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
             "records_read": read, "filtered": filtered,
-            "rejects": rejects, "schema": schema, "members": stats.members,
-            "skipped_members": stats.skipped_members, "member_bytes": stats.member_bytes}
+            "rejects": rejects, "schema": schema, "first_types": first_types, "members": stats.members,
+            "skipped_members": stats.skipped_members, "duplicate_members": stats.duplicate_members,
+            "member_bytes": stats.member_bytes}
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)
         workfiles.write_sidecar(piece, info, cfg.store)

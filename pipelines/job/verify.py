@@ -169,6 +169,11 @@ def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
     for name in sorted(feats):
         if name.lower() not in limit_names or feats[name].WhichOneof("kind") != "bytes_list":
             continue
+        if f"{name}/dtype" in feats:  # a pixel array stored under the image's name: checked as an array
+            bad = _check_array(feats, name)
+            done += bad is None
+            problems += [bad] if bad else []
+            continue
         for value in feats[name].bytes_list.value:
             try:
                 with Image.open(io.BytesIO(value)) as im:
@@ -177,6 +182,29 @@ def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
             except Exception as e:  # noqa: BLE001 - any decoder error is the finding
                 problems.append(f"feature {name!r} does not decode: {type(e).__name__}: {e}")
     return done, problems
+
+
+def _check_array(feats, name: str) -> Optional[str]:
+    """An array feature (``name`` raw little-endian bytes, ``name/dtype``, ``name/shape``,
+    as transforms.tfrecord.example writes a decoded image): its bytes must fill its shape exactly."""
+    dtype = feats[f"{name}/dtype"].bytes_list.value
+    shape = list(feats[f"{name}/shape"].int64_list.value) if f"{name}/shape" in feats else None
+    data = feats[name].bytes_list.value
+    if shape is None or len(dtype) != 1:
+        return f"array feature {name!r} lacks its {name}/shape or {name}/dtype"
+    if dtype[0] in (b"string", b"bool"):
+        return None  # elements, not a buffer: the schema check covers their count
+    import numpy as np
+    try:
+        itemsize = np.dtype(dtype[0].decode()).itemsize
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return f"array feature {name!r} has an unknown dtype {dtype[0]!r}"
+    want = itemsize * int(np.prod(shape, dtype=np.int64))
+    got = sum(len(v) for v in data)
+    if len(data) != 1 or got != want:
+        return (f"array feature {name!r} ({dtype[0].decode()}, shape {shape}) holds {got} bytes, "
+                f"its shape needs {want}")
+    return None
 
 
 def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, config: StoreConfig,
@@ -337,6 +365,10 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
         _verify_pcr(m, mpath, recorded, report, config)
         return report
     schema = m.get("schema", {})
+    for name, spec in sorted(schema.items()):
+        if spec.get("dtype") == "mixed":  # a reader's one parser cannot take every record
+            report.problems.append(Problem("schema", f"feature {name!r} has mixed types across records "
+                                                     "(schema dtype 'mixed'): no parser reads them all"))
     dali = bool(m.get("options", {}).get("dali_index"))
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
     listed = set()

@@ -27,7 +27,7 @@ from pipelines.job import finalize
 from pipelines.job import journal as shard_journal
 from pipelines.job.config import ConvertConfig
 from pipelines.job.progress import Progress
-from pipelines.job.setup import ConvertResult, Job, finish_job, plan_shards, prepare, record_job, result_of
+from pipelines.job.setup import ConvertResult, Job, finish_job, plan_shards, prepare, record_job, result_of, retyped
 from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
 from pipelines.local import pool as shard_pool, stream as shard_stream
 from transforms.sizes import parse_size
@@ -154,7 +154,7 @@ def convert_in_process(cfg: ConvertConfig, num_workers: int = 1,
             workers.close()
         if bar is not None:
             bar.close()
-    return _result(job, shards, pieces)
+    return _result(job, shards, pieces, num_workers)
 
 
 def _placed(job: Job, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", tasks: Sequence,
@@ -178,18 +178,21 @@ def _placed(job: Job, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", t
         pool.close()
         if bar is not None:
             bar.close()
-    return _result(job, shards, list(resumed.pieces) + feed.pieces())
+    return _result(job, shards, list(resumed.pieces) + feed.pieces(), procs)
 
 
-def _result(job: Job, shards, pieces) -> ConvertResult:
-    """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result."""
+def _result(job: Job, shards, pieces, num_workers: int) -> ConvertResult:
+    """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
+    ``num_workers``: for a second pass of a job whose features had several types."""
     next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls, job.work)))
     # the counts a Beam job's counters hold, from the pieces this process saw
     counters = {"shards_rejected": len(job.list_rejects)}
     for piece in pieces:
         for name, n in finalize.piece_counts(piece).items():
             counters[name] = counters.get(name, 0) + n
-    return result_of(job, counters)
+    res = result_of(job, counters)
+    again = retyped(job.cfg, res.manifest)
+    return res if again is None else convert_in_process(again, num_workers)
 
 
 def _inline(one: Callable, tasks: Sequence) -> Iterator:

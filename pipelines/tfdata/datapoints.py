@@ -167,6 +167,12 @@ def fit(element: Any, spec: Any) -> Any:
             from transforms.ops.images import convert_dtype
             arr = convert_dtype(arr, spec.numpy)
         else:
+            if arr.dtype.kind == "f" and spec.numpy.kind in "iu":
+                # nan, inf, 2.5 have no integer: a reject, as when the same load is written
+                # to files (transforms.tfrecord.example), never numpy's cast to -2**31
+                with np.errstate(invalid="ignore"):
+                    if not np.all(np.isfinite(arr) & np.equal(np.mod(arr, 1), 0)):
+                        raise OpError(f"value {str(element)[:40]} is not {spec.dtype} (no whole finite number)")
             arr = arr.astype(spec.numpy, copy=False)  # any other dtype: a cast (as from_generator's)
     if not spec.fits(arr.shape):
         raise OpError(f"shape {tuple(arr.shape)} does not fit the output shape {spec.shape_text()}")

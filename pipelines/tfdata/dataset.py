@@ -287,19 +287,22 @@ class Dataset:
         return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (ElementStage(self.selections, spec),))
 
     def elements(self, template, num_workers: int = 1, spec=None, prefetch: int = 64,
-                 stats: Optional[LoadStats] = None) -> Iterator[Any]:
+                 stats: Optional[LoadStats] = None, report: bool = True) -> Iterator[Any]:
         """The datapoints, as numpy, in source order (what the tf.data dataset yields).
 
         With ops that do real work per record (decode, resize...) and more than one
         worker and shard, the shards convert in local worker processes (as for
         ``load(path=...)``: ``pipelines.local.pool``) and their elements cross back in
-        chunks; otherwise, or if an op cannot be pickled, on this process's threads."""
+        chunks; otherwise, or if an op cannot be pickled, on this process's threads.
+
+        Rejects are logged once the stream ends (or is closed), grouped: one line per
+        reason with its count and an example (``report=False``: not logged)."""
         urls, list_rejects = resolve(template, self.base, self.store)
         stats = stats if stats is not None else LoadStats()
+        return _reporting(self._elements(urls, list_rejects, num_workers, spec, prefetch, stats), stats, report)
 
+    def _elements(self, urls, list_rejects, num_workers, spec, prefetch, stats) -> Iterator[Any]:
         def note(what, reject=None):
-            if reject is not None:
-                log.warning("%s", describe_reject(reject))
             stats.add(what, reject)
 
         for r in list_rejects:
@@ -332,10 +335,12 @@ class Dataset:
         import tensorflow as tf
         spec = output_signature
         if spec is None:
-            first = self.elements(template, 1, None, 1)
+            probe = LoadStats()
+            first = self.elements(template, 1, None, 1, probe, report=False)
             try:
                 el = next(first)
             except StopIteration:
+                log_rejects(probe.rejects)
                 raise ValueError(f"no record under {template!r} could be converted (all rejected or none "
                                  f"found); nothing to infer the element spec from") from None
             finally:
@@ -363,6 +368,30 @@ class Dataset:
                 lambda: dp.stacked(gen(), spec, _CROSSING_BATCH),
                 output_signature=dp.batched_spec(spec)).unbatch()
         return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+def _reporting(items: Iterator[Any], stats: LoadStats, report: bool) -> Iterator[Any]:
+    start = len(stats.rejects)
+    try:
+        yield from items
+    finally:
+        if report:
+            log_rejects(stats.rejects[start:])
+
+
+def log_rejects(rejects: Sequence[Reject]) -> None:
+    """One warning per reason (stage and kind, as the CLI's report groups them): its count
+    and the first reject of it, not one line per record."""
+    for line in report_lines(rejects):
+        log.warning("%s", line)
+
+
+def report_lines(rejects: Sequence[Reject]) -> List[str]:
+    groups: Dict[str, List[Any]] = {}
+    for r in rejects:
+        g = groups.setdefault(f"{r.stage}: {r.kind}", [0, r])
+        g[0] += 1
+    return [f"{n} rejected: {reason} (e.g. {describe_reject(first)})" for reason, (n, first) in groups.items()]
 
 
 def _fixed_entries(conversions) -> Dict[str, bool]:

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import io
 import struct
+import warnings
 from typing import Optional, Sequence, Tuple
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from transforms.ops import image_limits
 from transforms.ops.lazynp import is_array, np
 
 FORMATS = ("BMP", "JPEG", "PNG")
@@ -56,12 +58,20 @@ def _open(data: bytes, formats: Sequence[str]) -> Image.Image:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ImageError(f"value is {type(data).__name__}, not encoded image bytes")
     try:
-        img = Image.open(io.BytesIO(bytes(data)))
+        with warnings.catch_warnings():  # the size is checked below, against the job's own limit
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(bytes(data)))
+    except Image.DecompressionBombError as e:  # over Pillow's hard limit (2x its warning size)
+        raise ImageError(f"image too large: {e}") from None
     except UnidentifiedImageError:
         head = bytes(data[:8])
         raise ImageError(f"not an image: bytes start with {head!r}") from None
     except (OSError, SyntaxError, ValueError) as e:  # header present but damaged
         raise ImageError(f"corrupt {_sniff(bytes(data[:8]))} image: {e}") from None
+    w, h = img.size
+    if w * h > image_limits.max_pixels:
+        raise ImageError(f"image too large: {w}x{h} = {w * h} pixels > max-image-pixels "
+                         f"{image_limits.max_pixels}")
     fmt = norm_format(img.format or "?")
     allowed = [norm_format(f) for f in formats]
     if fmt not in allowed:

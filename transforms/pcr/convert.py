@@ -109,6 +109,11 @@ def tar_items(url: str, config: Optional[StoreConfig], image_field: Optional[str
             yield item
             continue
         key = item[KEY]
+        if not key.isascii() and not _utf8(key):
+            # the PCR index holds keys as protobuf strings, which must be UTF-8 (a TFRecord
+            # conversion keeps such a name's bytes in its bytes-valued __key__)
+            yield Reject(url, key, "encode", "key is not UTF-8: a PCR index stores keys as UTF-8 text")
+            continue
         field, data = _pick_image(item, image_field)
         if data is None:
             yield Reject(url, key, "encode", f"no image: record has no {image_field or '/'.join(IMAGE_EXTS)} field")
@@ -122,6 +127,14 @@ def tar_items(url: str, config: Optional[StoreConfig], image_field: Optional[str
             yield Reject(url, key, "encode", f"bad label: {label_field}={item[label_field]!r:.40}: {e}")
             continue
         yield key, label, data
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # a surrogate-escaped byte of a name that is no UTF-8
+        return False
 
 
 def file_items(rows, config: Optional[StoreConfig], shard: str):

@@ -44,10 +44,22 @@ class LocalFile(io.RawIOBase):
     def __init__(self, path: str):
         self.name = path
         self._f = None
-        self._f = open(path, "rb", buffering=0)
+        # opened without blocking: opening a FIFO for reading otherwise waits for a writer
+        # forever; anything but a regular file (a FIFO, /dev/zero, a socket...) is refused
+        # before a byte is read, as an endless or never-ending input would hang the job
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise NotRegularFileError(path, _kind(mode))
+            os.set_blocking(fd, True)
+            self._f = os.fdopen(fd, "rb", buffering=0)
+        except BaseException:
+            os.close(fd)
+            raise
         self._pos = 0
         try:
-            self._stamp = self._stat() if stat.S_ISREG(os.fstat(self._f.fileno()).st_mode) else None
+            self._stamp = self._stat()
         except BaseException:
             self._f.close()
             raise
@@ -95,6 +107,23 @@ class LocalFile(io.RawIOBase):
         if self._f is not None:
             self._f.close()
         super().close()
+
+
+class NotRegularFileError(OSError):
+    """A local input that is not a regular file (a FIFO, a device, a socket): refused, as
+    reading it may never end."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"not a regular file ({kind}): {path}")
+        self.path, self.kind = path, kind
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return f"file type {stat.S_IFMT(mode):o}"
 
 
 def _what_changed(before: Tuple[int, int], now: Tuple[int, int]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Union
 
+from transforms.stores.local_read import NotRegularFileError
 from transforms.records import Record, Reject
 from transforms.stores import StoreConfig, get_store
 from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
@@ -27,6 +28,9 @@ def read_shard(url: str, config: Optional[StoreConfig] = None,
         return
     except PermissionError as e:
         yield Reject(url, None, "fetch", f"permission denied: {url}: {e}", counts_record=False)
+        return
+    except NotRegularFileError as e:
+        yield Reject(url, None, "fetch", f"not a regular file: {url} is {e.kind}", counts_record=False)
         return
     except Exception as e:  # noqa: BLE001 - unreachable server etc.: a clear reject, job goes on
         yield Reject(url, None, "fetch", f"fetch failed: {url}: {e.__class__.__name__}: {e}",

@@ -64,9 +64,11 @@ def split_key(name: str) -> Optional[Tuple[str, str]]:
 
 @dataclasses.dataclass
 class TarStats:
-    """Per-shard counts that are not records: skipped members and bytes read."""
+    """Per-shard counts that are not records: skipped members (not files, no extension),
+    duplicate members (a key's extension again, or a key again after its record), bytes read."""
     members: int = 0
     skipped_members: int = 0
+    duplicate_members: int = 0
     member_bytes: int = 0
 
 
@@ -205,7 +207,7 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                     yield Reject(shard, key, "tar",
                                  f"duplicate key: {key!r} appears again, not with its first members")
                 last_dup = key
-                stats.skipped_members += 1
+                stats.duplicate_members += 1
                 continue
             group = pending[key] = _Group(key)
             last_dup = None
@@ -233,7 +235,7 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             if last_dup != key:
                 yield Reject(shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}")
             last_dup = key
-            stats.skipped_members += 1
+            stats.duplicate_members += 1
             continue
         try:
             data = tar.read(member)

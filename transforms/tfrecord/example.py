@@ -92,6 +92,8 @@ def _as_floats(name: str, value: Any) -> List[float]:
 
 
 def _fail(name, value, typ):
+    if isinstance(value, float) and typ == INT64:  # nan, inf, 2.5: no integer holds them
+        raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({value!r} is no whole finite number)")
     shown = value[:40] if isinstance(value, (bytes, str)) else type(value).__name__
     raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({shown!r})")
 
@@ -121,7 +123,8 @@ def _as_bytes(name: str, value: Any) -> List[bytes]:
 def _features(record: Record, type_map: Mapping[str, str]):
     """``(name, type, values)`` of the default encoding's features, in the order they are
     built: ``__key__``, then the record's entries by name (an array as three features)."""
-    yield KEY, BYTES, [str(record[KEY]).encode("utf-8")]
+    # the key's bytes as in the tar, also a name that is no UTF-8 (decoded with surrogateescape)
+    yield KEY, BYTES, [str(record[KEY]).encode("utf-8", "surrogateescape")]
     # numpy is not imported here: while nothing else has imported it (a passthrough
     # worker), no value can be a numpy array or scalar (transforms.ops.lazynp)
     np = lazynp.loaded()
@@ -356,7 +359,7 @@ def parse_example(serialized: bytes) -> Record:
             dtype = np.dtype(stored[0].decode()).newbyteorder("<")
             rec[name] = _shaped(np.frombuffer(vals[0], dtype=dtype), shape).astype(dtype.newbyteorder("="))
         elif name == KEY:
-            rec[name] = vals[0].decode("utf-8") if vals else ""
+            rec[name] = vals[0].decode("utf-8", "surrogateescape") if vals else ""
         elif kind == "bytes_list":
             rec[name] = vals[0] if len(vals) == 1 else vals
         else:

@@ -105,6 +105,33 @@ def merge_schema(a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]) -> 
     return dict(sorted(out.items()))
 
 
+def first_types(schema: Mapping[str, Mapping[str, Any]], pieces) -> Dict[str, str]:
+    """For each feature the schema calls ``mixed``: the type of the first record in input
+    order that has it (each piece records its own first ones: ``first_types``; pieces are
+    ordered by ``index``, whichever worker finished them first)."""
+    out: Dict[str, str] = {}
+    mixed = [n for n, s in schema.items() if s.get("dtype") == "mixed"]
+    for p in sorted(pieces, key=lambda p: p["index"]):
+        for name in mixed:
+            t = p.get("first_types", {}).get(name)
+            if name not in out and t in FEATURE_TYPES:
+                out[name] = t
+    return out
+
+
+def retype(type_map: Union[None, str, Mapping[str, str]], schema: Mapping[str, Mapping[str, Any]]
+           ) -> Dict[str, str]:
+    """The type map to convert again with, when the manifest ``schema`` has features whose
+    records disagreed on their type (``mixed``, with the type of the first one in input
+    order as ``first_dtype``): the job's own type map plus those.  Empty: nothing to do."""
+    tm = parse_type_map(type_map)
+    # a feature the type map already names cannot be typed any further (a custom encoder
+    # wrote it): no second pass, which would end the same way
+    add = {n: s["first_dtype"] for n, s in schema.items()
+           if s.get("dtype") == "mixed" and s.get("first_dtype") in FEATURE_TYPES and n not in tm}
+    return {**tm, **add} if add else {}
+
+
 def tf_feature_spec(schema: Mapping[str, Mapping[str, Any]]):
     """A ``tf.io.parse_single_example`` spec from a manifest schema."""
     import tensorflow as tf
