@@ -18,6 +18,7 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     and written by a thread standing in for the worker process, from memory ("held") or
     from the piece file ("spilled"); the threads start in ``order``."""
     import threading
+    from pipelines.local.messages import Run
     from pipelines.local.stream import PieceFeed
     from pipelines.local.worker import write_runs
     feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
@@ -26,7 +27,7 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     def worker(p, kind):
         try:
             runs = feed.place(dict(p)) or []
-            crcs = write_runs([(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+            crcs = write_runs([Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
                               _frames_of(p) if kind == "held" else None, p)
             for (sh, off, _, _), crc in zip(runs, crcs):
                 sh.filled(off, crc)
@@ -122,6 +123,7 @@ def _raises(fn):
 def test_a_piece_placed_twice_is_written_once(tmp_path):
     """A piece converted again (a retried task): the second placement gets None (the
     worker drops its frames) and the shards are those of one conversion."""
+    from pipelines.local.messages import Run
     from pipelines.local.worker import write_runs
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
@@ -130,7 +132,7 @@ def test_a_piece_placed_twice_is_written_once(tmp_path):
     try:
         for p in pieces:
             runs = feed.place(dict(p))
-            for (sh, off, _, _), crc in zip(runs, write_runs([(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+            for (sh, off, _, _), crc in zip(runs, write_runs([Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
                                                              _frames_of(p), p)):
                 sh.filled(off, crc)
             assert feed.place(dict(p)) is None

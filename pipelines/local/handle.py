@@ -1,7 +1,8 @@
 """The launching process's handle on one shard worker process (:mod:`pipelines.local.worker`
 is the other end): its start, its pipes, and the messages of one task, a piece-file
-conversion, a placed piece's runs, or a shard's streamed elements.  The pool that schedules
-tasks over these handles is :mod:`pipelines.local.pool`, whose docstring has the design."""
+conversion, a placed piece's runs, or a shard's streamed elements (the messages are
+:mod:`pipelines.local.messages`).  The pool that schedules tasks over these handles is
+:mod:`pipelines.local.pool`, whose docstring has the design."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ import pickle
 import subprocess
 import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from pipelines.local.messages import (
+    NEXT,
+    STOP,
+    Convert,
+    End,
+    Failed,
+    Items,
+    Job,
+    Run,
+    Runs,
+    Stream,
+    StreamFailed,
+    WriteFailed,
+    Written,
+)
 
 _BOOT = "from pipelines.local.worker import serve; serve()"
 
@@ -52,7 +69,7 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=worker_env())
         try:
-            self._send((blob, work))
+            self._send(Job(blob, work))
         except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
             pass
 
@@ -64,11 +81,11 @@ class Worker:
         """Convert one shard into a piece file (a placing pool's conversation, where the
         worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
         error raises here."""
-        self.post((index, url, False), f"converting {url}")
-        status, value = self.recv(f"converting {url}")
-        if status == "error":
-            raise failed(url, value)
-        return value
+        self.post(Convert(index, url, False), f"converting {url}")
+        reply = self.recv(f"converting {url}")
+        if isinstance(reply, Failed):
+            raise failed(url, reply.trace)
+        return reply.info
 
     def send_runs(self, info: Dict[str, Any], place: Callable, doing: str) -> Tuple[list, Optional[BaseException]]:
         """Wait for ``place`` to settle where the piece the worker holds goes, and send the
@@ -80,25 +97,28 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - raised by report_written
             runs, error = [], e
         try:
-            self.post([(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs], doing)
+            runs_of = [Run(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs]
+            self.post(Runs(runs_of), doing)
         except BaseException as e:
             cancel(runs, e)
             raise
         return runs, error
 
-    def report_written(self, url: str, runs: list, error: Optional[BaseException], reply: Tuple[str, Any]) -> None:
+    def report_written(self, url: str, runs: list, error: Optional[BaseException],
+                       reply: Written | WriteFailed) -> None:
         """The worker's answer (``reply``) to :meth:`send_runs`: each run reported to its
         shard."""
         try:
-            status, value = reply
-            if status == "write-error":
-                raise RuntimeError(f"writing the piece of {url} failed in a shard worker process:\n{value}")
+            if isinstance(reply, WriteFailed):
+                raise RuntimeError(f"writing the piece of {url} failed in a shard worker "
+                                   f"process:\n{reply.trace}")
+            crcs = reply.crcs
         except BaseException as e:
             cancel(runs, e)
             raise
         if error is not None:
             raise error
-        for (shard, offset, _, _), crc in zip(runs, value):
+        for (shard, offset, _, _), crc in zip(runs, crcs):
             shard.filled(offset, crc)
 
     def died(self, doing: str, e: BaseException) -> WorkerDied:
@@ -126,22 +146,23 @@ class Worker:
         converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
         worker's counts.  Closing the generator early stops the worker's shard."""
         doing = f"streaming {url}"
-        self.post(("elements", url, chunk), doing)
+        self.post(Stream(url, chunk), doing)
         settled = False  # the worker has finished the task (end, error, or dead)
         try:
             while True:
-                kind, value, notes = self.recv(doing)
-                for n in notes:
+                reply = self.recv(doing)
+                for n in reply.notes:
                     note(*n)
-                if kind == "error":
+                if isinstance(reply, StreamFailed):
                     settled = True
-                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n{value}")
-                if kind == "end":
+                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n"
+                                       f"{reply.trace}")
+                if isinstance(reply, End):
                     settled = True
-                    yield from value
+                    yield from reply.elements
                     return
-                self.post("next", doing)
-                yield from value
+                self.post(NEXT, doing)
+                yield from reply.elements
         except WorkerDied:
             settled = True
             raise
@@ -152,12 +173,12 @@ class Worker:
     def _stop_streaming(self, doing: str, note: Callable) -> None:
         try:
             while True:
-                kind, _, notes = self.recv(doing)
-                for n in notes:
+                reply = self.recv(doing)
+                for n in reply.notes:
                     note(*n)
-                if kind != "items":
+                if not isinstance(reply, Items):
                     return
-                self.post("stop", doing)
+                self.post(STOP, doing)
         except WorkerDied:
             pass  # the pool finds out at the worker's next task
 

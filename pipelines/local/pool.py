@@ -32,7 +32,8 @@ written once; otherwise each worker writes a piece file that the shards are copi
   :class:`Pool`).
 * Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
   Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
-  ``(index, url)`` tasks on stdin; it answers each with the piece's info on stdout.
+  :class:`~pipelines.local.messages.Convert` tasks on stdin; it answers each with the
+  piece's info on stdout.
 * The streamed ``tf.data.Dataset`` of ``Dataset.load(template)`` borrows a worker per
   shard too (:meth:`Pool.elements`): the worker sends the shard's elements back in chunks
   and converts the next chunk while the caller takes these.
@@ -53,6 +54,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pipelines.local.handle import Worker, WorkerDied, cancel, failed
+from pipelines.local.messages import Convert, Sized, WriteFailed, Written
 
 __all__ = ["Pool", "WorkerDied", "pack"]
 
@@ -141,7 +143,7 @@ class Pool:
                     while task is not None or held is not None:
                         if task is not None:
                             index, url, fut = task
-                            w.post((index, url, True), f"converting {url}")
+                            w.post(Convert(index, url, True), f"converting {url}")
                         if held is not None:
                             # a worker found dead here died in the task just posted, if any
                             doing = f"converting {url}" if task is not None else f"writing {held[0]}"
@@ -149,14 +151,14 @@ class Pool:
                         sized, converting = None, task is not None
                         while converting or sent is not None:  # the two answers, in either order
                             reply = w.recv(f"converting {url if converting else held[0]}")
-                            if reply[0] in ("written", "write-error"):
+                            if isinstance(reply, (Written, WriteFailed)):
                                 answered, sent = sent, None
                                 self._finish(w, held, answered, reply)
-                            elif reply[0] == "sized":
-                                sized, converting = (url, fut, reply[1]), False
-                            else:  # its conversion failed; the worker goes on
+                            elif isinstance(reply, Sized):
+                                sized, converting = (url, fut, reply.info), False
+                            else:  # Failed: its conversion raised; the worker goes on
                                 converting = False
-                                fut.set_exception(failed(url, reply[1]))
+                                fut.set_exception(failed(url, reply.trace))
                         held, task = sized, self._next_task() if more else None
                         if task is not None:
                             taken.append(task[2])

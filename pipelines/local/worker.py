@@ -1,22 +1,23 @@
 """The worker side of :mod:`pipelines.local.pool`: a process that converts input shards.
 
-Started as ``python -c "from pipelines.local.worker import serve; serve()"``.  It reads
-the pickled job (config blob, work directory) and then ``(index, url, direct)`` tasks from
-stdin, and answers each with ``("ok", piece info)`` or ``("error", traceback)`` on stdout.
-It exits when stdin closes.  An ``("elements", url, chunk)`` task streams the shard's
-elements for ``Dataset.load(template)`` instead (:func:`_stream_elements`).
+Started as ``python -c "from pipelines.local.worker import serve; serve()"``.  The
+messages are those of :mod:`pipelines.local.messages`: it reads the :class:`Job` and then
+:class:`Convert` tasks from stdin, and answers each with :class:`Converted` (the piece's
+info) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
+:class:`Stream` task streams the shard's elements for ``Dataset.load(template)`` instead
+(:func:`_stream_elements`).
 
-``direct`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the worker
-keeps the piece's frames in memory (spilling to its piece file beyond ``HOLD_BYTES``) and
-answers ``("sized", piece info)``.  The piece's runs ``[(path, offset, lo, hi), ...]``
-come once the stream has placed it (records ``lo..hi-1`` go at ``offset`` of the final
-shard's temporary file ``path``; an empty list: drop the piece), in the order of the
-``sized`` answers, usually while the worker already converts its next task (the pool
-sends that first).  A reader thread writes them as soon as they come and answers
-``("written", [CRC-32C of each run])`` or ``("write-error", traceback)``, so a piece
-reaches its shard no later than before and the worker never idles waiting for its
-place.  Each byte of the output is written once, by a worker, instead of to a piece file
-and again by the parent into the final shard.
+``Convert.place`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the
+worker keeps the piece's frames in memory (spilling to its piece file beyond
+``HOLD_BYTES``) and answers :class:`Sized`.  The piece's :class:`Runs` come once the
+stream has placed it (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary
+file ``path``; no runs: drop the piece), in the order of the :class:`Sized` answers,
+usually while the worker already converts its next task (the pool sends that first).  A
+reader thread writes them as soon as they come and answers :class:`Written` (the CRC-32C
+of each run) or :class:`WriteFailed` (a traceback), so a piece reaches its shard no later
+than before and the worker never idles waiting for its place.  Each byte of the output is
+written once, by a worker, instead of to a piece file and again by the parent into the
+final shard.
 
 This module imports only what a worker needs, so that a worker is converting ~20 ms
 sooner than if it imported the pool's queue, futures and subprocess machinery (measured on
@@ -36,8 +37,11 @@ def _task_loop(inp, out) -> None:
     import threading
     import traceback
     from pipelines.job.shard import HOLD_BYTES, convert_shard
-    blob, work = pickle.load(inp)
-    cfg = pickle.loads(blob)
+    from pipelines.local.messages import (Converted, Failed, Runs, Sized, Stream, WriteFailed,
+                                          Written)
+    job = pickle.load(inp)
+    work = job.work
+    cfg = pickle.loads(job.blob)
     stages = cfg.stages()
     # what was imported and built so far lives as long as the worker: keep the cyclic
     # collector from scanning it again on every full collection
@@ -65,12 +69,12 @@ def _task_loop(inp, out) -> None:
                 msg = pickle.load(inp)
             except (EOFError, OSError, pickle.UnpicklingError):
                 msg = None
-            if isinstance(msg, list):  # the runs of the oldest piece held
+            if isinstance(msg, Runs):  # the runs of the oldest piece held
                 frames, info = held.popleft()
                 try:
-                    send(("written", write_runs(msg, frames, info, cfg.store)))
+                    send(Written(write_runs(msg.runs, frames, info, cfg.store)))
                 except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-                    send(("write-error", traceback.format_exc()))
+                    send(WriteFailed(traceback.format_exc()))
                 continue
             with arrived:
                 inbox.append(msg)
@@ -97,30 +101,30 @@ def _task_loop(inp, out) -> None:
         task = recv()
         if task is None:
             return
-        if task[0] == "elements":
-            if not _stream_elements(task[1], task[2], cfg, stages, recv, send):
+        if isinstance(task, Stream):
+            if not _stream_elements(task.url, task.chunk, cfg, stages, recv, send):
                 return
             continue
-        index, url, direct = task
         try:
-            info = convert_shard(index, url, work, cfg, stages, HOLD_BYTES if direct else 0)
+            hold = HOLD_BYTES if task.place else 0
+            info = convert_shard(task.index, task.url, work, cfg, stages, hold)
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            send(("error", traceback.format_exc()))
+            send(Failed(traceback.format_exc()))
             continue
-        if not direct:
-            send(("ok", info))
+        if not task.place:
+            send(Converted(info))
             continue
         held.append((info.pop("frames", None), info))  # frames None: spilled to its piece file
-        send(("sized", info))
+        send(Sized(info))
 
 
 def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
-    """An ``("elements", url, chunk)`` task (``pipelines.tfdata.elements``): the shard's
-    elements go out ``chunk`` at a time as ``("items", elements, notes)``, each answered
-    with ``"next"`` or ``"stop"``; then ``("end", elements, notes)``, or ``("error",
-    traceback, notes)``.  ``notes``: the counts since the last message.  False: the input
-    closed (the worker exits)."""
+    """A :class:`Stream` task (``pipelines.tfdata.elements``): the shard's elements go out
+    ``chunk`` at a time as :class:`Items`, each answered with ``NEXT`` or ``STOP``; then
+    :class:`End`, or :class:`StreamFailed`.  ``notes``: the counts since the last message.
+    False: the input closed (the worker exits)."""
     import traceback
+    from pipelines.local.messages import End, Items, Next, StreamFailed
     from pipelines.tfdata.elements import shard_elements
     notes, batch = [], []
 
@@ -131,23 +135,24 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
             batch.append(el)
             if len(batch) < chunk:
                 continue
-            send(("items", batch, notes[:]))
+            send(Items(batch, notes[:]))
             batch, notes[:] = [], []
             reply = recv()
             if reply is None:
                 return False
-            if reply != "next":  # "stop": the consumer is gone
-                send(("end", [], notes))
+            if not isinstance(reply, Next):  # STOP: the consumer is gone
+                send(End([], notes))
                 return True
     except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-        send(("error", traceback.format_exc(), notes))
+        send(StreamFailed(traceback.format_exc(), notes))
         return True
-    send(("end", batch, notes))
+    send(End(batch, notes))
     return True
 
 
 def write_runs(runs, frames, info, config=None) -> list:
-    """Write records ``lo..hi-1`` of the piece at ``offset`` of ``path`` for each run;
+    """Write records ``lo..hi-1`` of the piece at ``offset`` of ``path`` for each run
+    (a :class:`~pipelines.local.messages.Run` or a plain tuple);
     the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
     piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
     import itertools
