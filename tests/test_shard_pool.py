@@ -388,8 +388,8 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
     assert started == []
 
 
-def test_a_beam_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_directory(shards, tmp_path):
-    """An op that cannot be pickled: the Beam job stops before it writes
+def test_a_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_directory(shards, tmp_path):
+    """processes=2 with an op that cannot be pickled: the job stops before it writes
     anything, job.json included (a record there would be taken for an interrupted run by a
     later --resume with other options)."""
     import threading
@@ -401,5 +401,5 @@ def test_a_beam_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_direct
     cfg = ConvertConfig(sources=shards, output=str(tmp_path / "o" / "t-{}.record"), sample_stages=(Func(locked),),
                         progress=False, processes=2)
     with pytest.raises(Exception, match="(?i)pickle"):
-        convert(cfg)
+        convert_in_process(cfg, num_workers=2)
     assert not (tmp_path / "o" / ".tar2tf-work").exists() or os.listdir(tmp_path / "o" / ".tar2tf-work") == []

@@ -190,9 +190,14 @@ class Worker:
             pass
 
     def reap(self) -> None:
+        """Wait for the worker's exit (it exits when its input closes), killing it if it
+        does not; never waits for ever."""
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass  # still not reaped: the kernel holds a dying process; nothing more to do
         self.proc.stdout.close()

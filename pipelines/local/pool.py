@@ -49,6 +49,7 @@ import collections
 import contextlib
 import dataclasses
 import queue
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -255,6 +256,11 @@ class Pool:
             w.end_input()
             if w not in idle:
                 w.proc.kill()
+        if sys.is_finalizing():
+            # a stream left open by a script that ended: the interpreter is tearing down, a
+            # daemon thread frozen by it may hold a worker's Popen lock, and the workers exit
+            # on their own (their input is closed)
+            return
         self._reap()
 
     def __enter__(self) -> "Pool":
