@@ -41,6 +41,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
 from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
+from pipelines import overlap, replace
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example_schema as exs
@@ -51,6 +52,8 @@ from transforms.stores import dirname, get_store, join, split_url
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
+# files written beside the shards (what overlap.check_convert holds against the inputs)
+COMPANIONS = (".manifest.json", ".rejects.jsonl", replace.LEDGER_SUFFIX)
 
 
 @dataclasses.dataclass
@@ -222,18 +225,20 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
                 "shards": shards, "totals": totals,
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
-    # stale shards of an earlier run (overwrite was checked before the job started)
+    # stale shards of an earlier run (overwrite was checked before the job started): only
+    # those an earlier manifest named (pipelines.replace), never an input
     keep = {s["path"] for s in shards}
     store = get_store(cfg.output, cfg.store)
-    for stale in finalize.existing_outputs(cfg.output, cfg.store):
-        if stale not in keep:
-            store.delete(stale)
-            store.delete(stale + ".idx")
-        elif not cfg.dali_index and store.exists(stale + ".idx"):
-            store.delete(stale + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
+    mpath = finalize.companion(cfg.output, ".manifest.json")
+    existing = finalize.existing_outputs(cfg.output, cfg.store)
+    replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
+    for kept in keep if not cfg.dali_index else ():
+        if store.exists(kept + ".idx"):
+            store.delete(kept + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
+    replace.end(mpath, cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
     yield manifest
 
@@ -348,6 +353,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
     check_outputs(cfg, work, *flag_names, inputs=urls)
+    overlap.check_convert(cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS])
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args, workers=cfg.processes)
     here = opts.dofns_run_here(args)
@@ -358,6 +364,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     # before it leaves anything in its work directory
     blob = shard_pool.pack(cfg) if procs else None
     record_job(cfg, urls, work)
+    replace.begin(finalize.companion(cfg.output, ".manifest.json"), cfg.store, output=cfg.output, work=work)
     bar = prog.Progress(job, len(urls), cfg.progress) if opts.shows_progress(args) else None
     if bar is not None:
         for info in resumed.pieces:

@@ -26,6 +26,7 @@ from typing import Callable, Iterator, List, Sequence
 
 from pipelines import convert as cv
 from pipelines import finalize, options as opts, shard_pool, shard_stream
+from pipelines import overlap, replace
 from pipelines.shard_convert import HOLD_BYTES
 from transforms.sizes import parse_size
 from transforms.sources import resolve
@@ -42,6 +43,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = cv.work_dir_for(cfg, urls)
     cv.check_outputs(cfg, work, "overwrite=True", "resume=True", inputs=urls)
+    overlap.check_convert(cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in cv.COMPANIONS])
     stages = cfg.stages()
     if cfg.shuffle:
         raise ValueError("shuffle=True needs the Beam pipeline (remote_exec=True/None)")
@@ -57,6 +59,7 @@ def convert_in_process(cfg: "cv.ConvertConfig", num_workers: int = 1) -> "cv.Con
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
     cv.record_job(cfg, urls, work)
+    replace.begin(finalize.companion(cfg.output, ".manifest.json"), cfg.store, output=cfg.output, work=work)
     stream = cv.new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
     tasks = list(enumerate(urls))[resumed.next_piece:]
     if blob is not None and stream is not None and split_url(cfg.output)[0] == "":

@@ -35,6 +35,7 @@ from apache_beam.metrics import Metrics
 
 import transforms
 from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, workfiles
+from pipelines import overlap, replace
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
@@ -172,10 +173,9 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
     index_path = join(cfg.output, fmt.INDEX_NAME)
     index_bytes = fmt.build_index(entries, SCAN_GROUPS, smaps, transforms.__version__, cfg.scan_script or "")
     store = get_store(index_path, cfg.store)
-    keep = {r["path"] for r in records}
-    for stale in _existing_records(cfg):
-        if stale not in keep:
-            store.delete(stale)
+    # only records an earlier manifest named (pipelines.replace), never an input
+    replace.remove_stale(_existing_records(cfg), {r["path"] for r in records}, manifest_path(cfg.output), inputs,
+                         cfg.store)
     store.write_bytes(index_path, index_bytes)
     shards = [{"path": r["path"], "records": r["records"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records]
     rejects = finalize.all_rejects(infos, list_rejects)
@@ -193,6 +193,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(stem, ".rejects.jsonl")}}
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
+    replace.end(manifest_path(cfg.output), cfg.store)
     finalize.delete_tree(get_store(work, cfg.store), work)
     yield manifest
 
@@ -284,6 +285,9 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     existing = _existing_records(cfg)
     units, list_rejects, inputs, classes = list_units(cfg)
     work = work_dir_for(cfg, inputs)
+    overlap.check_pcr(cfg.output, inputs, work, [manifest_path(cfg.output), join(cfg.output, fmt.INDEX_NAME),
+                      finalize.companion(join(cfg.output, MANIFEST_STEM), ".rejects.jsonl"),
+                      replace.ledger_of(manifest_path(cfg.output))], fmt.RECORD_RE)
     if cfg.resume and not finalize.has_files(get_store(work, cfg.store), work):
         conflict = resume_conflict(cfg, inputs, work)
         if conflict:
@@ -298,6 +302,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
                                     f"job (same inputs and options) left work to resume in {work}; pass "
                                     f"--overwrite to replace it")
     job_record.write(work, job_of(cfg, inputs), cfg.store)
+    replace.begin(manifest_path(cfg.output), cfg.store, also_delete=[join(cfg.output, fmt.INDEX_NAME)])
     job = uuid.uuid4().hex
     args = opts.effective_args(beam_args)
     bar = prog.Progress(job, len(units), cfg.progress) if opts.shows_progress(args) else None
