@@ -95,35 +95,25 @@ def summary(res) -> str:
 
 
 def run(args) -> int:
-    from launch.job_exit import rejects_exit, run_job
-    from pipelines.convert import convert
-    from launch.local_paths import remove_if_empty
-    created = []
-
-    def config():
-        cfg = build_config(args)
-        created.extend(check_paths(args))
-        return cfg
-
-    def job():
-        try:
-            return convert(cfg, args.beam_args)
-        except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
-            remove_if_empty(created)
-            raise
-    cfg, code = run_job("convert", config)
-    if code:
-        return code
-    res, code = run_job("convert", job)
-    if code:
-        return code
-    for p in res.paths:
-        print(p)
+    """Failures propagate to ``launch.cli.main``, which says them in one line with their
+    exit code (launch/job_exit.py)."""
+    from launch.job_exit import rejects_exit
+    from launch.local_paths import remove_if_empty, write_file
     from pipelines import report
-    rep = report.build(res)
-    print(report.text(rep), file=sys.stderr)
+    from pipelines.convert import convert
+    from transforms.redact import printable, redact_obj
+    cfg = build_config(args)
+    created = check_paths(args)
+    try:
+        res = convert(cfg, args.beam_args)
+    except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
+        remove_if_empty(created)
+        raise
+    for p in res.paths:
+        print(printable(p))
+    rep = redact_obj(report.build(res))
+    print(printable(report.text(rep)), file=sys.stderr)
     if args.summary_json:
-        from launch.local_paths import write_file
         if not write_file("--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)):
             return 1
     return rejects_exit("convert", res, cfg.max_rejects)
