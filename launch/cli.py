@@ -107,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         from launch import log_redact
-        log_redact.install()  # no credentials, no terminal escapes in any log line
+        log_redact.install(args.debug)  # no credentials, no terminal escapes in any log line
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

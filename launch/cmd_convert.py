@@ -102,6 +102,8 @@ def run(args) -> int:
     from pipelines import report
     from pipelines.convert import convert
     from transforms.redact import printable, redact_obj
+    from launch.log_redact import quiet_beam_worker
+    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg = build_config(args)
     created = check_paths(args)
     try:

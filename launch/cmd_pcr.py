@@ -66,6 +66,8 @@ def run(args) -> int:
         except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
             local_paths.remove_if_empty(created)
             raise
+    from launch.log_redact import quiet_beam_worker
+    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg, res = job()
     for path in res.paths:
         print(printable(path))

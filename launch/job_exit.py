@@ -38,6 +38,7 @@ from transforms.redact import one_line, redact
 
 OK, FAILED, USAGE, REJECTS, EXISTS, MISMATCH = 0, 1, 2, 3, 4, 5
 MAX_LINE = 400  # characters of an exception's message kept in the line
+_FULL = re.compile(r"No space left on device|Disk quota exceeded")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -61,10 +62,17 @@ def _is(e: BaseException, module: str, name: str) -> bool:
 def _message(e: BaseException) -> str:
     """An exception's message as one short line: whitespace collapsed, Beam's
     "[while running ...]" step names dropped, cut at :data:`MAX_LINE`."""
-    text = str(e).strip() or type(e).__name__
-    text = re.sub(r"\s*\[while running '[^']*'\]", "", text)
-    first = text.split("\nTraceback (most recent call last)", 1)[0]
-    first = " ".join(first.split())
+    args = getattr(e, "args", ())
+    # ("message", detail) exceptions (google.auth's) print as a tuple: the message says it
+    text = args[0] if len(args) > 1 and isinstance(args[0], str) else str(e)
+    text = text.strip() or type(e).__name__
+    text = re.sub(r"\s*\[while running '[^']*'\]", "", text).strip()
+    if "Traceback (most recent call last)" in text:
+        # a runner's message holding the worker's traceback as text: its last line says it
+        text = [ln for ln in text.splitlines() if ln.strip()][-1]
+    else:
+        text = text.split("\nTraceback (most recent call last)", 1)[0]
+    first = " ".join(text.split())
     if len(first) > MAX_LINE:
         first = first[:MAX_LINE - 3] + "..."
     return first
@@ -105,6 +113,9 @@ def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     full = _first(exc, lambda e: isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
     if full is not None:
         return FAILED, os.strerror(full.errno).lower(), full.filename or ""
+    said = _first(exc, lambda e: _FULL.search(str(e)) is not None)
+    if said is not None:  # a runner re-raised it as text (Beam: OSError(message) has no errno)
+        return FAILED, _FULL.search(str(said)).group(0).lower(), ""
     creds = _first(exc, lambda e: _is(e, "google.auth", "GoogleAuthError")
                    or _is(e, "google.auth", "DefaultCredentialsError"))
     if creds is not None:

@@ -15,13 +15,25 @@ import traceback
 from transforms.redact import printable
 
 _installed = False
+# Beam's loggers that log a failed step's traceback (several times over, chained) before
+# the failure reaches the CLI, which says it in one line: quiet unless --debug
+STEP_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
+                        "apache_beam.runners.worker.bundle_processor", "apache_beam.runners.direct.executor",
+                        "apache_beam.runners.portability.fn_api_runner.fn_runner")
 
 
-def install() -> None:
+def _not_a_step_failure(record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
+
+
+def install(debug: bool = False) -> None:
     global _installed
     if _installed:
         return
     _installed = True
+    if not debug:
+        for name in STEP_FAILURE_LOGGERS:
+            logging.getLogger(name).addFilter(_not_a_step_failure)
     make = logging.getLogRecordFactory()
 
     def factory(*args, **kwargs):
@@ -34,3 +46,21 @@ def install() -> None:
             record.exc_text = printable("".join(traceback.format_exception(*record.exc_info))).rstrip("\n")
         return record
     logging.setLogRecordFactory(factory)
+
+
+def quiet_beam_worker(debug: bool = False) -> None:
+    """Beam's SDK worker prints a failed bundle's traceback to stderr itself (``print``,
+    besides logging it), and the CLI then says the same failure in its one line: unless
+    ``--debug``, that print is dropped (a module-level ``print`` in that module shadows
+    the builtin for it alone).  Call before a job runs; imports Beam's worker module."""
+    if debug:
+        return
+    import builtins
+    import sys
+    from apache_beam.runners.worker import sdk_worker
+
+    def quiet_print(*args, **kwargs):
+        if kwargs.get("file") is sys.stderr and args and str(args[0]).startswith("Traceback"):
+            return
+        builtins.print(*args, **kwargs)
+    sdk_worker.print = quiet_print

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 from operator import itemgetter
+import sys
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -41,7 +42,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 import transforms
 from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, shard_journal, shard_pool, shard_stream
-from pipelines import overlap, replace
+from pipelines import cleanup, overlap, replace
 from pipelines.distribute import gather, spread
 from pipelines.shard_convert import ConvertConfig, OutputExistsError, convert_shard, load_verified_piece  # noqa: F401
 from transforms import example_schema as exs
@@ -239,7 +240,7 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
     replace.end(mpath, cfg.store)
-    finalize.delete_tree(get_store(work, cfg.store), work)
+    cleanup.remove_work(work, cfg.store)
     yield manifest
 
 
@@ -400,6 +401,8 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
         shard_pool.stop(job)
         if bar is not None:
             bar.close()
+        if sys.exc_info()[1] is not None:  # failed: only verified work stays (pipelines.cleanup)
+            cleanup.after_failure(sys.exc_info()[1], work, cfg.output, cfg.store)
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     counters = counters_of(result)

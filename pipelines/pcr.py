@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 from operator import itemgetter
+import sys
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -35,7 +36,7 @@ from apache_beam.metrics import Metrics
 
 import transforms
 from pipelines import beam_sampler, finalize, interrupts, job_record, options as opts, progress as prog, workfiles
-from pipelines import overlap, replace
+from pipelines import cleanup, overlap, replace
 from pipelines.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.distribute import gather, spread
 from pipelines.shuffle import sort_key
@@ -194,7 +195,7 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
                             "path": finalize.companion(stem, ".rejects.jsonl")}}
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
     replace.end(manifest_path(cfg.output), cfg.store)
-    finalize.delete_tree(get_store(work, cfg.store), work)
+    cleanup.remove_work(work, cfg.store)
     yield manifest
 
 
@@ -317,6 +318,8 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     finally:
         if bar is not None:
             bar.close()
+        if sys.exc_info()[1] is not None:  # failed: only verified work stays (pipelines.cleanup)
+            cleanup.after_failure(sys.exc_info()[1], work, None, cfg.store)
     mpath = manifest_path(cfg.output)
     manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
     counters = counters_of(result)

@@ -29,6 +29,7 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from pipelines import job_phase, job_record, overlap, shard_journal
+from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, get_store, join
 
 log = logging.getLogger("tar2tf")
@@ -75,7 +76,7 @@ def _journaled(work: str, output: str, config: Optional[StoreConfig]) -> Set[str
             continue
         if d not in mine:
             rec = _read_json(store, join(d, job_record.JOB_FILE))
-            mine[d] = isinstance(rec, dict) and rec.get("output") == output
+            mine[d] = isinstance(rec, dict) and rec.get("output") == redact(output)
         if mine[d]:
             entry = _read_json(store, url)
             row = entry.get("row") if isinstance(entry, dict) else None
