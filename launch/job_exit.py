@@ -64,7 +64,9 @@ def _message(e: BaseException) -> str:
     "[while running ...]" step names dropped, cut at :data:`MAX_LINE`."""
     args = getattr(e, "args", ())
     # ("message", detail) exceptions (google.auth's) print as a tuple: the message says it
-    text = args[0] if len(args) > 1 and isinstance(args[0], str) else str(e)
+    text = str(e)
+    if len(args) > 1 and isinstance(args[0], str) and text.startswith("("):
+        text = args[0]
     text = text.strip() or type(e).__name__
     text = re.sub(r"\s*\[while running '[^']*'\]", "", text).strip()
     if "Traceback (most recent call last)" in text:

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Optional
 
-from pipelines import finalize, workfiles
+from pipelines import finalize, job_record, workfiles
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
 log = logging.getLogger("tar2tf")
@@ -57,6 +57,8 @@ def after_failure(exc: Optional[BaseException], work: str, output: Optional[str]
                                             and not os.path.exists(workfiles.sidecar_of(path))):
                     _unlink(path)
                     continue
+                if fn == job_record.JOB_FILE:
+                    continue  # the job's description, not work
                 try:
                     held += os.path.getsize(path)
                 except OSError:
