@@ -71,8 +71,8 @@ def test_credentials_never_written_or_printed(shards, tmp_path, store, cmd):
     extra, env, sources = _leaky_cases(shards)[store]
     out = tmp_path / "o"
     summary = tmp_path / "summary.json"
-    args = [cmd, *sources, "--output", str(out / "t-{}.rec") if cmd == "convert" else str(out),
-            "--max-rejects", "5", "--summary-json", str(summary), "--no-progress", "-v", *extra]
+    args = ["-v", cmd, *sources, "--output", str(out / "t-{}.rec") if cmd == "convert" else str(out),
+            "--max-rejects", "5", "--summary-json", str(summary), "--no-progress", *extra]
     if cmd == "pcr":
         args += ["--input-format", "tar"]
     p = cli(*args, env=env)
