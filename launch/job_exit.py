@@ -167,6 +167,8 @@ def exit_code(command: str, exc: BaseException, debug: bool = False, started: Op
 def run_job(command: str, job: Callable[[], Any], debug: bool = False) -> Tuple[Optional[Any], int]:
     """``(job(), 0)``, or ``(None, exit code)`` once the failure is said (:func:`exit_code`);
     Ctrl-C is left to the caller."""
+    from pipelines import job_phase
+    job_phase.reset()  # a job of its own: set-up errors are usage errors again
     try:
         return job(), 0
     except KeyboardInterrupt:
