@@ -107,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         from launch import log_redact
-        log_redact.install(args.debug)  # no credentials, no terminal escapes in any log line
+        log_redact.install()  # no credentials, no terminal escapes in any log line
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -117,14 +117,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             from launch.runner_args import check_beam_args
             check_beam_args(extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions)
     except UsageError as e:
-        print(e, file=sys.stderr)
+        from transforms.redact import one_line
+        print(one_line(str(e)), file=sys.stderr)  # it may quote an argument: no escapes, no secrets
         return 2
     args.beam_args = extra
     from launch import job_exit
     from pipelines import job_phase
     job_phase.reset()
+    from launch.log_redact import quiet_step_failures
     try:
-        return int(args.func(args) or 0)
+        with quiet_step_failures(args.debug):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
         return 1

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 from transforms.redact import one_line, redact
 
 OK, FAILED, USAGE, REJECTS, EXISTS, MISMATCH = 0, 1, 2, 3, 4, 5
-MAX_LINE = 400  # characters of an exception's message kept in the line
+MAX_LINE = 2000  # characters of an exception's message kept in the line (an SDK's may run on)
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 
 

@@ -9,8 +9,12 @@ level are made, so quiet loggers cost nothing.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import logging
+import sys
 import traceback
+from typing import Iterator
 
 from transforms.redact import printable
 
@@ -26,14 +30,33 @@ def _not_a_step_failure(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
 
 
-def install(debug: bool = False) -> None:
+@contextlib.contextmanager
+def quiet_step_failures(debug: bool = False) -> Iterator[None]:
+    """While a subcommand runs (unless ``debug``): Beam's logs of a failed step are
+    dropped, and so is the traceback its SDK worker prints (:func:`quiet_beam_worker`);
+    the CLI says the failure in one line.  Undone afterwards (the CLI's ``main`` may run
+    in a process that runs other Beam jobs)."""
+    if debug:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in STEP_FAILURE_LOGGERS]
+    for lg in loggers:
+        lg.addFilter(_not_a_step_failure)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(_not_a_step_failure)
+        worker = sys.modules.get("apache_beam.runners.worker.sdk_worker")
+        if worker is not None and getattr(worker, "print", None) is _quiet_print:
+            del worker.print
+
+
+def install() -> None:
     global _installed
     if _installed:
         return
     _installed = True
-    if not debug:
-        for name in STEP_FAILURE_LOGGERS:
-            logging.getLogger(name).addFilter(_not_a_step_failure)
     make = logging.getLogRecordFactory()
 
     def factory(*args, **kwargs):
@@ -55,12 +78,11 @@ def quiet_beam_worker(debug: bool = False) -> None:
     the builtin for it alone).  Call before a job runs; imports Beam's worker module."""
     if debug:
         return
-    import builtins
-    import sys
     from apache_beam.runners.worker import sdk_worker
+    sdk_worker.print = _quiet_print
 
-    def quiet_print(*args, **kwargs):
-        if kwargs.get("file") is sys.stderr and args and str(args[0]).startswith("Traceback"):
-            return
-        builtins.print(*args, **kwargs)
-    sdk_worker.print = quiet_print
+
+def _quiet_print(*args, **kwargs):
+    if kwargs.get("file") is sys.stderr and args and str(args[0]).startswith("Traceback"):
+        return
+    builtins.print(*args, **kwargs)
