@@ -1,12 +1,14 @@
 """tar2tf: WebDataset tar shards (local, ais://, gs://) to TFRecords and Progressive Compressed Records.
 
-Exit status (all subcommands):
-  0  success (rejects within --max-rejects)
-  1  the job failed (an exception; the message says why)
-  2  bad usage or options
+Exit status (all subcommands; launch/job_exit.py):
+  0  success (rejects within --max-rejects; a failed clean-up after a complete output warns)
+  1  the job failed while running (full disk, permissions, unreachable server, an error
+     inside the job, Ctrl-C); the one line says what and where
+  2  bad usage, options or configuration, found before anything was written
   3  the job finished but rejects exceeded --max-rejects (see the rejects file)
-  4  output already exists and --overwrite was not given
+  4  output already exists and neither --overwrite nor --resume was given
   5  verification found a mismatch (``tar2tf verify``)
+Every failure is one line, ``tar2tf <command>: <what> (<where>)``; --debug adds the traceback.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog=__doc__.split("\n", 2)[2],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of a failure above its line")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.subcommands = sub.choices  # name -> its parser: main checks leftovers against its flags
     for name in SUBCOMMANDS:
@@ -89,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         if importlib.util.find_spec(module) is None:
             continue
         importlib.import_module(module).register(sub)
+    for p in set(sub.choices.values()):
+        # also after the subcommand; SUPPRESS: a subcommand's default must not reset a
+        # --debug given before it
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="print the traceback of a failure above its line")
     return parser
 
 
@@ -98,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args, extra = parser.parse_known_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
+        from launch import log_redact
+        log_redact.install()  # no credentials, no terminal escapes in any log line
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -107,14 +117,22 @@ def main(argv: Optional[List[str]] = None) -> int:
             from launch.runner_args import check_beam_args
             check_beam_args(extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions)
     except UsageError as e:
-        print(e, file=sys.stderr)
+        from transforms.redact import one_line
+        print(one_line(str(e)), file=sys.stderr)  # it may quote an argument: no escapes, no secrets
         return 2
     args.beam_args = extra
+    from launch import job_exit
+    from pipelines.job import phase as job_phase
+    job_phase.reset()
+    from launch.log_redact import quiet_step_failures
     try:
-        return int(args.func(args) or 0)
+        with quiet_step_failures(args.debug):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001 - every failure: its exit code and one line (launch/job_exit.py)
+        return job_exit.exit_code(args.command, e, debug=args.debug)
 
 
 if __name__ == "__main__":

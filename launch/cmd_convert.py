@@ -105,39 +105,32 @@ def workers(processes) -> int:
 
 
 def run(args) -> int:
-    from launch.job_exit import rejects_exit, run_job
-    from launch.local_paths import remove_if_empty
+    """Failures propagate to ``launch.cli.main``, which says them in one line with their
+    exit code (launch/job_exit.py)."""
+    from launch.job_exit import rejects_exit
+    from launch.local_paths import remove_if_empty, write_file
+    from pipelines.job import report
     from pipelines.beam.convert import convert
     from pipelines.beam.options import in_process
     from pipelines.local.driver import convert_in_process
-    created = []
-
-    def config():
-        cfg = build_config(args)
-        created.extend(check_paths(args))
-        return cfg
-
-    def job():
-        try:
-            if in_process(args.beam_args):
-                return convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
-            return convert(cfg, args.beam_args)
-        except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
-            remove_if_empty(created)
-            raise
-    cfg, code = run_job("convert", config)
-    if code:
-        return code
-    res, code = run_job("convert", job)
-    if code:
-        return code
+    from transforms.redact import printable, redact_obj
+    from launch.log_redact import quiet_beam_worker
+    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
+    cfg = build_config(args)
+    created = check_paths(args)
+    try:
+        if in_process(args.beam_args):
+            res = convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
+        else:
+            res = convert(cfg, args.beam_args)
+    except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
+        remove_if_empty(created)
+        raise
     for p in res.paths:
-        print(p)
-    from pipelines.job import report
-    rep = report.build(res)
-    print(report.text(rep), file=sys.stderr)
+        print(printable(p))
+    rep = redact_obj(report.build(res))
+    print(printable(report.text(rep)), file=sys.stderr)
     if args.summary_json:
-        from launch.local_paths import write_file
         if not write_file("--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)):
             return 1
     return rejects_exit("convert", res, cfg.max_rejects)

@@ -136,11 +136,12 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
                     if im is not None:
                         im.thumbnail((THUMB, THUMB))  # what the sheet shows; a full image per tile is MBs
                         sheet_items.append((im, f"{_label_of(rec, label)} {rec.get('__key__', '')}"[:24]))
-    print(f"{shard}: {count} records", file=out)
+    from transforms.redact import printable
+    print(printable(f"{shard}: {count} records"), file=out)
     print("schema:", file=out)
     for name, spec in schema.items():
         opt = " (optional)" if spec.get("optional") else ""
-        print(f"  {name:24s} {spec['dtype']:6s} {spec['shape']}{opt}", file=out)
+        print(printable(f"  {name:24s} {spec['dtype']:6s} {spec['shape']}{opt}"), file=out)
     if head:
         print(f"arrow schema (tfx-bsl, as TFX components see it; first {len(head)} records):", file=out)
         for field in arrow_schema(head):
@@ -148,7 +149,7 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
     for i, lines in enumerate(shown):
         print(f"record {i}:", file=out)
         for line in lines:
-            print(line, file=out)
+            print(printable(line), file=out)  # names and values read from the shard: no terminal escapes
     return sheet_items
 
 

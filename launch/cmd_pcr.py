@@ -44,11 +44,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from launch.job_exit import rejects_exit, run_job
+    """Failures propagate to ``launch.cli.main`` (one line, its exit code: launch/job_exit.py)."""
+    from launch import local_paths
+    from launch.job_exit import rejects_exit
     from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from transforms.redact import printable, redact_obj
 
     def job():
-        from launch import local_paths
         if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
             local_paths.check_file_to_write("--summary-json", args.summary_json)
         created = local_paths.make_output_dir("--output", args.output, is_dir=True)
@@ -64,13 +66,12 @@ def run(args) -> int:
         except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
             local_paths.remove_if_empty(created)
             raise
-    out, code = run_job("pcr", job)
-    if code:
-        return code
-    cfg, res = out
+    from launch.log_redact import quiet_beam_worker
+    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
+    cfg, res = job()
     for path in res.paths:
-        print(path)
-    print(res.index_path)
+        print(printable(path))
+    print(printable(res.index_path))
     t = res.totals
     lines = [f"images:  {t['records_read']} read, {t['records_written']} written, {t['records_rejected']} rejected",
              f"records: {t['shards']} files, {t['bytes_written']} bytes, {len(res.manifest['inputs'])} input(s) "
@@ -79,11 +80,11 @@ def run(args) -> int:
              f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}"]
     lines += [f"  {n:6d}  {reason}" for reason, n in res.manifest["rejects"]["by_reason"].items()]
     lines.append(f"manifest: {res.manifest_path}")
-    print("\n".join(lines), file=sys.stderr)
+    print(printable("\n".join(lines)), file=sys.stderr)
     if args.summary_json:
         from launch.local_paths import write_file
-        if not write_file("--summary-json", args.summary_json, json.dumps(
+        if not write_file("--summary-json", args.summary_json, json.dumps(redact_obj(
                 {"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
-                 "paths": res.paths, "exit_code": res.exit_code}, indent=1, sort_keys=True)):
+                 "paths": res.paths, "exit_code": res.exit_code}), indent=1, sort_keys=True)):
             return 1
     return rejects_exit("pcr", res, cfg.max_rejects)

@@ -29,6 +29,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from pipelines.job.verify import verify
+    from transforms.redact import printable
     try:
         report = verify(args.output, args.decode_images, StoreConfig(ais_endpoint=args.ais_endpoint))
     except FileNotFoundError as e:
@@ -40,9 +41,9 @@ def run(args) -> int:
     if args.json_path == "-":
         json.dump(report.to_dict(), sys.stdout, indent=1, sort_keys=True)
         print()
-        print(report.text(), file=sys.stderr)
+        print(printable(report.text()), file=sys.stderr)
     else:
-        print(report.text())
+        print(printable(report.text()))
         if args.json_path:
             with open(args.json_path, "w") as f:
                 json.dump(report.to_dict(), f, indent=1, sort_keys=True)

@@ -43,6 +43,15 @@ class Reject:
     def __post_init__(self):
         if self.stage not in STAGES:
             raise ValueError(f"unknown reject stage {self.stage!r}; expected one of {STAGES}")
+        # a reason may quote a URL with a password or a signed query (an endpoint that
+        # could not be listed): every place a reject goes gets it redacted
+        from transforms.redact import redact
+        for name in ("shard", "reason"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                clean = redact(value)
+                if clean != value:
+                    object.__setattr__(self, name, clean)
 
     @property
     def kind(self) -> str:

@@ -35,7 +35,16 @@ from pipelines.beam.distribute import gather, spread
 from pipelines.job import finalize, progress
 from pipelines.job.config import ConvertConfig, OutputExistsError  # noqa: F401  (re-exported)
 from pipelines.job.element_coding import Pickled
-from pipelines.job.setup import ConvertResult, finish_job, plan_shards, prepare, record_job, result_of, retyped
+from pipelines.job.setup import (
+    ConvertResult,
+    cleaned_on_failure,
+    finish_job,
+    plan_shards,
+    prepare,
+    record_job,
+    result_of,
+    retyped,
+)
 from pipelines.job.shard import convert_shard, load_verified_piece
 from transforms.records import Reject
 
@@ -115,7 +124,7 @@ def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
     p = beam.Pipeline(options=opts.make_pipeline_options(args))
     build(p, cfg, job.urls, job.list_rejects, job.work)
     record_job(cfg, job.urls, job.work)
-    with progress.watch(job.work, cfg.store, len(job.urls), cfg.progress):
+    with cleaned_on_failure(job), progress.watch(job.work, cfg.store, len(job.urls), cfg.progress):
         result = p.run()
         result.wait_until_finish()
     counters = counters_of(result)

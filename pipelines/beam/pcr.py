@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 from operator import itemgetter
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -45,6 +46,7 @@ from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
 from transforms.pcr.image import DEFAULT_QUALITY, jpegtran_path
+from pipelines.job import cleanup, overlap, replace
 from transforms.records import Reject
 from transforms.tar.sources import resolve
 from transforms.stores import StoreConfig, get_store, join
@@ -172,10 +174,9 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
     index_path = join(cfg.output, fmt.INDEX_NAME)
     index_bytes = fmt.build_index(entries, SCAN_GROUPS, smaps, transforms.__version__, cfg.scan_script or "")
     store = get_store(index_path, cfg.store)
-    keep = {r["path"] for r in records}
-    for stale in _existing_records(cfg):
-        if stale not in keep:
-            store.delete(stale)
+    # only records an earlier manifest named (pipelines.job.replace), never an input
+    replace.remove_stale(_existing_records(cfg), {r["path"] for r in records}, manifest_path(cfg.output), inputs,
+                         cfg.store)
     store.write_bytes(index_path, index_bytes)
     shards = [{"path": r["path"], "records": r["records"], "bytes": r["bytes"], "sha256": r["sha256"]} for r in records]
     rejects = finalize.all_rejects(infos, list_rejects)
@@ -193,7 +194,8 @@ def _finish(records, infos, cfg: PcrConfig, list_rejects: List[Reject], inputs: 
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(stem, ".rejects.jsonl")}}
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
-    finalize.delete_tree(get_store(work, cfg.store), work)
+    replace.end(manifest_path(cfg.output), cfg.store)
+    cleanup.remove_work(work, cfg.store)
     yield Pickled(manifest)
 
 
@@ -284,6 +286,9 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     existing = _existing_records(cfg)
     units, list_rejects, inputs, classes = list_units(cfg)
     work = work_dir_for(cfg, inputs)
+    overlap.check_pcr(cfg.output, inputs, work, [manifest_path(cfg.output), join(cfg.output, fmt.INDEX_NAME),
+                      finalize.companion(join(cfg.output, MANIFEST_STEM), ".rejects.jsonl"),
+                      replace.ledger_of(manifest_path(cfg.output))], fmt.RECORD_RE)
     if cfg.resume and not finalize.has_files(get_store(work, cfg.store), work):
         conflict = resume_conflict(cfg, inputs, work)
         if conflict:
@@ -298,13 +303,18 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
                                     f"job (same inputs and options) left work to resume in {work}; pass "
                                     f"--overwrite to replace it")
     job_record.write(work, job_of(cfg, inputs), cfg.store)
+    replace.begin(manifest_path(cfg.output), cfg.store, also_delete=[join(cfg.output, fmt.INDEX_NAME)])
     args = opts.effective_args(beam_args)
     worker_logs.install()
     p = beam.Pipeline(options=opts.make_pipeline_options(args))
     build(p, cfg, units, list_rejects, inputs, classes, work)
-    with prog.watch(work, cfg.store, len(units), cfg.progress):
-        result = p.run()
-        result.wait_until_finish()
+    try:
+        with prog.watch(work, cfg.store, len(units), cfg.progress):
+            result = p.run()
+            result.wait_until_finish()
+    except BaseException as e:  # failed: only verified work stays (pipelines.job.cleanup)
+        cleanup.after_failure(e, work, None, cfg.store)
+        raise
     mpath = manifest_path(cfg.output)
     manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
     counters = counters_of(result)

@@ -412,6 +412,8 @@ def write_manifest(output: str, manifest: Dict[str, Any], rejects: List[Dict[str
                    config: Optional[StoreConfig] = None) -> Tuple[str, str]:
     mpath, rpath = companion(output, ".manifest.json"), companion(output, ".rejects.jsonl")
     store = get_store(mpath, config)
+    from transforms.redact import redact_obj  # no credential in a file tar2tf writes
+    manifest, rejects = redact_obj(manifest), redact_obj(rejects)
     store.write_bytes(rpath, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode())
     store.write_bytes(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return mpath, rpath

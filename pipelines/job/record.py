@@ -43,7 +43,8 @@ class Conflict:
 
 def write(work: str, record: Dict[str, Any], config: Optional[StoreConfig] = None) -> None:
     """Put the job's record into its work directory (done when the job starts)."""
-    get_store(work, config).write_bytes(join(work, JOB_FILE), json.dumps(record, sort_keys=True).encode())
+    from transforms.redact import redact_obj  # inputs and options may quote a signed URL
+    get_store(work, config).write_bytes(join(work, JOB_FILE), json.dumps(redact_obj(record), sort_keys=True).encode())
 
 
 def differences(then: Dict[str, Any], now: Dict[str, Any], shown: Shown = shown_as_json) -> List[str]:
@@ -61,6 +62,8 @@ def find_conflict(work: str, record: Dict[str, Any], config: Optional[StoreConfi
     """The first (by name) work directory beside ``work`` whose record agrees with
     ``record`` on every key of ``same`` but not on its options or version; None if there
     is none.  Unreadable records are passed over (they explain nothing)."""
+    from transforms.redact import redact_obj
+    record = redact_obj(record)  # as written (:func:`write`)
     store = get_store(work, config)
     root = work.rstrip("/").rpartition("/")[0]
     prefix = root + "/"

@@ -11,16 +11,17 @@ pieces are converted and the final shards written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import transforms
 from pipelines.job.element_coding import Pickled
-from pipelines.job import finalize
+from pipelines.job import cleanup, finalize, overlap, replace
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job import journal as shard_journal
@@ -31,6 +32,8 @@ from transforms.tar.sources import resolve
 from transforms.tfrecord import schema as exs
 
 log = logging.getLogger("tar2tf")
+# files written beside the shards (what overlap.check_convert holds against the inputs)
+COMPANIONS = (".manifest.json", ".rejects.jsonl", replace.LEDGER_SUFFIX)
 
 
 @dataclasses.dataclass
@@ -58,7 +61,18 @@ def prepare(cfg: ConvertConfig, flag_names: Tuple[str, str] = ("--overwrite", "-
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
     check_outputs(cfg, work, *flag_names, inputs=urls)
+    overlap.check_convert(cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS])
     return Job(cfg, urls, list_rejects, work, t0)
+
+
+@contextlib.contextmanager
+def cleaned_on_failure(job: Job) -> Iterator[None]:
+    """A failed job leaves only verified work (``pipelines.job.cleanup``)."""
+    try:
+        yield
+    except BaseException as e:
+        cleanup.after_failure(e, job.work, job.cfg.output, job.cfg.store)
+        raise
 
 
 def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
@@ -140,19 +154,21 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
                 "shards": shards, "totals": totals, "duplicate_keys": dups,
                 "rejects": {"count": len(rejects), "by_reason": by_reason,
                             "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
-    # stale shards of an earlier run (overwrite was checked before the job started)
+    # stale shards of an earlier run (overwrite was checked before the job started): only
+    # those an earlier manifest named (pipelines.job.replace), never an input
     keep = {s["path"] for s in shards}
     store = get_store(cfg.output, cfg.store)
-    for stale in finalize.existing_outputs(cfg.output, cfg.store):
-        if stale not in keep:
-            store.delete(stale)
-            store.delete(stale + ".idx")
-        elif not cfg.dali_index and store.exists(stale + ".idx"):
-            store.delete(stale + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
+    mpath = finalize.companion(cfg.output, ".manifest.json")
+    existing = finalize.existing_outputs(cfg.output, cfg.store)
+    replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
+    for kept in keep if not cfg.dali_index else ():
+        if store.exists(kept + ".idx"):
+            store.delete(kept + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
-    finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)
-    finalize.delete_tree(get_store(work, cfg.store), work)
+    finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
+    replace.end(mpath, cfg.store)
+    cleanup.remove_work(work, cfg.store)
     yield Pickled(manifest)
 
 
@@ -202,8 +218,11 @@ def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
 
 
 def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
-    """Write the job's record into its work directory as it starts (for a refused resume)."""
+    """The job starts writing: its record into its work directory (for a refused resume),
+    and an earlier run's manifest replaced by the ledger of its shards (the new manifest is
+    the commit point: ``pipelines.job.replace``)."""
     job_record.write(work, job_of(cfg, inputs), cfg.store)
+    replace.begin(finalize.companion(cfg.output, ".manifest.json"), cfg.store, output=cfg.output, work=work)
 
 
 def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:

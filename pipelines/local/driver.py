@@ -27,7 +27,17 @@ from pipelines.job import finalize
 from pipelines.job import journal as shard_journal
 from pipelines.job.config import ConvertConfig
 from pipelines.job.progress import Progress
-from pipelines.job.setup import ConvertResult, Job, finish_job, plan_shards, prepare, record_job, result_of, retyped
+from pipelines.job.setup import (
+    ConvertResult,
+    Job,
+    cleaned_on_failure,
+    finish_job,
+    plan_shards,
+    prepare,
+    record_job,
+    result_of,
+    retyped,
+)
 from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
 from pipelines.local import pool as shard_pool, stream as shard_stream
 from transforms.sizes import parse_size
@@ -87,10 +97,15 @@ def convert_in_process(cfg: ConvertConfig, num_workers: int = 1,
         raise ValueError("a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
                          "or no --runner local)")
     job = prepare(cfg, flag_names)
-    urls, list_rejects, work, t0 = job.urls, job.list_rejects, job.work, job.started
+    with cleaned_on_failure(job):
+        return _convert(job, num_workers)
+
+
+def _convert(job: Job, num_workers: int) -> ConvertResult:
+    cfg, urls, work = job.cfg, job.urls, job.work
     stages = cfg.stages()
     resumed = resume_point(cfg, work)  # the journal of an interrupted run, with resume=True
-    auto = cfg.processes is None  # as for the local Beam runner: one process per worker thread
+    auto = cfg.processes is None
     # worker processes pay off for heavy ops, and for any job whose workers write their
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (auto_processes)

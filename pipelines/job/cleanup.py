@@ -1,0 +1,86 @@
+"""What a job leaves on disk when it ends: after a failure, only work ``--resume`` can
+use; after success, nothing -- and a clean-up that fails then is a warning.
+
+A job that fails (a full disk, a killed worker, Ctrl-C) may leave partial files: a piece
+or unit blob still under its temporary name (``.piece-000003.tfrecord.tmp-<hex>``), a
+piece whose sidecar was never written (it cannot be verified, so ``--resume`` would
+redo it anyway), a final shard's temporary file.  On a full disk these are what keeps it
+full.  :func:`after_failure` deletes them and keeps the verified work (data files with
+their sidecars, the journal of durable final shards, ``job.json``); it then says how
+many bytes stay held and where, as part of the failure's one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from pipelines.job import finalize, record as job_record, workfiles
+from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
+
+log = logging.getLogger("tar2tf")
+
+
+def _human(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} bytes"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def after_failure(exc: Optional[BaseException], work: str, output: Optional[str] = None,
+                  config: Optional[StoreConfig] = None) -> int:
+    """Delete a failed job's partial files (local work directory and output directory;
+    object stores publish objects whole, or not at all) and return the bytes of verified
+    work kept.  When some are kept, ``exc`` carries a note saying how much and where
+    (``tar2tf_held``: the CLI adds it to the failure's line)."""
+    held = 0
+    try:
+        if output is not None:
+            for tmp in finalize.stale_temporaries(output, config):
+                _unlink(tmp)
+        if split_url(work)[0] != "" or not os.path.isdir(work):
+            return 0
+        for dirpath, _, files in os.walk(work):
+            for fn in files:
+                path = os.path.join(dirpath, fn)
+                if LOCAL_TEMP.match(fn) or (not fn.endswith(".json")
+                                            and not os.path.exists(workfiles.sidecar_of(path))):
+                    _unlink(path)
+                    continue
+                if fn == job_record.JOB_FILE:
+                    continue  # the job's description, not work
+                try:
+                    held += os.path.getsize(path)
+                except OSError:
+                    pass
+    except OSError as e:  # the failure stays the one the user is told about
+        log.warning("could not clear the partial files of %s: %s", work, e)
+        return held
+    if held and exc is not None:
+        try:
+            exc.tar2tf_held = (f"{_human(held)} of verified work kept in {work} "
+                               f"(rerun with --resume to use it, or delete it)")
+        except (AttributeError, TypeError):  # an exception type without a __dict__
+            pass
+    return held
+
+
+def remove_work(work: str, config: Optional[StoreConfig] = None) -> None:
+    """Delete a finished job's work directory; the output is complete and its manifest
+    written, so a failure here is a warning, not the job's failure."""
+    try:
+        finalize.delete_tree(get_store(work, config), work)
+    except OSError as e:
+        where = getattr(e, "filename", None) or work
+        log.warning("the output is complete, but its work directory could not be removed: %s (%s); "
+                    "delete it by hand", e.strerror or e, where)

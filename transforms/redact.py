@@ -1,0 +1,87 @@
+"""Credentials out of everything tar2tf writes or prints, and control characters out of
+what it prints to a terminal.
+
+:func:`redact` is the one rule for secrets: the userinfo of a URL
+(``http://user:secret@host/`` -> ``http://***@host/``) and the values of query
+parameters whose names say they hold a secret (``?token=``, ``sig=``,
+``X-Amz-Signature=``, ``X-Goog-Credential=``, ``access_token=``, ``password=`` ...) become
+``***``.  It is applied to reject reasons (``transforms.records.Reject``), manifests and
+rejects files, ``job.json``, summary JSON, log records and the one-line error messages of
+the CLI; the text stays readable (the host, the path and the other parameters are kept).
+
+:func:`printable` is for terminals only: a tar member named ``\\x1b]0;title\\x07`` must
+not retitle the user's terminal or recolour its output.  JSON files escape control
+characters themselves and are left to ``json``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+
+# scheme://user[:password]@ -- the userinfo of any URL in the text.  The userinfo stops
+# at the first character that cannot be in it, so "a@b" in plain prose is left alone
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/?#@\s\"'<>]+)@")
+
+# query (or fragment / form) parameters whose value is a secret, by name; matched as a
+# whole parameter name, case-insensitively, after "?", "&", ";" or "#"
+_SECRET_NAMES = (
+    r"token|access_token|id_token|refresh_token|auth|authorization|auth_token|bearer|"
+    r"sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|"
+    r"x-goog-signature|x-goog-credential|x-goog-security-token|googleaccessid|"
+    r"password|passwd|pwd|secret|client_secret|api_key|apikey|key|access_key|"
+    r"secret_key|sessiontoken|session_token|credential|credentials|"
+    r"security-token"
+)
+_SECRET_PARAM = re.compile(r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")=(?P<value>[^&#\s\"'<>]*)",
+                           re.IGNORECASE)
+# "Authorization: Bearer xyz" / "token=xyz" said in an SDK's exception text
+_HEADER = re.compile(r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)(?P<value>[^\s\"',;]+)",
+                     re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with URL userinfo and secret query values replaced by ``***``."""
+    if not text or ("@" not in text and "=" not in text and ":" not in text):
+        return text
+    text = _USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", text)
+    text = _SECRET_PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={MASK}", text)
+    return _HEADER.sub(lambda m: m.group("name") + MASK, text)
+
+
+def redact_obj(obj: Any) -> Any:
+    """:func:`redact` applied to every string (keys too) of a JSON-like value."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {redact_obj(k) if isinstance(k, str) else k: redact_obj(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact_obj(v) for v in obj)
+    return obj
+
+
+# C0 controls except newline and tab, DEL, C1 controls, and the Unicode line/paragraph
+# separators and bidirectional overrides that reorder what a terminal shows
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: "re.Match[str]") -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: control characters as ``\\xNN`` (``\\uNNNN``), newlines and
+    tabs kept (a message may span lines on purpose); surrogate escapes of undecodable
+    bytes as ``\\xNN`` too; secrets redacted (:func:`redact`)."""
+    text = redact(text)
+    if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+        text = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text)
+    return _CONTROL.sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    """:func:`printable`, newlines and tabs escaped as well: a value shown inside one line."""
+    return printable(text).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
