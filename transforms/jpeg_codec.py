@@ -1,0 +1,83 @@
+"""JPEG decode through libjpeg-turbo's TurboJPEG API (``simplejpeg``), pixel-equal to Pillow's.
+
+Pillow decodes JPEG with libjpeg-turbo too, but through its incremental decoder plugin:
+for ImageNet-sized photos its per-image overhead is a large share of the decode (about
+half again the time the same IDCT takes through TurboJPEG).  ``simplejpeg`` calls TurboJPEG
+on the whole buffer at once, without the GIL.
+
+Both use the same settings: accurate integer IDCT (``JDCT_ISLOW``) and "fancy" (smooth)
+chroma upsampling, so the pixels are the same, at full size and in the DCT domain's
+reduced sizes (Pillow's ``draft`` scale 1/2, 1/4, 1/8 against TurboJPEG's scaling factor
+of the same value).  ``tests/test_jpeg_codec.py`` checks equality on baseline,
+progressive, 4:2:0 / 4:2:2 / 4:4:4, grayscale and odd-sized JPEGs, full size and scaled.
+
+:func:`decode_like_pillow` only takes what it can decode exactly like Pillow: a plain
+``JPEG`` (not MPO) in Pillow's mode ``RGB`` or ``L`` whose raw mode is the same (so not
+CMYK / Adobe-inverted CMYK, not YCCK), with a scaled size TurboJPEG reproduces.  For
+everything else, and whenever TurboJPEG reports any problem with the data (a warning
+included), it returns None and the caller decodes with Pillow as before: damaged files
+keep Pillow's errors, and a truncated file is not silently grey-filled.  When
+``simplejpeg`` is not installed every JPEG goes through Pillow.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from PIL import Image
+
+try:
+    import simplejpeg as _sj
+except ImportError:  # optional at run time: Pillow decodes everything then
+    _sj = None
+
+# Pillow mode -> TurboJPEG output colour space
+_COLORSPACE = {"RGB": "RGB", "L": "GRAY"}
+# TurboJPEG's smallest scaling steps are 1/8: below 8 pixels a smaller factor than Pillow's
+# can reach the same rounded-up size, so tiny images stay on Pillow
+_MIN_SIDE = 16
+
+
+def available() -> bool:
+    return _sj is not None
+
+
+def decode_like_pillow(img: Image.Image, data) -> Optional[Image.Image]:
+    """The pixels Pillow's ``img.load()`` would give, decoded by TurboJPEG, or None.
+
+    ``img`` is a not-yet-loaded ``JpegImageFile`` opened on ``data``, after any ``draft``
+    call (its ``size`` is then the reduced size Pillow would decode to)."""
+    if _sj is None or img.format != "JPEG" or img.mode not in _COLORSPACE:
+        return None
+    tile = getattr(img, "tile", None)
+    if not tile or len(tile) != 1 or tile[0][0] != "jpeg":
+        return None
+    args = tile[0][3]
+    rawmode = args[0] if isinstance(args, tuple) else args
+    if rawmode != img.mode:  # CMYK;I, YCbCr kept as such, ...: Pillow's own conversions
+        return None
+    w, h = img.size
+    if min(w, h) < _MIN_SIDE:
+        return None
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    scale = getattr(img, "decoderconfig", (1,))
+    scale = scale[0] if scale else 1
+    try:
+        if scale > 1:
+            # the smallest TurboJPEG factor giving at least Pillow's reduced size is 1/scale:
+            # factors are multiples of 1/8 and for sides >= 8 the next smaller one rounds
+            # to a smaller size
+            arr = _sj.decode_jpeg(data, colorspace=_COLORSPACE[img.mode], min_width=w,
+                                  min_height=h, strict=True)
+        else:
+            arr = _sj.decode_jpeg(data, colorspace=_COLORSPACE[img.mode], strict=True)
+    except (ValueError, RuntimeError, TypeError):
+        return None
+    if arr.shape[0] != h or arr.shape[1] != w:
+        return None
+    if img.mode == "L":
+        arr = arr[:, :, 0]
+    out = Image.fromarray(arr, img.mode)
+    out.info = dict(img.info)  # EXIF etc., as on the Pillow image (encode_image drops it)
+    return out
