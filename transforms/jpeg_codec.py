@@ -17,11 +17,13 @@ CMYK / Adobe-inverted CMYK, not YCCK), with a scaled size TurboJPEG reproduces. 
 everything else, and whenever TurboJPEG reports any problem with the data (a warning
 included), it returns None and the caller decodes with Pillow as before: damaged files
 keep Pillow's errors, and a truncated file is not silently grey-filled.  When
-``simplejpeg`` is not installed every JPEG goes through Pillow.
+``simplejpeg`` is not installed, or ``TAR2TF_JPEG_DECODER=pillow`` is set, every JPEG goes
+through Pillow.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from PIL import Image
@@ -29,6 +31,8 @@ from PIL import Image
 try:
     import simplejpeg as _sj
 except ImportError:  # optional at run time: Pillow decodes everything then
+    _sj = None
+if os.environ.get("TAR2TF_JPEG_DECODER", "").lower() == "pillow":  # A/B runs, bisecting
     _sj = None
 
 # Pillow mode -> TurboJPEG output colour space
