@@ -39,7 +39,7 @@ def codec_info() -> Dict:
     """Which JPEG decoder tar2tf's ops use here (transforms/jpeg_codec.py)."""
     from transforms import jpeg_codec
     info = {"jpeg_decode": "Pillow"}
-    if jpeg_codec.available():
+    if jpeg_codec.enabled():
         import simplejpeg
         info["jpeg_decode"] = f"libjpeg-turbo via simplejpeg {simplejpeg.__version__} (Pillow's pixels)"
     return info

@@ -1,8 +1,8 @@
 """The TurboJPEG decode path (transforms/jpeg_codec.py) gives exactly Pillow's pixels.
 
 Stated bound: zero difference.  Every JPEG here is decoded twice through
-``transforms.images.decode`` -- once with the TurboJPEG path, once with it switched off
-(Pillow) -- at full size and at the DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4,
+``transforms.images.decode`` -- once with the TurboJPEG path switched on (it is opt-in:
+``TAR2TF_JPEG_DECODER=turbo``), once with it off (Pillow) -- at full size and at the DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4,
 1/8), and the arrays must be equal, byte for byte.  The test also checks that the fast
 path really took the eligible files (so equality is not Pillow against itself) and that
 the files it must not take (CMYK, tiny, damaged) fall back to Pillow with Pillow's result.
@@ -11,6 +11,9 @@ the files it must not take (CMYK, tiny, damaged) fall back to Pillow with Pillow
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from transforms import images, jpeg_codec
 from transforms.ops import Encode, Resize
 from transforms.stages import Stages
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(not jpeg_codec.available(), reason="simplejpeg not installed")
 
 
@@ -56,14 +60,32 @@ def _cases():
 CASES = _cases()
 
 
+@pytest.fixture(autouse=True)
+def turbo(monkeypatch):
+    """The TurboJPEG path switched on, as ``TAR2TF_JPEG_DECODER=turbo`` does."""
+    monkeypatch.setattr(jpeg_codec, "_sj", jpeg_codec._lib)
+
+
 @pytest.fixture
 def pillow_only(monkeypatch):
-    """Switch the TurboJPEG path off for one decode, as on a machine without simplejpeg."""
+    """Switch the TurboJPEG path off for one decode (the default)."""
     def run(fn):
         with monkeypatch.context() as m:
             m.setattr(jpeg_codec, "_sj", None)
             return fn()
     return run
+
+
+def test_off_unless_asked_for():
+    env = dict(os.environ)
+    env.pop("TAR2TF_JPEG_DECODER", None)
+    code = "from transforms import jpeg_codec; print(jpeg_codec.enabled())"
+    for value, want in ((None, "False"), ("turbo", "True"), ("pillow", "False")):
+        if value:
+            env["TAR2TF_JPEG_DECODER"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert out == want, (value, out)
 
 
 # full size, and draft hints that make Pillow pick 1/2, 1/4 and 1/8 scale for 500x375
