@@ -138,9 +138,8 @@ def measure(spec: Dict, log_dir: str, timeout: float) -> Dict:
 
 def compile_sources() -> None:
     """Byte-compile the project's packages, as ``pip install`` does.  tar2tf's worker
-    processes start inside the timed region; with ``PYTHONDONTWRITEBYTECODE`` set (as on the
-    machine these benchmarks were developed on) and an editable install, each of them
-    compiled every module it imports from source, ~20 ms per worker and job (measured).
+    processes start inside the timed region; with ``PYTHONDONTWRITEBYTECODE`` set and an
+    editable install, each of them would compile every module it imports from source.
     Python reads existing bytecode whatever that variable says."""
     import compileall
     for pkg in ("pipelines", "transforms", "benchmarks"):
@@ -169,11 +168,12 @@ def median_row(runs: List[Dict]) -> Dict:
     return row
 
 
-def run_pcr(base: Dict, scratch: str, logs: str, timeout: float, say) -> Dict:
+def run_pcr(base: Dict, scratch: str, logs: str, timeout: float, say, mode: str = "tar2tf-beam") -> Dict:
+    """PCR conversion and loading (benchmarks/pcr_bench.py) on the Beam mode ``mode``."""
     why = pcr_bench.missing_reason()
     if why:
         return {"missing": why}
-    spec = dict(base, out=os.path.join(scratch, "pcr"), beam_args=variants.BEAM_MODES["tar2tf-beam"])
+    spec = dict(base, out=os.path.join(scratch, "pcr"), beam_args=variants.BEAM_MODES[mode])
     out, info = spawn("benchmarks.pcr_bench", spec, os.path.join(logs, "pcr.log"), timeout)
     if out is None:
         return {"error": info.get("error", "failed"), "log": info["log"]}
@@ -328,7 +328,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"rss {r['peak_rss'] / 1e6:7.0f} MB  other load {r['other_load']:.2f}"
                     if r.get("ok") else f"FAILED: {str(r.get('error'))[-300:]} (log {r['log']})"))
         if "pcr" in asked:
-            pcr_runs.append(run_pcr(base, scratch, logs, a.timeout, say))
+            mode = "tar2tf-beam" if "tar2tf-beam" in wanted else "tar2tf-beam-threads"
+            pcr_runs.append(run_pcr(base, scratch, logs, a.timeout, say, mode))
     drivers = [v for v in wanted if v in variants.TAR2TF]
     scale: List[Dict] = []
     if not a.no_scaling:
