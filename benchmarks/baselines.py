@@ -16,12 +16,12 @@ Variants:
   durability contract tar2tf keeps.  No tar parsing, no protobuf: the passthrough ceiling.
 * ``limit_io_nosync`` -- the same without fsync: what the page cache absorbs (shown for
   reference; a converter that promises complete, durable files cannot reach it).
-* ``limit_codec``  -- the codec work alone on JPEG bytes already in memory: a thread pool of
-  ``os.cpu_count()`` threads (Pillow releases the GIL) running decode+resize(+encode),
-  with the same DCT-domain draft rule as tar2tf's ``Resize`` (decode at 1/2..1/8 scale
-  while that leaves >= 2x the target), and no copy beyond the codec's.  Nothing is written.
-* ``limit_codec_processes`` -- the same loop in ``os.cpu_count()`` forked processes (no
-  GIL shared between them).  The codec limit of a workload is the faster of the two.
+* ``limit_codec``  -- the codec work alone on JPEG bytes already in memory, with the fastest
+  codec here, in one forked process per core (no GIL between them; the JPEGs are
+  inherited, not sent): libjpeg-turbo through ``simplejpeg`` with the DCT-domain scale
+  tar2tf's ``Resize`` picks (the pixels Pillow's ``draft`` gives), Pillow's antialiased
+  bilinear resize and Pillow's JPEG encode.  Nothing is written.  Falls back to Pillow's
+  decoder when ``simplejpeg`` is missing.
 * ``naive``        -- the seed's approach in one process and one thread: ``tarfile`` ->
   group by key -> PIL decode/resize -> ``tf.train.Example`` -> ``tf.io.TFRecordWriter``.
   Full-size decode (no draft), as the seed did.
@@ -29,6 +29,12 @@ Variants:
   ops (full-size decode: the library has no DCT-domain scaling) run in ``.map``,
   ``tf.io.TFRecordWriter`` writes; one pipeline per core on a round-robin slice of the
   shards (threads), so it gets the same cores as tar2tf.
+* ``tfdata``       -- what a TensorFlow user writes without tar2tf: ``tarfile`` groups the
+  members in a Python generator feeding ``tf.data``; ``tf.io.decode_jpeg`` ->
+  ``tf.image.resize`` (bilinear, antialiased) -> ``tf.io.encode_jpeg`` (or raw pixels)
+  run in TensorFlow's C++ kernels, ``map(num_parallel_calls=AUTOTUNE)`` over all cores;
+  Examples are built in Python and written by ``tf.io.TFRecordWriter``.  Full-size decode
+  (``tf.image.resize`` has no DCT-domain shortcut).  Resize workloads only.
 """
 
 from __future__ import annotations
@@ -142,19 +148,37 @@ def load_jpegs(data) -> List[bytes]:
     return out
 
 
-def limit_codec(jpegs: List[bytes], workload: str) -> Dict:
-    op = pil_op(workload, draft_gap=DRAFT_GAP, minimal=True)
-    n = threads()
-    chunks = [jpegs[i::n] for i in range(n)]
+def _pillow_scale(w: int, h: int, hint) -> int:
+    """The DCT scale (1, 2, 4 or 8) Pillow's ``draft(None, hint)`` picks for a w x h JPEG."""
+    scale = min(w // hint[0], h // hint[1])
+    for s in (8, 4, 2, 1):
+        if scale >= s:
+            return s
+    return 1
 
-    def run(chunk):
-        for d in chunk:
-            op(d)
-        return len(chunk)
 
-    with ThreadPoolExecutor(n) as pool:
-        done = sum(pool.map(run, chunks))
-    return {"images": done, "files": []}
+def fast_op(workload: str) -> Callable[[bytes], object]:
+    """:func:`pil_op` with libjpeg-turbo's TurboJPEG decode (``simplejpeg``), decoding at
+    the DCT scale tar2tf's ``Resize`` uses: the same pixels as Pillow's draft decode."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return pil_op(workload, draft_gap=DRAFT_GAP, minimal=True)
+    size = SIZES[workload]
+    hint = (int(size[0] * DRAFT_GAP), int(size[1] * DRAFT_GAP))
+
+    def op(data: bytes):
+        h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+        s = _pillow_scale(w, h, hint)
+        arr = simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=(w + s - 1) // s,
+                                     min_height=(h + s - 1) // s)
+        img = Image.fromarray(arr, "RGB").resize(size, RESAMPLE)
+        if workload == "resize32":
+            return np.asarray(img)
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=ENCODE_QUALITY)
+        return buf.getvalue()
+    return op
 
 
 _FORKED: Dict[str, object] = {}  # what forked limit-codec workers inherit (never pickled)
@@ -162,18 +186,17 @@ _FORKED: Dict[str, object] = {}  # what forked limit-codec workers inherit (neve
 
 def _codec_slice(i: int) -> int:
     jpegs, workload, n = _FORKED["jpegs"], _FORKED["workload"], _FORKED["n"]
-    op = pil_op(workload, draft_gap=DRAFT_GAP, minimal=True)
+    op = fast_op(workload)
     chunk = jpegs[i::n]
     for d in chunk:
         op(d)
     return len(chunk)
 
 
-def limit_codec_processes(jpegs: List[bytes], workload: str) -> Dict:
-    """:func:`limit_codec` with one forked process per core instead of threads: no GIL
-    between them; the JPEGs are inherited through fork, not sent."""
+def limit_codec(jpegs: List[bytes], workload: str, workers: Optional[int] = None) -> Dict:
+    """The codec loop in one forked process per core; the JPEGs are inherited through fork."""
     import multiprocessing
-    n = threads()
+    n = workers or threads()
     _FORKED.update(jpegs=jpegs, workload=workload, n=n)
     with multiprocessing.get_context("fork").Pool(n) as pool:
         done = sum(pool.map(_codec_slice, range(n)))
@@ -237,4 +260,51 @@ def webdataset(data, workload: str, out: str) -> Dict:
     return {"images": done, "files": sorted(os.path.join(out, f) for f in os.listdir(out))}
 
 
-VARIANTS = {"limit-io": limit_io, "limit-io-nosync": limit_io_nosync, "naive": naive, "webdataset": webdataset}
+# -- tfdata: tf.data with TensorFlow's C++ codecs ----------------------------------------
+
+def _tar_samples(shards: List[str]):
+    """(key, jpeg bytes, label) per sample, members grouped by key as ``naive`` does."""
+    for shard in shards:
+        with tarfile.open(shard, "r|*") as tar:
+            record: Dict[str, bytes] = {}
+            key = None
+            for m in tar:
+                if not m.isfile():
+                    continue
+                k, ext = m.name.split(".", 1)
+                if k != key and record:
+                    yield key, record["jpg"], int(record["cls"])
+                    record = {}
+                key = k
+                record[ext] = tar.extractfile(m).read()
+            if record:
+                yield key, record["jpg"], int(record["cls"])
+
+
+def tfdata(data, workload: str, out: str) -> Dict:
+    import tensorflow as tf
+    os.makedirs(out, exist_ok=True)
+    size = SIZES[workload]
+    sig = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.int64))
+    ds = tf.data.Dataset.from_generator(lambda: _tar_samples(data.shards), output_signature=sig)
+
+    def convert(key, jpg, label):
+        img = tf.io.decode_jpeg(jpg, channels=3)
+        img = tf.image.resize(img, (size[1], size[0]), method="bilinear", antialias=True)
+        img = tf.cast(tf.clip_by_value(tf.round(img), 0, 255), tf.uint8)
+        if workload == "resize224":
+            img = tf.io.encode_jpeg(img, quality=ENCODE_QUALITY)
+        return key, img, label
+
+    ds = ds.map(convert, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    path = os.path.join(out, "tfdata.tfrecord")
+    n = 0
+    with tf.io.TFRecordWriter(path) as w:
+        for key, value, label in ds.as_numpy_iterator():
+            w.write(make_example(key.decode(), value, int(label)))
+            n += 1
+    return {"images": n, "files": [path]}
+
+
+VARIANTS = {"limit-io": limit_io, "limit-io-nosync": limit_io_nosync, "naive": naive, "webdataset": webdataset,
+            "tfdata": tfdata}

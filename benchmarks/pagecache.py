@@ -1,14 +1,13 @@
 """Give every variant the same memory to write into: recycled, host-backed pages.
 
 On a VM whose guest reports free memory to its host (Linux free page reporting: the
-``page_reporting`` module, ``virtio_balloon``; the Firecracker VMs these benchmarks were
-developed on have it), memory that stays free for ~2 s is handed back to the host, and the
-next time the guest uses it the host has to fault it in again.  Writing 273 MB into the page
-cache took 0.14-0.17 s when the pages had been freed a moment before and 0.77-0.95 s when
-they had been free for 3 s (measured, session 17: docs/benchmarks.md).  The harness deletes
-each run's output, so a variant that starts its timed region quickly after that (limit-io:
-no heavy imports) wrote into recycled pages, and one that first imports Beam or TensorFlow
-for 2-3 s wrote into pages the host had taken back: the ratios measured the imports' length.
+``page_reporting`` module, ``virtio_balloon``), memory that stays free for ~2 s is handed
+back to the host, and the next time the guest uses it the host has to fault it in again:
+writing a few hundred MB into the page cache then takes several times longer than into
+pages freed a moment before.  The harness deletes each run's output, so a variant that
+starts its timed region quickly after that (limit-io: no heavy imports) would write into
+recycled pages, and one that first imports Beam or TensorFlow for a few seconds into pages
+the host had taken back: the ratios would measure the imports' length.
 
 :func:`recycle` writes a scratch file of about the size the run will write and deletes it,
 right before the clock starts, for every variant alike.  The freed page-cache folios are

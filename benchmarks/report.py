@@ -1,4 +1,9 @@
-"""Ratios, target checks and the Markdown tables for benchmark results."""
+"""Ratios, target checks and the Markdown tables for benchmark results.
+
+"tar2tf" in the ratios and targets is ``tar2tf-beam``, the CLI's default Beam runner
+(FnApiRunner, ``multi_processing``, one process per core); the in-process driver
+``tar2tf-local`` gets the same ratios and targets, named ``tar2tf-local/...``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,17 @@ from typing import Dict, List, Optional
 
 from benchmarks import variants
 
-LIMIT = {"passthrough": ("limit-io",), "resize224": variants.LIMIT_CODEC, "resize32": variants.LIMIT_CODEC}
+LIMIT = {"passthrough": "limit-io", "resize224": "limit-codec", "resize32": "limit-codec"}
 WORKLOAD_TITLE = {"passthrough": "passthrough (no decode)", "resize224": "decode -> resize 224 -> JPEG q90",
                   "resize32": "decode -> resize 32 (raw pixels)"}
-REFS = (("naive", "naive"), ("webdataset", "webdataset"))
+PEERS = ("naive", "webdataset", "tfdata")
+MAIN = "tar2tf-beam"
+# (workload, peer, bound): tar2tf's speed / the peer's must be >= bound
+SPEED_TARGETS = (("passthrough", "naive", 2.5), ("passthrough", "limit-io", 0.8),
+                 ("resize224", "naive", 2.4), ("resize224", "tfdata", 1.6),
+                 ("resize32", "naive", 3.8), ("resize32", "tfdata", 2.6))
+MEMORY_BOUND = 1.2  # peak RSS of the process tree at 4x the images / at 1x
+DRIVER_BOUND = 0.8  # the Beam default's throughput / the in-process driver's
 
 
 def cpu_model() -> str:
@@ -23,55 +35,37 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def codec_info() -> Dict:
+    """Which JPEG decoder tar2tf's ops use here (transforms/ops/jpeg_codec.py)."""
+    from transforms.ops import jpeg_codec
+    info = {"jpeg_decode": "Pillow"}
+    if jpeg_codec.enabled():
+        import simplejpeg
+        info["jpeg_decode"] = f"libjpeg-turbo via simplejpeg {simplejpeg.__version__} (Pillow's pixels)"
+    return info
+
+
 def _by(rows: List[Dict], wl: str) -> Dict[str, Dict]:
     return {r["variant"]: r for r in rows if r["workload"] == wl and r.get("ok")}
 
 
-def best_tar2tf(rows: List[Dict], wl: str) -> Optional[Dict]:
-    got = [r for v, r in _by(rows, wl).items() if v in variants.BEAM_MODES]
-    return max(got, key=lambda r: r["images_per_s"]) if got else None
-
-
-def best_load(by: Dict[str, Dict]) -> Optional[str]:
-    """The in-process driver's faster mode (a thread per core, or one thread) among ``by``."""
-    got = [v for v in variants.LOAD if v in by]
-    return max(got, key=lambda v: by[v]["images_per_s"]) if got else None
-
-
-def limit_of(rows: List[Dict], wl: str) -> Optional[str]:
-    """The workload's limit variant: for the codec, the faster of threads and processes."""
-    by = _by(rows, wl)
-    got = [v for v in LIMIT[wl] if v in by]
-    return max(got, key=lambda v: by[v]["images_per_s"]) if got else None
-
-
 def ratios(rows: List[Dict]) -> Dict[str, Dict]:
-    """Per workload: the best Beam mode ("tar2tf") against naive, webdataset and the limit;
-    the in-process ``Dataset.load`` in its faster mode ("tar2tf-load", named in
-    ``load_variant``) against naive and the limit too."""
-    out = {}
+    """Per workload and tar2tf driver: its speed over each peer's and the limit's."""
+    out: Dict[str, Dict] = {}
     for wl in LIMIT:
         by = _by(rows, wl)
-        best = best_tar2tf(rows, wl)
-        if best is None:
-            continue
-        speed = best["images_per_s"]
-        limit = limit_of(rows, wl)
-        r = {"tar2tf_variant": best["variant"], "tar2tf_images_per_s": speed, "limit_variant": limit}
-        for name, ref in REFS + (("limit", limit),):
-            if ref in by:
-                r[f"tar2tf/{name}"] = speed / by[ref]["images_per_s"]
-        if wl == "passthrough" and "limit-io-nosync" in by:
-            r["tar2tf/limit-io-nosync"] = speed / by["limit-io-nosync"]["images_per_s"]
-        load = best_load(by)
-        if load is not None:
-            r["load_variant"] = load
-        for name, v in (("tar2tf-load", load),) + tuple((s, s) for s in variants.STREAM):
-            if v in by and "naive" in by:
-                r[f"{name}/naive"] = by[v]["images_per_s"] / by["naive"]["images_per_s"]
-        if load is not None and limit in by:
-            r["tar2tf-load/limit"] = by[load]["images_per_s"] / by[limit]["images_per_s"]
-        out[wl] = r
+        r: Dict[str, float] = {}
+        for drv in variants.TAR2TF:
+            if drv not in by:
+                continue
+            speed = by[drv]["images_per_s"]
+            for ref in PEERS + (LIMIT[wl],):
+                if ref in by:
+                    r[f"{drv}/{ref}"] = speed / by[ref]["images_per_s"]
+        if MAIN in by and "tar2tf-local" in by:
+            r["tar2tf-beam/tar2tf-local"] = by[MAIN]["images_per_s"] / by["tar2tf-local"]["images_per_s"]
+        if r:
+            out[wl] = r
     return out
 
 
@@ -84,27 +78,18 @@ def _check(value: Optional[float], op: str, bound: float) -> Dict:
 
 def targets(result: Dict) -> Dict[str, Dict]:
     rt = result.get("ratios", {})
-    g = lambda wl, k: rt.get(wl, {}).get(k)  # noqa: E731
-    t = {"passthrough tar2tf/limit-io": _check(g("passthrough", "tar2tf/limit"), ">=", 0.70),
-         "resize224 tar2tf/naive": _check(g("resize224", "tar2tf/naive"), ">=", 1.8),
-         "resize224 tar2tf/limit-codec": _check(g("resize224", "tar2tf/limit"), ">=", 0.9),
-         "resize32 tar2tf/naive": _check(g("resize32", "tar2tf/naive"), ">=", 2.5)}
-    # the same targets for the in-process driver (Dataset.load(path=...), no Beam)
-    for wl, key, ref, op, bound in (("passthrough", "tar2tf-load/limit", "limit-io", ">=", 0.70),
-                                    ("resize224", "tar2tf-load/naive", "naive", ">=", 1.8),
-                                    ("resize224", "tar2tf-load/limit", "limit-codec", ">=", 0.9),
-                                    ("resize32", "tar2tf-load/naive", "naive", ">=", 2.5)):
-        if g(wl, key) is not None:
-            t[f"{wl} tar2tf-load/{ref} (in-process)"] = _check(g(wl, key), op, bound)
-    mem = result.get("memory") or {}
-    t["memory: 4x images -> peak RSS ratio"] = _check(mem.get("ratio"), "<=", 1.2)
-    pcr = result.get("pcr") or {}
-    groups = {lv["groups"]: lv for lv in pcr.get("load", [])}
-    t["PCR group 1 bytes fraction"] = _check(groups.get(1, {}).get("fraction"), "<=", 0.08)
-    t["PCR group 5 bytes fraction"] = _check(groups.get(5, {}).get("fraction"), "<=", 0.40)
-    if groups:
-        exact = all(lv["exact_prefix"] for lv in groups.values())
-        t["PCR: k groups read exactly the prefix"] = {"value": None, "bound": "bytes read == prefix", "met": exact}
+    t: Dict[str, Dict] = {}
+    for drv in variants.DRIVERS:
+        for wl, peer, bound in SPEED_TARGETS:
+            t[f"{wl}: {drv} / {peer}"] = _check(rt.get(wl, {}).get(f"{drv}/{peer}"), ">=", bound)
+    for s in result.get("scaling") or []:
+        if "rss_ratio_4x" in s:
+            t[f"memory, {s['workload']}: {s['variant']} peak RSS 4x / 1x"] = \
+                _check(s["rss_ratio_4x"], "<=", MEMORY_BOUND)
+    for wl in LIMIT:
+        v = rt.get(wl, {}).get("tar2tf-beam/tar2tf-local")
+        if v is not None:
+            t[f"drivers, {wl}: tar2tf-beam / tar2tf-local"] = _check(v, ">=", DRIVER_BOUND)
     return t
 
 
@@ -113,67 +98,52 @@ def _f(v, fmt="{:.2f}"):
 
 
 def summary(result: Dict) -> List[str]:
-    """One line per workload: the best tar2tf against the references."""
-    lines = ["| workload | tar2tf (best mode) | images/s | MB/s | peak RSS MB | tar2tf/naive | tar2tf/webdataset "
-             "| tar2tf/limit |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    """The short table: seconds per workload for tar2tf (Beam default), naive and tfdata."""
+    lines = ["| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for wl in LIMIT:
-        rt = result.get("ratios", {}).get(wl)
-        if not rt:
+        by = _by(result["rows"], wl)
+        if not by:
             continue
-        row = _by(result["rows"], wl)[rt["tar2tf_variant"]]
-        lines.append(f"| {WORKLOAD_TITLE[wl]} | {rt['tar2tf_variant'].replace('tar2tf-', '')} | "
-                     f"{row['images_per_s']:.0f} | {row['mb_per_s']:.1f} | {row['peak_rss_mb']:.0f} | "
-                     f"{_f(rt.get('tar2tf/naive'))} | {_f(rt.get('tar2tf/webdataset'))} | "
-                     f"{_f(rt.get('tar2tf/limit'))} ({rt.get('limit_variant') or '-'}) |")
+        cells = [_f(by[v]["seconds"], "{:.1f} s") if v in by else "-"
+                 for v in ("tar2tf-beam", "tar2tf-local", "naive", "webdataset", "tfdata", LIMIT[wl])]
+        lines.append(f"| {WORKLOAD_TITLE[wl]} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _runs(result: Dict) -> str:
-    n, short = result["repeat"], result.get("short_repeat", 1)
-    if short <= 1:
-        return f"{n} run(s)"
-    return f"{n} runs ({n * short} for {', '.join(result.get('short_workloads', []))})"
-
-
-def _scaling_lines(sc: Optional[Dict]) -> List[str]:
+def _scaling_lines(sc: List[Dict], result: Dict) -> List[str]:
     if not sc:
         return []
-    if "error" in sc:
-        return [f"**Passthrough scaling**: failed: {sc['error'][-200:]}", ""]
-    lines = ["**Passthrough scaling** (each variant also run on 1/4 of the shards; t = fixed + images / rate, "
-             "from the medians at both sizes):", "",
-             "| variant | 1/4 data s | all data s | fixed s per job | per-image rate, images/s | rate / limit-io's |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for v, r in sc["variants"].items():
-        if r["marginal_images_per_s"] is None:
-            split = "n/a (the whole data was not slower) | n/a | n/a"
-        else:
-            ratio = "n/a" if r["marginal_vs_limit_io"] is None else f"{r['marginal_vs_limit_io']:.2f}"
-            split = f"{r['fixed_seconds']:.2f} | {r['marginal_images_per_s']:.0f} | {ratio}"
-        lines.append(f"| {v} | {r['seconds_small']:.2f} | {r['seconds_large']:.2f} | {split} |")
+    d = result["dataset"]
+    lines = [f"**Scaling** (1x = a quarter of the shards, {d['shards'] // 4}; 4x = all {d['shards']}; "
+             "speed-up = 1x time with 1 worker / with 2; growth = 4x time / 1x time, both with 2 workers):", "",
+             "| workload | driver | 1x, 1 worker | 1x, 2 workers | 4x, 2 workers | speed-up 2 workers "
+             "| time 4x / 1x | peak RSS MB 1x / 4x | RSS 4x / 1x |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in sc:
+        if "error" in s:
+            lines.append(f"| {s['workload']} | {s['variant']} | failed: {str(s['error'])[-80:]!r} | | | | | | |")
+            continue
+        lines.append(f"| {s['workload']} | {s['variant']} | {s['seconds_1x_1w']:.1f} s "
+                     f"({s['images_per_s_1x_1w']:.0f}/s) | {s['seconds_1x_2w']:.1f} s "
+                     f"({s['images_per_s_1x_2w']:.0f}/s) | {s['seconds_4x_2w']:.1f} s "
+                     f"({s['images_per_s_4x_2w']:.0f}/s) | {s['speedup_2w']:.2f} | {s['time_ratio_4x']:.2f} | "
+                     f"{s['rss_1x_2w_mb']:.0f} / {s['rss_4x_2w_mb']:.0f} | {s['rss_ratio_4x']:.2f} |")
     return lines + [""]
-
-
-def _recycled(result: Dict) -> str:
-    mb = [r.get("recycled_mb", 0) for r in result["rows"] if r.get("ok")]
-    if not mb or not min(mb):
-        return "  Runs started on whatever memory was free (no page recycling)."
-    return (f"  Before its clock started, each run wrote and deleted a {min(mb):.0f} MB scratch file, so "
-            f"that every variant writes into recycled page-cache memory (benchmarks/pagecache.py).")
 
 
 def markdown(result: Dict) -> str:
     m, d = result["machine"], result["dataset"]
-    load = m.get("loadavg_before")
+    l0, l1 = m.get("loadavg_start"), m.get("loadavg_end")
     lines = [f"### tar2tf benchmark, size `{result['size']}` ({result['date']})", "",
-             f"Machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}"
-             + (f", load average {load[0]:.1f} at start (shared machine)" if load else "") + ".  "
+             f"Machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}; load average (1 min) "
+             f"{_f(l0 and l0[0], '{:.1f}')} at the start and {_f(l1 and l1[0], '{:.1f}')} at the end.  "
              f"Data: {d['images']} JPEGs (mean {d['mean_jpeg_kb']:.1f} kB) in {d['shards']} tar shards, "
-             f"{d['tar_mb']:.1f} MB.  Median of {_runs(result)}; MB/s = tar input bytes per second; "
-             f"RSS = peak resident memory of the variant's process tree; CPU s = CPU time of the timed "
-             f"region (all threads and worker processes); other load = cores other processes kept busy "
-             f"meanwhile (the machine is shared).  Every run's output was verified."
-             + _recycled(result), ""]
+             f"{d['tar_mb']:.1f} MB.  JPEG decode in tar2tf: {result.get('codec', {}).get('jpeg_decode')}.  "
+             f"Median of {result['repeat']} run(s); MB/s = tar input bytes per second; CPU ms/image = "
+             f"CPU time of the timed region (all threads and worker processes) per image; peak RSS = peak "
+             f"of the summed RSS of the variant's process tree; other load = cores other processes kept "
+             f"busy meanwhile.  Every run's output was verified.", ""]
     lines += summary(result)
     order = {v: i for i, v in enumerate(variants.ALL)}
     for wl in LIMIT:
@@ -181,35 +151,23 @@ def markdown(result: Dict) -> str:
         if not rows:
             continue
         lines += [f"**{WORKLOAD_TITLE[wl]}**", "",
-                  "| variant | images/s | MB/s | seconds (runs) | CPU s | peak RSS MB | output MB | other load |",
-                  "|---|---:|---:|---|---:|---:|---:|---:|"]
+                  "| variant | images/s | MB/s | seconds | CPU ms/image | peak RSS MB | output MB | other load |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in sorted(rows, key=lambda r: order.get(r["variant"], 99)):
             if not r.get("images_per_s"):
                 lines.append(f"| {r['variant']} | failed: {str(r.get('error', ''))[-80:]!r} | | | | | | |")
                 continue
-            runs = ", ".join(f"{s:.2f}" for s in r["all_seconds"])
             flag = "" if r["ok"] else " (some runs FAILED)"
             lines.append(f"| {r['variant']}{flag} | {r['images_per_s']:.1f} | {r['mb_per_s']:.1f} | "
-                         f"{r['seconds']:.2f} ({runs}) | {r['cpu_seconds']:.2f} | {r['peak_rss_mb']:.0f} | "
+                         f"{r['seconds']:.2f} | {r['cpu_ms_per_image']:.2f} | {r['peak_rss_mb']:.0f} | "
                          f"{r['out_mb']:.1f} | {r['other_load']:.2f} |")
         rt = result.get("ratios", {}).get(wl)
         if rt:
-            parts = [f"{k} = {v:.2f}" for k, v in rt.items() if "/" in k and isinstance(v, float)]
-            load = f", tar2tf-load = `{rt['load_variant']}`" if rt.get("load_variant") else ""
-            lines += ["", f"Ratios (tar2tf = `{rt['tar2tf_variant']}`{load}): " + ", ".join(parts)]
+            lines += ["", "Ratios (speed over speed): " + ", ".join(f"{k} = {v:.2f}" for k, v in rt.items())]
         lines.append("")
-    mem = result.get("memory")
-    if mem and "ratio" in mem:
-        lines += [f"**Memory flatness** ({mem['variant']}, {mem['workload']}): {mem['images_small']} images -> "
-                  f"{mem['rss_small_mb']:.0f} MB, {mem['images_large']} images -> {mem['rss_large_mb']:.0f} MB "
-                  f"(x{mem['ratio']:.2f})", ""]
-    elif mem:
-        lines += [f"**Memory flatness**: failed: {mem.get('error', '')[-200:]}", ""]
-    lines += _scaling_lines(result.get("scaling"))
+    lines += _scaling_lines(result.get("scaling") or [], result)
     if result.get("pcr"):
         lines += _pcr_lines(result["pcr"])
-    if result.get("missing"):
-        lines += ["**Not measured**: " + "; ".join(f"{k} ({v})" for k, v in sorted(result["missing"].items())), ""]
     lines += ["**Targets**", "", "| target | value | bound | met |", "|---|---:|---|---|"]
     for name, t in result.get("targets", {}).items():
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]

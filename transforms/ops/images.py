@@ -33,7 +33,7 @@ from typing import Optional, Sequence, Tuple
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from transforms.ops import image_limits
+from transforms.ops import image_limits, jpeg_codec
 from transforms.ops.lazynp import is_array, np
 
 FORMATS = ("BMP", "JPEG", "PNG")
@@ -117,6 +117,9 @@ def decode_image(data: bytes, channels: Optional[int] = 3, formats: Sequence[str
             w, h = h, w
         img.draft(None, (max(1, int(w)), max(1, int(h))))
     fmt = norm_format(img.format or "?")
+    fast = jpeg_codec.decode_like_pillow(img, data)  # None: not a JPEG TurboJPEG decodes alike
+    if fast is not None:
+        img = fast
     try:
         img = _bmp_with_alpha(img, data)
         img.load()
