@@ -62,7 +62,10 @@ def threads() -> int:
 
 # -- the image ops as plain PIL, used by naive / webdataset / limit_codec ------------------
 
-def pil_op(workload: str, draft_gap: Optional[float], minimal: bool = False) -> Callable[[bytes], object]:
+
+def pil_op(
+    workload: str, draft_gap: Optional[float], minimal: bool = False
+) -> Callable[[bytes], object]:
     """bytes -> output value (bytes for passthrough/resize224, ndarray for resize32).
 
     ``draft_gap``: like ``transforms.ops.Resize``: let libjpeg decode at a reduced DCT scale
@@ -86,17 +89,23 @@ def pil_op(workload: str, draft_gap: Optional[float], minimal: bool = False) -> 
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=ENCODE_QUALITY)
         return buf.getvalue()
+
     return op
 
 
 def make_example(key: str, value, label: int) -> bytes:
     import tensorflow as tf
-    feat = {"__key__": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
-            "cls": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+
+    feat = {
+        "__key__": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
+        "cls": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    }
     if isinstance(value, np.ndarray):
         feat["jpg"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.tobytes()]))
         feat["jpg/shape"] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(value.shape)))
-        feat["jpg/dtype"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.dtype.name.encode()]))
+        feat["jpg/dtype"] = tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[value.dtype.name.encode()])
+        )
     else:
         feat["jpg"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
     return tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString()
@@ -104,8 +113,10 @@ def make_example(key: str, value, label: int) -> bytes:
 
 # -- limit-io ------------------------------------------------------------------------------
 
+
 def limit_io(data, workload: str, out: str, sync: bool = True) -> Dict:
     from transforms.tfrecord.framing import masked_crc32c
+
     u64, u32 = struct.Struct("<Q"), struct.Struct("<I")
     os.makedirs(out, exist_ok=True)
 
@@ -115,7 +126,7 @@ def limit_io(data, workload: str, out: str, sync: bool = True) -> Dict:
         path = os.path.join(out, f"limit-io-{i:05d}.tfrecord")
         with open(path + ".tmp", "wb") as w:
             for m in data.index[i]:
-                payload = buf[m["offset"]:m["offset"] + m["size"]]
+                payload = buf[m["offset"] : m["offset"] + m["size"]]
                 head = u64.pack(m["size"])
                 w.write(head)
                 w.write(u32.pack(masked_crc32c(head)))
@@ -138,13 +149,14 @@ def limit_io_nosync(data, workload: str, out: str) -> Dict:
 
 # -- limit-codec ---------------------------------------------------------------------------
 
+
 def load_jpegs(data) -> List[bytes]:
     """All JPEG payloads in memory (done before timing starts)."""
     out = []
     for path, members in zip(data.shards, data.index):
         with open(path, "rb") as f:
             buf = f.read()
-        out.extend(buf[m["offset"]:m["offset"] + m["size"]] for m in members)
+        out.extend(buf[m["offset"] : m["offset"] + m["size"]] for m in members)
     return out
 
 
@@ -170,14 +182,16 @@ def fast_op(workload: str) -> Callable[[bytes], object]:
     def op(data: bytes):
         h, w, _, _ = simplejpeg.decode_jpeg_header(data)
         s = _pillow_scale(w, h, hint)
-        arr = simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=(w + s - 1) // s,
-                                     min_height=(h + s - 1) // s)
+        arr = simplejpeg.decode_jpeg(
+            data, colorspace="RGB", min_width=(w + s - 1) // s, min_height=(h + s - 1) // s
+        )
         img = Image.fromarray(arr, "RGB").resize(size, RESAMPLE)
         if workload == "resize32":
             return np.asarray(img)
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=ENCODE_QUALITY)
         return buf.getvalue()
+
     return op
 
 
@@ -196,6 +210,7 @@ def _codec_slice(i: int) -> int:
 def limit_codec(jpegs: List[bytes], workload: str, workers: Optional[int] = None) -> Dict:
     """The codec loop in one forked process per core; the JPEGs are inherited through fork."""
     import multiprocessing
+
     n = workers or threads()
     _FORKED.update(jpegs=jpegs, workload=workload, n=n)
     with multiprocessing.get_context("fork").Pool(n) as pool:
@@ -205,8 +220,10 @@ def limit_codec(jpegs: List[bytes], workload: str, workers: Optional[int] = None
 
 # -- naive: the seed's way -----------------------------------------------------------------
 
+
 def naive(data, workload: str, out: str) -> Dict:
     import tensorflow as tf
+
     os.makedirs(out, exist_ok=True)
     op = pil_op(workload, draft_gap=None)
     path = os.path.join(out, "naive.tfrecord")
@@ -237,17 +254,20 @@ def _naive_write(w, key, record, op) -> int:
 
 # -- webdataset ----------------------------------------------------------------------------
 
+
 def webdataset(data, workload: str, out: str) -> Dict:
     import tensorflow as tf
     import webdataset as wds
+
     os.makedirs(out, exist_ok=True)
     op = pil_op(workload, draft_gap=None)
     n = min(threads(), len(data.shards))
 
     def run(i: int) -> int:
         urls = data.shards[i::n]
-        ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-              .map(lambda s: (s["__key__"], op(s["jpg"]), int(s["cls"]))))
+        ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).map(
+            lambda s: (s["__key__"], op(s["jpg"]), int(s["cls"]))
+        )
         count = 0
         with tf.io.TFRecordWriter(os.path.join(out, f"wds-{i:03d}.tfrecord")) as w:
             for key, value, label in ds:
@@ -261,6 +281,7 @@ def webdataset(data, workload: str, out: str) -> Dict:
 
 
 # -- tfdata: tf.data with TensorFlow's C++ codecs ----------------------------------------
+
 
 def _tar_samples(shards: List[str]):
     """(key, jpeg bytes, label) per sample, members grouped by key as ``naive`` does."""
@@ -283,6 +304,7 @@ def _tar_samples(shards: List[str]):
 
 def tfdata(data, workload: str, out: str) -> Dict:
     import tensorflow as tf
+
     os.makedirs(out, exist_ok=True)
     size = SIZES[workload]
     sig = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.int64))
@@ -306,5 +328,10 @@ def tfdata(data, workload: str, out: str) -> Dict:
     return {"images": n, "files": [path]}
 
 
-VARIANTS = {"limit-io": limit_io, "limit-io-nosync": limit_io_nosync, "naive": naive, "webdataset": webdataset,
-            "tfdata": tfdata}
+VARIANTS = {
+    "limit-io": limit_io,
+    "limit-io-nosync": limit_io_nosync,
+    "naive": naive,
+    "webdataset": webdataset,
+    "tfdata": tfdata,
+}

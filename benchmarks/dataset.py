@@ -28,10 +28,27 @@ from PIL import Image
 
 # Colour (and one grey) photographs in scikit-image's wheel, including three texture
 # photographs (brick, grass, gravel) that bring the high-frequency detail camera JPEGs have.
-PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry",
-          "hubble_deep_field", "retina", "camera", "brick", "grass", "gravel")
+PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "immunohistochemistry",
+    "hubble_deep_field",
+    "retina",
+    "camera",
+    "brick",
+    "grass",
+    "gravel",
+)
 # (width, height) and weight: the usual ImageNet shapes around 500x375
-SHAPES = (((500, 375), 0.55), ((500, 333), 0.2), ((375, 500), 0.15), ((500, 500), 0.05), ((333, 500), 0.05))
+SHAPES = (
+    ((500, 375), 0.55),
+    ((500, 333), 0.2),
+    ((375, 500), 0.15),
+    ((500, 500), 0.05),
+    ((333, 500), 0.05),
+)
 QUALITY = 90
 COLLAGE = 0.5  # share of images that are 2x2 collages of four crops (busier scenes)
 FORMAT_VERSION = 2
@@ -65,6 +82,7 @@ _photos: Dict[str, np.ndarray] = {}
 def photo(name: str) -> np.ndarray:
     if name not in _photos:
         import skimage.data
+
         arr = getattr(skimage.data, name)()
         if arr.ndim == 2:
             arr = np.stack([arr] * 3, axis=-1)
@@ -72,7 +90,9 @@ def photo(name: str) -> np.ndarray:
     return _photos[name]
 
 
-def _crop(rng: np.random.Generator, src: np.ndarray, w: int, h: int, min_scale: float) -> Image.Image:
+def _crop(
+    rng: np.random.Generator, src: np.ndarray, w: int, h: int, min_scale: float
+) -> Image.Image:
     """A random crop of ``src`` with aspect w:h (55..100 % of the largest one), flipped
     half the time, rescaled to w x h."""
     sh, sw = src.shape[:2]
@@ -82,7 +102,7 @@ def _crop(rng: np.random.Generator, src: np.ndarray, w: int, h: int, min_scale: 
     cw, ch = max(8, int(cw_max * scale)), max(8, int(ch_max * scale))
     x = int(rng.integers(0, sw - cw + 1))
     y = int(rng.integers(0, sh - ch + 1))
-    crop = Image.fromarray(src[y:y + ch, x:x + cw])
+    crop = Image.fromarray(src[y : y + ch, x : x + cw])
     if rng.random() < 0.5:
         crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return crop.resize((w, h), Image.Resampling.LANCZOS)
@@ -99,7 +119,12 @@ def make_image(index: int, seed: int = 0) -> Tuple[bytes, int]:
         img = _crop(rng, photo(PHOTOS[label]), w, h, 0.55)
     else:
         img = Image.new("RGB", (w, h))
-        tiles = ((0, 0, w // 2, h // 2), (w // 2, 0, w, h // 2), (0, h // 2, w // 2, h), (w // 2, h // 2, w, h))
+        tiles = (
+            (0, 0, w // 2, h // 2),
+            (w // 2, 0, w, h // 2),
+            (0, h // 2, w // 2, h),
+            (w // 2, h // 2, w, h),
+        )
         for n, (x0, y0, x1, y1) in enumerate(tiles):
             src = PHOTOS[label] if n == 0 else PHOTOS[int(rng.integers(0, len(PHOTOS)))]
             img.paste(_crop(rng, photo(src), x1 - x0, y1 - y0, 0.3), (x0, y0))
@@ -118,6 +143,7 @@ def _add(tf: tarfile.TarFile, name: str, data: bytes):
 @dataclasses.dataclass
 class BenchData:
     """A built dataset: shard paths plus the facts baselines need (member offsets)."""
+
     directory: str
     size: Size
     shards: List[str]
@@ -167,8 +193,10 @@ def _write_shard(d: str, s: int, spec: Size, seed: int) -> Dict:
 def build(size: str = "quick", root: str = None, seed: int = 0, log=None) -> BenchData:
     """Build the dataset (or reuse a finished one: ``index.json`` is written last)."""
     spec = SIZES[size]
-    d = os.path.join(root or default_root(),
-                     f"{spec.name}-{spec.shards}x{spec.per_shard}-s{seed}-v{FORMAT_VERSION}")
+    d = os.path.join(
+        root or default_root(),
+        f"{spec.name}-{spec.shards}x{spec.per_shard}-s{seed}-v{FORMAT_VERSION}",
+    )
     done = os.path.join(d, "index.json")
     if os.path.exists(done):
         with open(done) as f:
@@ -183,9 +211,14 @@ def build(size: str = "quick", root: str = None, seed: int = 0, log=None) -> Ben
             shards.append(fut.result())
             if log:
                 log(f"dataset {size}: shard {n + 1}/{spec.shards}")
-    meta = {"size": dataclasses.asdict(spec), "seed": seed, "format": FORMAT_VERSION,
-            "shards": [s["name"] for s in shards], "sha256": [s["sha256"] for s in shards],
-            "index": [s["members"] for s in shards]}
+    meta = {
+        "size": dataclasses.asdict(spec),
+        "seed": seed,
+        "format": FORMAT_VERSION,
+        "shards": [s["name"] for s in shards],
+        "sha256": [s["sha256"] for s in shards],
+        "index": [s["members"] for s in shards],
+    }
     with open(done + ".tmp", "w") as f:
         json.dump(meta, f)
     os.replace(done + ".tmp", done)
@@ -198,9 +231,17 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help=f"root directory (default {default_root()})")
     a = ap.parse_args(argv)
     data = build(a.size, a.dir, log=lambda m: print(m, file=sys.stderr))
-    print(json.dumps({"dir": data.directory, "shards": len(data.shards), "images": data.images,
-                      "tar_MB": round(data.tar_bytes / 1e6, 1),
-                      "mean_jpeg_KB": round(data.jpeg_bytes / data.images / 1e3, 1)}))
+    print(
+        json.dumps(
+            {
+                "dir": data.directory,
+                "shards": len(data.shards),
+                "images": data.images,
+                "tar_MB": round(data.tar_bytes / 1e6, 1),
+                "mean_jpeg_KB": round(data.jpeg_bytes / data.images / 1e3, 1),
+            }
+        )
+    )
     return 0
 
 

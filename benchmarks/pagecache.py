@@ -46,7 +46,7 @@ def recycle(directory: str, nbytes: int) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         while done < nbytes:
-            done += os.write(fd, buf[:min(CHUNK, nbytes - done)])
+            done += os.write(fd, buf[: min(CHUNK, nbytes - done)])
     finally:
         os.close(fd)
         os.unlink(path)

@@ -36,6 +36,7 @@ def missing_reason() -> Optional[str]:
         if not os.path.exists(os.path.join(ROOT, rel)):
             return f"{rel} not present"
     import shutil as sh
+
     if sh.which("jpegtran") is None:
         return "jpegtran not installed (launch/setup.d/20-apt.sh)"
     return None
@@ -63,16 +64,22 @@ class _Counting(io.RawIOBase):
 
 def _load(files: List[str], index: str, k: int, decode: bool) -> Dict:
     from transforms.pcr.reader import iter_pcr
+
     counter = [0]
     t0 = time.perf_counter()
-    n = sum(1 for _ in iter_pcr(files, index, scan_groups=k, decode=decode,
-                                opener=lambda url: _Counting(url, counter)))
+    n = sum(
+        1
+        for _ in iter_pcr(
+            files, index, scan_groups=k, decode=decode, opener=lambda url: _Counting(url, counter)
+        )
+    )
     return {"images": n, "seconds": time.perf_counter() - t0, "bytes": counter[0]}
 
 
 def run(spec: Dict) -> Dict:
     from pipelines.beam.pcr import PcrConfig, convert_pcr
     from transforms.pcr import format as fmt
+
     data = dataset.build(spec["size"], spec.get("root"))
     out = os.path.join(spec["out"], "pcr")
     shutil.rmtree(out, ignore_errors=True)
@@ -81,12 +88,21 @@ def run(spec: Dict) -> Dict:
         os.makedirs(spec["out"], exist_ok=True)
         pagecache.recycle_for(data, spec["out"])
     t0 = time.perf_counter()
-    res = convert_pcr(PcrConfig(sources=data.template(), output=out, images_per_record=spec.get("per_record", 512),
-                                overwrite=True), args)
+    res = convert_pcr(
+        PcrConfig(
+            sources=data.template(),
+            output=out,
+            images_per_record=spec.get("per_record", 512),
+            overwrite=True,
+        ),
+        args,
+    )
     seconds = time.perf_counter() - t0
     written = res.totals["records_written"]
     if res.exit_code != 0 or written != data.images:
-        raise RuntimeError(f"PCR convert wrote {written} of {data.images} images (exit {res.exit_code})")
+        raise RuntimeError(
+            f"PCR convert wrote {written} of {data.images} images (exit {res.exit_code})"
+        )
     _, entries = fmt.read_index(res.index_path)
     files = list(res.paths)
     total = sum(fmt.lookup(entries, f).size for f in files)
@@ -95,14 +111,29 @@ def run(spec: Dict) -> Dict:
         expect = sum(fmt.lookup(entries, f).prefix(k) for f in files)
         read = _load(files, res.index_path, k, decode=False)
         dec = _load(files, res.index_path, k, decode=True)
-        levels.append({"groups": k, "bytes": read["bytes"], "prefix_bytes": expect,
-                       "exact_prefix": read["bytes"] == expect == dec["bytes"],
-                       "fraction": read["bytes"] / total, "fraction_of_source": read["bytes"] / data.jpeg_bytes,
-                       "images": read["images"], "seconds": read["seconds"],
-                       "decode_seconds": dec["seconds"], "ok": read["images"] == dec["images"] == data.images})
-    out_res = {"images": data.images, "convert_seconds": seconds, "bytes_total": total,
-               "source_jpeg_bytes": data.jpeg_bytes, "records": len(files), "load": levels,
-               "beam_args": args}
+        levels.append(
+            {
+                "groups": k,
+                "bytes": read["bytes"],
+                "prefix_bytes": expect,
+                "exact_prefix": read["bytes"] == expect == dec["bytes"],
+                "fraction": read["bytes"] / total,
+                "fraction_of_source": read["bytes"] / data.jpeg_bytes,
+                "images": read["images"],
+                "seconds": read["seconds"],
+                "decode_seconds": dec["seconds"],
+                "ok": read["images"] == dec["images"] == data.images,
+            }
+        )
+    out_res = {
+        "images": data.images,
+        "convert_seconds": seconds,
+        "bytes_total": total,
+        "source_jpeg_bytes": data.jpeg_bytes,
+        "records": len(files),
+        "load": levels,
+        "beam_args": args,
+    }
     if not spec.get("keep"):
         shutil.rmtree(out, ignore_errors=True)
     return out_res
@@ -111,7 +142,9 @@ def run(spec: Dict) -> Dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     import apache_beam  # noqa: F401 - imported before the clock, like the other variants
+
     import pipelines.beam.pcr  # noqa: F401
+
     result = run(json.loads(argv[0]))
     sys.stdout.write("BENCH-RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()

@@ -12,14 +12,22 @@ from typing import Dict, List, Optional
 from benchmarks import variants
 
 LIMIT = {"passthrough": "limit-io", "resize224": "limit-codec", "resize32": "limit-codec"}
-WORKLOAD_TITLE = {"passthrough": "passthrough (no decode)", "resize224": "decode -> resize 224 -> JPEG q90",
-                  "resize32": "decode -> resize 32 (raw pixels)"}
+WORKLOAD_TITLE = {
+    "passthrough": "passthrough (no decode)",
+    "resize224": "decode -> resize 224 -> JPEG q90",
+    "resize32": "decode -> resize 32 (raw pixels)",
+}
 PEERS = ("naive", "webdataset", "tfdata")
 MAIN = "tar2tf-beam"
 # (workload, peer, bound): tar2tf's speed / the peer's must be >= bound
-SPEED_TARGETS = (("passthrough", "naive", 2.5), ("passthrough", "limit-io", 0.8),
-                 ("resize224", "naive", 2.4), ("resize224", "tfdata", 1.6),
-                 ("resize32", "naive", 3.8), ("resize32", "tfdata", 2.6))
+SPEED_TARGETS = (
+    ("passthrough", "naive", 2.5),
+    ("passthrough", "limit-io", 0.8),
+    ("resize224", "naive", 2.4),
+    ("resize224", "tfdata", 1.6),
+    ("resize32", "naive", 3.8),
+    ("resize32", "tfdata", 2.6),
+)
 MEMORY_BOUND = 1.2  # peak RSS of the process tree at 4x the images / at 1x
 DRIVER_BOUND = 0.8  # the Beam default's throughput / the in-process driver's
 
@@ -38,10 +46,14 @@ def cpu_model() -> str:
 def codec_info() -> Dict:
     """Which JPEG decoder tar2tf's ops use here (transforms/ops/jpeg_codec.py)."""
     from transforms.ops import jpeg_codec
+
     info = {"jpeg_decode": "Pillow"}
     if jpeg_codec.enabled():
         import simplejpeg
-        info["jpeg_decode"] = f"libjpeg-turbo via simplejpeg {simplejpeg.__version__} (Pillow's pixels)"
+
+        info["jpeg_decode"] = (
+            f"libjpeg-turbo via simplejpeg {simplejpeg.__version__} (Pillow's pixels)"
+        )
     return info
 
 
@@ -63,7 +75,9 @@ def ratios(rows: List[Dict]) -> Dict[str, Dict]:
                 if ref in by:
                     r[f"{drv}/{ref}"] = speed / by[ref]["images_per_s"]
         if MAIN in by and "tar2tf-local" in by:
-            r["tar2tf-beam/tar2tf-local"] = by[MAIN]["images_per_s"] / by["tar2tf-local"]["images_per_s"]
+            r["tar2tf-beam/tar2tf-local"] = (
+                by[MAIN]["images_per_s"] / by["tar2tf-local"]["images_per_s"]
+            )
         if r:
             out[wl] = r
     return out
@@ -84,8 +98,9 @@ def targets(result: Dict) -> Dict[str, Dict]:
             t[f"{wl}: {drv} / {peer}"] = _check(rt.get(wl, {}).get(f"{drv}/{peer}"), ">=", bound)
     for s in result.get("scaling") or []:
         if "rss_ratio_4x" in s:
-            t[f"memory, {s['workload']}: {s['variant']} peak RSS 4x / 1x"] = \
-                _check(s["rss_ratio_4x"], "<=", MEMORY_BOUND)
+            t[f"memory, {s['workload']}: {s['variant']} peak RSS 4x / 1x"] = _check(
+                s["rss_ratio_4x"], "<=", MEMORY_BOUND
+            )
     for wl in LIMIT:
         v = rt.get(wl, {}).get("tar2tf-beam/tar2tf-local")
         if v is not None:
@@ -99,14 +114,18 @@ def _f(v, fmt="{:.2f}"):
 
 def summary(result: Dict) -> List[str]:
     """The short table: seconds per workload for tar2tf (Beam default), naive and tfdata."""
-    lines = ["| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for wl in LIMIT:
         by = _by(result["rows"], wl)
         if not by:
             continue
-        cells = [_f(by[v]["seconds"], "{:.1f} s") if v in by else "-"
-                 for v in ("tar2tf-beam", "tar2tf-local", "naive", "webdataset", "tfdata", LIMIT[wl])]
+        cells = [
+            _f(by[v]["seconds"], "{:.1f} s") if v in by else "-"
+            for v in ("tar2tf-beam", "tar2tf-local", "naive", "webdataset", "tfdata", LIMIT[wl])
+        ]
         lines.append(f"| {WORKLOAD_TITLE[wl]} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -115,55 +134,76 @@ def _scaling_lines(sc: List[Dict], result: Dict) -> List[str]:
     if not sc:
         return []
     d = result["dataset"]
-    lines = [f"**Scaling** (1x = a quarter of the shards, {d['shards'] // 4}; 4x = all {d['shards']}; "
-             "speed-up = 1x time with 1 worker / with 2; growth = 4x time / 1x time, both with 2 workers):", "",
-             "| workload | driver | 1x, 1 worker | 1x, 2 workers | 4x, 2 workers | speed-up 2 workers "
-             "| time 4x / 1x | peak RSS MB 1x / 4x | RSS 4x / 1x |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"**Scaling** (1x = a quarter of the shards, {d['shards'] // 4}; 4x = all {d['shards']}; "
+        "speed-up = 1x time with 1 worker / with 2; growth = 4x time / 1x time, both with 2 workers):",
+        "",
+        "| workload | driver | 1x, 1 worker | 1x, 2 workers | 4x, 2 workers | speed-up 2 workers "
+        "| time 4x / 1x | peak RSS MB 1x / 4x | RSS 4x / 1x |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for s in sc:
         if "error" in s:
-            lines.append(f"| {s['workload']} | {s['variant']} | failed: {str(s['error'])[-80:]!r} | | | | | | |")
+            lines.append(
+                f"| {s['workload']} | {s['variant']} | failed: {str(s['error'])[-80:]!r} | | | | | | |"
+            )
             continue
-        lines.append(f"| {s['workload']} | {s['variant']} | {s['seconds_1x_1w']:.1f} s "
-                     f"({s['images_per_s_1x_1w']:.0f}/s) | {s['seconds_1x_2w']:.1f} s "
-                     f"({s['images_per_s_1x_2w']:.0f}/s) | {s['seconds_4x_2w']:.1f} s "
-                     f"({s['images_per_s_4x_2w']:.0f}/s) | {s['speedup_2w']:.2f} | {s['time_ratio_4x']:.2f} | "
-                     f"{s['rss_1x_2w_mb']:.0f} / {s['rss_4x_2w_mb']:.0f} | {s['rss_ratio_4x']:.2f} |")
+        lines.append(
+            f"| {s['workload']} | {s['variant']} | {s['seconds_1x_1w']:.1f} s "
+            f"({s['images_per_s_1x_1w']:.0f}/s) | {s['seconds_1x_2w']:.1f} s "
+            f"({s['images_per_s_1x_2w']:.0f}/s) | {s['seconds_4x_2w']:.1f} s "
+            f"({s['images_per_s_4x_2w']:.0f}/s) | {s['speedup_2w']:.2f} | {s['time_ratio_4x']:.2f} | "
+            f"{s['rss_1x_2w_mb']:.0f} / {s['rss_4x_2w_mb']:.0f} | {s['rss_ratio_4x']:.2f} |"
+        )
     return lines + [""]
 
 
 def markdown(result: Dict) -> str:
     m, d = result["machine"], result["dataset"]
     l0, l1 = m.get("loadavg_start"), m.get("loadavg_end")
-    lines = [f"### tar2tf benchmark, size `{result['size']}` ({result['date']})", "",
-             f"Machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}; load average (1 min) "
-             f"{_f(l0 and l0[0], '{:.1f}')} at the start and {_f(l1 and l1[0], '{:.1f}')} at the end.  "
-             f"Data: {d['images']} JPEGs (mean {d['mean_jpeg_kb']:.1f} kB) in {d['shards']} tar shards, "
-             f"{d['tar_mb']:.1f} MB.  JPEG decode in tar2tf: {result.get('codec', {}).get('jpeg_decode')}.  "
-             f"Median of {result['repeat']} run(s); MB/s = tar input bytes per second; CPU ms/image = "
-             f"CPU time of the timed region (all threads and worker processes) per image; peak RSS = peak "
-             f"of the summed RSS of the variant's process tree; other load = cores other processes kept "
-             f"busy meanwhile.  Every run's output was verified.", ""]
+    lines = [
+        f"### tar2tf benchmark, size `{result['size']}` ({result['date']})",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}; load average (1 min) "
+        f"{_f(l0 and l0[0], '{:.1f}')} at the start and {_f(l1 and l1[0], '{:.1f}')} at the end.  "
+        f"Data: {d['images']} JPEGs (mean {d['mean_jpeg_kb']:.1f} kB) in {d['shards']} tar shards, "
+        f"{d['tar_mb']:.1f} MB.  JPEG decode in tar2tf: {result.get('codec', {}).get('jpeg_decode')}.  "
+        f"Median of {result['repeat']} run(s); MB/s = tar input bytes per second; CPU ms/image = "
+        f"CPU time of the timed region (all threads and worker processes) per image; peak RSS = peak "
+        f"of the summed RSS of the variant's process tree; other load = cores other processes kept "
+        f"busy meanwhile.  Every run's output was verified.",
+        "",
+    ]
     lines += summary(result)
     order = {v: i for i, v in enumerate(variants.ALL)}
     for wl in LIMIT:
         rows = [r for r in result["rows"] if r["workload"] == wl]
         if not rows:
             continue
-        lines += [f"**{WORKLOAD_TITLE[wl]}**", "",
-                  "| variant | images/s | MB/s | seconds | CPU ms/image | peak RSS MB | output MB | other load |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"**{WORKLOAD_TITLE[wl]}**",
+            "",
+            "| variant | images/s | MB/s | seconds | CPU ms/image | peak RSS MB | output MB | other load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in sorted(rows, key=lambda r: order.get(r["variant"], 99)):
             if not r.get("images_per_s"):
-                lines.append(f"| {r['variant']} | failed: {str(r.get('error', ''))[-80:]!r} | | | | | | |")
+                lines.append(
+                    f"| {r['variant']} | failed: {str(r.get('error', ''))[-80:]!r} | | | | | | |"
+                )
                 continue
             flag = "" if r["ok"] else " (some runs FAILED)"
-            lines.append(f"| {r['variant']}{flag} | {r['images_per_s']:.1f} | {r['mb_per_s']:.1f} | "
-                         f"{r['seconds']:.2f} | {r['cpu_ms_per_image']:.2f} | {r['peak_rss_mb']:.0f} | "
-                         f"{r['out_mb']:.1f} | {r['other_load']:.2f} |")
+            lines.append(
+                f"| {r['variant']}{flag} | {r['images_per_s']:.1f} | {r['mb_per_s']:.1f} | "
+                f"{r['seconds']:.2f} | {r['cpu_ms_per_image']:.2f} | {r['peak_rss_mb']:.0f} | "
+                f"{r['out_mb']:.1f} | {r['other_load']:.2f} |"
+            )
         rt = result.get("ratios", {}).get(wl)
         if rt:
-            lines += ["", "Ratios (speed over speed): " + ", ".join(f"{k} = {v:.2f}" for k, v in rt.items())]
+            lines += [
+                "",
+                "Ratios (speed over speed): " + ", ".join(f"{k} = {v:.2f}" for k, v in rt.items()),
+            ]
         lines.append("")
     lines += _scaling_lines(result.get("scaling") or [], result)
     if result.get("pcr"):
@@ -182,16 +222,22 @@ def _pcr_lines(pcr: Dict) -> List[str]:
     if pcr.get("error"):
         return [f"**PCR**: failed: {pcr['error'][-300:]}", ""]
     runner = " ".join(pcr.get("beam_args", [])) or "tar2tf's default local runner, no runner flags"
-    out = [f"**PCR** convert ({runner}): {pcr['images']} images in "
-           f"{pcr['convert_seconds']:.2f} s ({pcr['images'] / pcr['convert_seconds']:.1f} images/s), "
-           f"{pcr['records']} records, {pcr['bytes_total'] / 1e6:.1f} MB written "
-           f"({pcr['bytes_total'] / pcr['source_jpeg_bytes']:.3f} x the source JPEG bytes), "
-           f"peak RSS {pcr.get('peak_rss', 0) / 1e6:.0f} MB.", "",
-           "| scan groups | bytes read | fraction of all groups | fraction of source JPEGs | exactly the prefix "
-           "| read images/s | read + decode images/s |", "|---|---:|---:|---:|---|---:|---:|"]
+    out = [
+        f"**PCR** convert ({runner}): {pcr['images']} images in "
+        f"{pcr['convert_seconds']:.2f} s ({pcr['images'] / pcr['convert_seconds']:.1f} images/s), "
+        f"{pcr['records']} records, {pcr['bytes_total'] / 1e6:.1f} MB written "
+        f"({pcr['bytes_total'] / pcr['source_jpeg_bytes']:.3f} x the source JPEG bytes), "
+        f"peak RSS {pcr.get('peak_rss', 0) / 1e6:.0f} MB.",
+        "",
+        "| scan groups | bytes read | fraction of all groups | fraction of source JPEGs | exactly the prefix "
+        "| read images/s | read + decode images/s |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
     for lv in pcr.get("load", []):
-        out.append(f"| {lv['groups']} | {lv['bytes']:,} | {lv['fraction']:.3f} | {lv['fraction_of_source']:.3f} | "
-                   f"{'yes' if lv['exact_prefix'] else '**no**'} | {lv['images'] / lv['seconds']:.0f} | "
-                   f"{lv['images'] / lv['decode_seconds']:.0f} |")
+        out.append(
+            f"| {lv['groups']} | {lv['bytes']:,} | {lv['fraction']:.3f} | {lv['fraction_of_source']:.3f} | "
+            f"{'yes' if lv['exact_prefix'] else '**no**'} | {lv['images'] / lv['seconds']:.0f} | "
+            f"{lv['images'] / lv['decode_seconds']:.0f} |"
+        )
     out.append("")
     return out

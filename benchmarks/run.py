@@ -46,6 +46,7 @@ def _busy() -> float:
 
 def _cmdline(p) -> List[str]:
     import psutil
+
     try:
         return p.cmdline()
     except psutil.Error:
@@ -56,6 +57,7 @@ def _tree_rss(root) -> int:
     """Summed RSS of ``root`` and all its descendants (bytes).  Forked children share pages
     with their parent; RSS counts such a page in each, so the sum is an upper bound."""
     import psutil
+
     total = 0
     try:
         procs = [root] + root.children(recursive=True)
@@ -79,12 +81,19 @@ def _tree_rss(root) -> int:
 def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optional[Dict], Dict]:
     """Run ``python -m module '<spec>'``; (its BENCH-RESULT or None, {exit, rss samples, ...})."""
     import psutil
+
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     stat0 = _busy()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(spec)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, json.dumps(spec)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
     start = time.time()
     done = threading.Event()
     status: Dict = {}
@@ -113,7 +122,7 @@ def spawn(module: str, spec: Dict, log_path: str, timeout: float) -> Tuple[Optio
     info = {"exit": status["code"], "other_load": others, "rss_samples": samples, "log": log_path}
     lines = [ln for ln in text.splitlines() if ln.startswith("BENCH-RESULT ")]
     if status["code"] == 0 and lines:
-        return json.loads(lines[-1][len("BENCH-RESULT "):]), info
+        return json.loads(lines[-1][len("BENCH-RESULT ") :]), info
     info["error"] = ("timed out; " if killed else "") + "\n".join(text.splitlines()[-15:])
     return None, info
 
@@ -132,7 +141,9 @@ def measure(spec: Dict, log_dir: str, timeout: float) -> Dict:
     res["peak_rss"] = max(timed or [rss for _, rss in samples] or [0])
     res["ok"] = res["records_out"] == res["images_in"] and res["verified"]
     if not res["ok"]:
-        res["error"] = res.get("problem") or f"{res['records_out']} records for {res['images_in']} images"
+        res["error"] = (
+            res.get("problem") or f"{res['records_out']} records for {res['images_in']} images"
+        )
     return res
 
 
@@ -142,6 +153,7 @@ def compile_sources() -> None:
     editable install, each of them would compile every module it imports from source.
     Python reads existing bytecode whatever that variable says."""
     import compileall
+
     for pkg in ("pipelines", "transforms", "benchmarks"):
         compileall.compile_dir(os.path.join(ROOT, pkg), quiet=1, maxlevels=0)
 
@@ -149,26 +161,41 @@ def compile_sources() -> None:
 def median_row(runs: List[Dict]) -> Dict:
     good = [r for r in runs if r.get("ok")]
     first = runs[0]
-    row = {"variant": first["variant"], "workload": first["workload"], "runs": len(runs), "ok": len(good) == len(runs)}
+    row = {
+        "variant": first["variant"],
+        "workload": first["workload"],
+        "runs": len(runs),
+        "ok": len(good) == len(runs),
+    }
     if not good:
         row["error"] = next((r.get("error") for r in runs if r.get("error")), "wrong record count")
         return row
     secs = statistics.median(r["seconds"] for r in good)
     g = good[0]
     cpu = statistics.median(r["cpu_seconds"] for r in good)
-    row.update(seconds=secs, images=g["images_in"], records_out=g["records_out"], workers=g["workers"],
-               images_per_s=g["images_in"] / secs, mb_per_s=g["bytes_in"] / secs / 1e6,
-               out_mb=g["bytes_out"] / 1e6, peak_rss_mb=statistics.median(r["peak_rss"] for r in good) / 1e6,
-               all_seconds=[round(r["seconds"], 3) for r in good], cpu_seconds=cpu,
-               cpu_ms_per_image=cpu / g["images_in"] * 1e3,
-               other_load=statistics.median(r["other_load"] for r in good),
-               recycled_mb=min(r.get("recycled_bytes", 0) for r in good) / 1e6)
+    row.update(
+        seconds=secs,
+        images=g["images_in"],
+        records_out=g["records_out"],
+        workers=g["workers"],
+        images_per_s=g["images_in"] / secs,
+        mb_per_s=g["bytes_in"] / secs / 1e6,
+        out_mb=g["bytes_out"] / 1e6,
+        peak_rss_mb=statistics.median(r["peak_rss"] for r in good) / 1e6,
+        all_seconds=[round(r["seconds"], 3) for r in good],
+        cpu_seconds=cpu,
+        cpu_ms_per_image=cpu / g["images_in"] * 1e3,
+        other_load=statistics.median(r["other_load"] for r in good),
+        recycled_mb=min(r.get("recycled_bytes", 0) for r in good) / 1e6,
+    )
     if not row["ok"]:
         row["error"] = next(r.get("error") for r in runs if not r.get("ok"))
     return row
 
 
-def run_pcr(base: Dict, scratch: str, logs: str, timeout: float, say, mode: str = "tar2tf-beam") -> Dict:
+def run_pcr(
+    base: Dict, scratch: str, logs: str, timeout: float, say, mode: str = "tar2tf-beam"
+) -> Dict:
     """PCR conversion and loading (benchmarks/pcr_bench.py) on the Beam mode ``mode``."""
     why = pcr_bench.missing_reason()
     if why:
@@ -178,8 +205,10 @@ def run_pcr(base: Dict, scratch: str, logs: str, timeout: float, say, mode: str 
     if out is None:
         return {"error": info.get("error", "failed"), "log": info["log"]}
     out["peak_rss"] = max([rss for _, rss in info["rss_samples"]] or [0])
-    say(f"PCR convert {out['images'] / out['convert_seconds']:.1f} img/s; bytes fraction per groups: " +
-        ", ".join(f"{lv['groups']}: {lv['fraction']:.3f}" for lv in out["load"]))
+    say(
+        f"PCR convert {out['images'] / out['convert_seconds']:.1f} img/s; bytes fraction per groups: "
+        + ", ".join(f"{lv['groups']}: {lv['fraction']:.3f}" for lv in out["load"])
+    )
     return out
 
 
@@ -203,8 +232,19 @@ def median_pcr(runs: List[Dict]) -> Optional[Dict]:
 SCALING_WORKLOADS = ("resize224", "passthrough")
 
 
-def scaling(data, base, scratch, logs, rows, drivers, workloads, timeout, repeat, say,
-            on_result=lambda sc: None) -> List[Dict]:
+def scaling(
+    data,
+    base,
+    scratch,
+    logs,
+    rows,
+    drivers,
+    workloads,
+    timeout,
+    repeat,
+    say,
+    on_result=lambda sc: None,
+) -> List[Dict]:
     """Each driver on a quarter of the shards (1x) with 1 and 2 workers; with the full-size
     run (4x, 2 workers) from the main rounds.  Gives the speed-up from a second worker, the
     time growth from 4x the images, and the peak RSS growth (the memory target)."""
@@ -219,51 +259,97 @@ def scaling(data, base, scratch, logs, rows, drivers, workloads, timeout, repeat
                 continue
             small = {}
             for workers in (1, 2):
-                runs = [measure(dict(base, variant=v, workload=wl, shards=quarter, workers=workers,
-                                     out=os.path.join(scratch, f"scaling-{v}-{wl}")), logs, timeout)
-                        for _ in range(repeat)]
+                runs = [
+                    measure(
+                        dict(
+                            base,
+                            variant=v,
+                            workload=wl,
+                            shards=quarter,
+                            workers=workers,
+                            out=os.path.join(scratch, f"scaling-{v}-{wl}"),
+                        ),
+                        logs,
+                        timeout,
+                    )
+                    for _ in range(repeat)
+                ]
                 small[workers] = median_row(runs)
             f = full[(wl, v)]
             one, two = small[1], small[2]
             if not (one.get("ok") and two.get("ok")):
-                out.append({"workload": wl, "variant": v,
-                            "error": one.get("error") or two.get("error")})
+                out.append(
+                    {"workload": wl, "variant": v, "error": one.get("error") or two.get("error")}
+                )
                 continue
-            r = {"workload": wl, "variant": v, "images_1x": two["images"], "images_4x": f["images"],
-                 "seconds_1x_1w": one["seconds"], "seconds_1x_2w": two["seconds"],
-                 "seconds_4x_2w": f["seconds"], "speedup_2w": one["seconds"] / two["seconds"],
-                 "time_ratio_4x": f["seconds"] / two["seconds"],
-                 "images_per_s_1x_1w": one["images_per_s"], "images_per_s_1x_2w": two["images_per_s"],
-                 "images_per_s_4x_2w": f["images_per_s"],
-                 "rss_1x_1w_mb": one["peak_rss_mb"], "rss_1x_2w_mb": two["peak_rss_mb"],
-                 "rss_4x_2w_mb": f["peak_rss_mb"], "rss_ratio_4x": f["peak_rss_mb"] / two["peak_rss_mb"]}
+            r = {
+                "workload": wl,
+                "variant": v,
+                "images_1x": two["images"],
+                "images_4x": f["images"],
+                "seconds_1x_1w": one["seconds"],
+                "seconds_1x_2w": two["seconds"],
+                "seconds_4x_2w": f["seconds"],
+                "speedup_2w": one["seconds"] / two["seconds"],
+                "time_ratio_4x": f["seconds"] / two["seconds"],
+                "images_per_s_1x_1w": one["images_per_s"],
+                "images_per_s_1x_2w": two["images_per_s"],
+                "images_per_s_4x_2w": f["images_per_s"],
+                "rss_1x_1w_mb": one["peak_rss_mb"],
+                "rss_1x_2w_mb": two["peak_rss_mb"],
+                "rss_4x_2w_mb": f["peak_rss_mb"],
+                "rss_ratio_4x": f["peak_rss_mb"] / two["peak_rss_mb"],
+            }
             out.append(r)
             on_result(out)
-            say(f"scaling {wl} {v}: 2 workers x{r['speedup_2w']:.2f}; 4x images x{r['time_ratio_4x']:.2f} "
-                f"time, x{r['rss_ratio_4x']:.2f} peak RSS")
+            say(
+                f"scaling {wl} {v}: 2 workers x{r['speedup_2w']:.2f}; 4x images x{r['time_ratio_4x']:.2f} "
+                f"time, x{r['rss_ratio_4x']:.2f} peak RSS"
+            )
     return out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description="tar2tf benchmark: tar2tf vs naive, webdataset, tf.data "
-                                             "and hardware limits")
+    ap = argparse.ArgumentParser(
+        description="tar2tf benchmark: tar2tf vs naive, webdataset, tf.data and hardware limits"
+    )
     ap.add_argument("--size", choices=sorted(dataset.SIZES), default="quick")
     ap.add_argument("--repeat", type=int, default=1, help="rounds per figure (default 1)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
-    ap.add_argument("--data-dir", default=None, help=f"dataset root (default {dataset.default_root()})")
-    ap.add_argument("--work-dir", default=None, help="scratch directory for outputs (default: a temp dir)")
-    ap.add_argument("--variants", default=",".join(variants.DEFAULT),
-                    help=f"comma list (default: {','.join(variants.DEFAULT)}; also: "
-                         f"{','.join(v for v in variants.ALL if v not in variants.DEFAULT)})")
-    ap.add_argument("--workloads", default=None,
-                    help="comma list of passthrough,resize224,resize32,pcr (default: all; pcr only "
-                         "for the quick size)")
-    ap.add_argument("--shards", type=int, default=None,
-                    help="run on the first N shards of the dataset only (a reduced size)")
-    ap.add_argument("--no-scaling", action="store_true",
-                    help="skip the 1x (a quarter of the shards) runs with 1 and 2 workers")
-    ap.add_argument("--no-recycle-pages", action="store_true",
-                    help="do not write and delete a scratch file before each run (benchmarks/pagecache.py)")
+    ap.add_argument(
+        "--data-dir", default=None, help=f"dataset root (default {dataset.default_root()})"
+    )
+    ap.add_argument(
+        "--work-dir", default=None, help="scratch directory for outputs (default: a temp dir)"
+    )
+    ap.add_argument(
+        "--variants",
+        default=",".join(variants.DEFAULT),
+        help=f"comma list (default: {','.join(variants.DEFAULT)}; also: "
+        f"{','.join(v for v in variants.ALL if v not in variants.DEFAULT)})",
+    )
+    ap.add_argument(
+        "--workloads",
+        default=None,
+        help="comma list of passthrough,resize224,resize32,pcr (default: all; pcr only "
+        "for the quick size)",
+    )
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="run on the first N shards of the dataset only (a reduced size)",
+    )
+    ap.add_argument(
+        "--no-scaling",
+        action="store_true",
+        help="skip the 1x (a quarter of the shards) runs with 1 and 2 workers",
+    )
+    ap.add_argument(
+        "--no-recycle-pages",
+        action="store_true",
+        help="do not write and delete a scratch file before each run (benchmarks/pagecache.py)",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per measurement")
     a = ap.parse_args(argv)
     repeat = a.repeat
@@ -283,7 +369,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     default_wl = WORKLOADS + (("pcr",) if a.size == "quick" else ())
     asked = [w for w in (a.workloads or ",".join(default_wl)).split(",") if w]
     workloads = [w for w in asked if w in WORKLOADS]
-    base = {"size": a.size, "root": a.data_dir, "recycle": not a.no_recycle_pages, "shards": a.shards}
+    base = {
+        "size": a.size,
+        "root": a.data_dir,
+        "recycle": not a.no_recycle_pages,
+        "shards": a.shards,
+    }
     runs: Dict[tuple, List[Dict]] = {}
     pcr_runs: List[Dict] = []
     t_start, load_before = time.time(), os.getloadavg()
@@ -291,17 +382,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     def write(runs, scale, pcr_runs, partial: bool) -> Dict:
         """The results so far: ``results-<size>.partial.{json,md}`` after every measurement
         (a run stopped early still leaves its figures), the final files at the end."""
-        result = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "size": a.size, "repeat": repeat,
-                  "partial": partial, "shards_used": len(data.shards), "shards_in_size": data.size.shards,
-                  "machine": {"cores": os.cpu_count(), "cpu": report.cpu_model(),
-                              "python": platform.python_version(), "platform": platform.platform(),
-                              "loadavg_start": load_before, "loadavg_end": os.getloadavg()},
-                  "dataset": {"dir": data.directory, "shards": len(data.shards), "images": data.images,
-                              "tar_mb": data.tar_bytes / 1e6,
-                              "mean_jpeg_kb": data.jpeg_bytes / data.images / 1e3},
-                  "codec": report.codec_info(),
-                  "rows": [median_row(rs) for rs in runs.values()], "scaling": scale,
-                  "pcr": median_pcr(pcr_runs), "wall_seconds": time.time() - t_start}
+        result = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "size": a.size,
+            "repeat": repeat,
+            "partial": partial,
+            "shards_used": len(data.shards),
+            "shards_in_size": data.size.shards,
+            "machine": {
+                "cores": os.cpu_count(),
+                "cpu": report.cpu_model(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "loadavg_start": load_before,
+                "loadavg_end": os.getloadavg(),
+            },
+            "dataset": {
+                "dir": data.directory,
+                "shards": len(data.shards),
+                "images": data.images,
+                "tar_mb": data.tar_bytes / 1e6,
+                "mean_jpeg_kb": data.jpeg_bytes / data.images / 1e3,
+            },
+            "codec": report.codec_info(),
+            "rows": [median_row(rs) for rs in runs.values()],
+            "scaling": scale,
+            "pcr": median_pcr(pcr_runs),
+            "wall_seconds": time.time() - t_start,
+        }
         result["ratios"] = report.ratios(result["rows"])
         result["targets"] = report.targets(result)
         stem = os.path.join(a.out, f"results-{a.size}" + (".partial" if partial else ""))
@@ -323,10 +431,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 r = measure(spec, logs, a.timeout)
                 runs.setdefault((wl, v), []).append(r)
                 write(runs, [], pcr_runs, partial=True)
-                say(f"[{rnd + 1}/{repeat}] {wl:12s} {v:20s} " + (
-                    f"{r['images_in'] / r['seconds']:8.1f} img/s  {r['seconds']:7.2f} s  "
-                    f"rss {r['peak_rss'] / 1e6:7.0f} MB  other load {r['other_load']:.2f}"
-                    if r.get("ok") else f"FAILED: {str(r.get('error'))[-300:]} (log {r['log']})"))
+                say(
+                    f"[{rnd + 1}/{repeat}] {wl:12s} {v:20s} "
+                    + (
+                        f"{r['images_in'] / r['seconds']:8.1f} img/s  {r['seconds']:7.2f} s  "
+                        f"rss {r['peak_rss'] / 1e6:7.0f} MB  other load {r['other_load']:.2f}"
+                        if r.get("ok")
+                        else f"FAILED: {str(r.get('error'))[-300:]} (log {r['log']})"
+                    )
+                )
         if "pcr" in asked:
             mode = "tar2tf-beam" if "tar2tf-beam" in wanted else "tar2tf-beam-threads"
             pcr_runs.append(run_pcr(base, scratch, logs, a.timeout, say, mode))
@@ -334,14 +447,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     scale: List[Dict] = []
     if not a.no_scaling:
         rows = [median_row(rs) for rs in runs.values()]
-        scale = scaling(data, base, scratch, logs, rows, drivers, workloads, a.timeout, repeat, say,
-                        on_result=lambda sc: write(runs, sc, pcr_runs, partial=True))
+        scale = scaling(
+            data,
+            base,
+            scratch,
+            logs,
+            rows,
+            drivers,
+            workloads,
+            a.timeout,
+            repeat,
+            say,
+            on_result=lambda sc: write(runs, sc, pcr_runs, partial=True),
+        )
     result = write(runs, scale, pcr_runs, partial=False)
     rows = result["rows"]
     bad = [f"{r['workload']}/{r['variant']}" for r in rows if not r["ok"]]
     bad += [f"scaling {s['workload']}/{s['variant']}" for s in scale if "error" in s]
     pcr = result["pcr"] or {}
-    if pcr.get("error") or any(not lv["ok"] or not lv["exact_prefix"] for lv in pcr.get("load", [])):
+    if pcr.get("error") or any(
+        not lv["ok"] or not lv["exact_prefix"] for lv in pcr.get("load", [])
+    ):
         bad.append("pcr")
     if bad:
         say("variants with wrong output or errors: " + ", ".join(bad))

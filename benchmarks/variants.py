@@ -39,10 +39,16 @@ from typing import Dict, List, Optional
 from benchmarks import baselines, dataset, pagecache, verify
 
 BEAM_MODES = {
-    "tar2tf-beam": ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
-                    "--direct_num_workers={n}"],
-    "tar2tf-beam-threads": ["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
-                            "--direct_num_workers={n}"],
+    "tar2tf-beam": [
+        "--runner=FnApiRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers={n}",
+    ],
+    "tar2tf-beam-threads": [
+        "--runner=FnApiRunner",
+        "--direct_running_mode=multi_threading",
+        "--direct_num_workers={n}",
+    ],
 }
 # tar2tf's processes= per variant (None: its automatic choice)
 PROCESSES = {"tar2tf-beam-threads": 0}
@@ -74,6 +80,7 @@ def tar2tf_stages(workload: str) -> List:
     if workload == "passthrough":
         return []
     from transforms.ops import Encode, Resize
+
     size = baselines.SIZES[workload]
     if workload == "resize224":
         return [Encode(Resize("jpg", size), "jpeg", quality=baselines.ENCODE_QUALITY)]
@@ -87,21 +94,32 @@ def _prepare(variant: str):
     if variant in ("naive", "webdataset", "tfdata"):
         import tensorflow  # noqa: F401
     if variant.startswith("tar2tf"):
-        import apache_beam  # noqa: F401
+        import apache_beam
+
         # Beam imports its local runner when the first pipeline runs (~0.04 s)
         import apache_beam.runners.portability.fn_api_runner  # noqa: F401
-        import pipelines.beam.convert  # noqa: F401
+
+        import pipelines.beam.convert
         import pipelines.local.driver  # noqa: F401
 
 
 def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dict:
     from pipelines.beam.convert import ConvertConfig, convert
-    cfg = ConvertConfig(sources=data.template(), output=os.path.join(out, "train-{}.record"),
-                        type_map=TYPE_MAP, sample_stages=tar2tf_stages(workload),
-                        max_shard_size="100MB", overwrite=True, progress=False,
-                        work_dir=os.path.join(out, "work"), processes=PROCESSES.get(variant))
+
+    cfg = ConvertConfig(
+        sources=data.template(),
+        output=os.path.join(out, "train-{}.record"),
+        type_map=TYPE_MAP,
+        sample_stages=tar2tf_stages(workload),
+        max_shard_size="100MB",
+        overwrite=True,
+        progress=False,
+        work_dir=os.path.join(out, "work"),
+        processes=PROCESSES.get(variant),
+    )
     if variant in LOCAL:
         from pipelines.local.driver import convert_in_process
+
         res = convert_in_process(cfg, num_workers=workers)
     else:
         res = convert(cfg, beam_args=[a.replace("{n}", str(workers)) for a in BEAM_MODES[variant]])
@@ -114,7 +132,11 @@ def check(variant: str, workload: str, data, r: Dict) -> Optional[str]:
     """The output verification for this variant (None = all good)."""
     files = [f for f in r["files"] if os.path.isfile(f)]
     if variant in LIMIT_CODEC:
-        return None if r["images"] == data.images else f"{r['images']} of {data.images} images processed"
+        return (
+            None
+            if r["images"] == data.images
+            else f"{r['images']} of {data.images} images processed"
+        )
     if variant.startswith("limit-io"):
         return verify.verify_limit_io(data, files)
     if r.get("manifest") is not None:
@@ -126,6 +148,7 @@ def check(variant: str, workload: str, data, r: Dict) -> Optional[str]:
 
 def count_records(files: List[str]) -> int:
     from transforms.tfrecord.framing import iter_frames
+
     n = 0
     for p in files:
         with open(p, "rb") as f:
@@ -135,7 +158,10 @@ def count_records(files: List[str]) -> int:
 
 def _cpu() -> float:
     """CPU seconds (user + system) of this process and its reaped children."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -143,6 +169,7 @@ def _await_reaped_workers() -> None:
     """Wait (outside the timed region) until tar2tf's pool reaper threads have waited for
     the worker processes: only reaped children count in ``RUSAGE_CHILDREN``."""
     import threading
+
     for t in threading.enumerate():
         if t.name == "tar2tf-pool-reaper":
             t.join(60)
@@ -174,10 +201,22 @@ def run(spec: Dict) -> Dict:
     files = [f for f in r["files"] if os.path.isfile(f)]
     records = count_records(files) if files else r["images"]
     problem = check(variant, workload, data, r) if spec.get("verify", True) else None
-    result = {"variant": variant, "workload": workload, "seconds": seconds, "images_in": data.images,
-              "records_out": records, "bytes_in": data.tar_bytes,
-              "bytes_out": sum(os.path.getsize(f) for f in files), "files": len(files),
-              "clock_stop": clock_stop, "workers": workers, "cpu_seconds": cpu, "recycled_bytes": recycled, "verified": spec.get("verify", True) and problem is None, "problem": problem}
+    result = {
+        "variant": variant,
+        "workload": workload,
+        "seconds": seconds,
+        "images_in": data.images,
+        "records_out": records,
+        "bytes_in": data.tar_bytes,
+        "bytes_out": sum(os.path.getsize(f) for f in files),
+        "files": len(files),
+        "clock_stop": clock_stop,
+        "workers": workers,
+        "cpu_seconds": cpu,
+        "recycled_bytes": recycled,
+        "verified": spec.get("verify", True) and problem is None,
+        "problem": problem,
+    }
     if not spec.get("keep"):
         shutil.rmtree(out, ignore_errors=True)
     return result

@@ -58,6 +58,7 @@ class _Source:
 
 def _frames(files: List[str]):
     from transforms.tfrecord.framing import read_records
+
     for path in files:
         yield from read_records(path, check_crc=True)
 
@@ -78,7 +79,9 @@ def verify_limit_io(data, files: List[str]) -> Optional[str]:
         src.close()
 
 
-def verify_examples(data, files: List[str], workload: str, value: str = "jpg", label: str = "cls") -> Optional[str]:
+def verify_examples(
+    data, files: List[str], workload: str, value: str = "jpg", label: str = "cls"
+) -> Optional[str]:
     """Example records in ``files`` against the dataset (see the module docstring)."""
     src = _Source(data)
     try:
@@ -87,9 +90,13 @@ def verify_examples(data, files: List[str], workload: str, value: str = "jpg", l
         src.close()
 
 
-def _check_examples(src: "_Source", files: List[str], workload: str, value: str, label: str) -> Optional[str]:
+def _check_examples(
+    src: "_Source", files: List[str], workload: str, value: str, label: str
+) -> Optional[str]:
     from PIL import Image
+
     from transforms.tfrecord.example import parse_example
+
     seen = set()
     decoded = 0
     for payload in _frames(files):

@@ -44,15 +44,18 @@ def int_in(lo: int, hi: Optional[int] = None) -> Callable[[str], int]:
     """argparse type: an integer in ``lo..hi``, so that a count which makes no sense
     (``--max-rejects -1``, ``--records-per-shard 0``) is a usage error before any job
     starts, not a job that fails or ends in a confusing exit status."""
+
     def parse(text: str) -> int:
         try:
             n = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
         if n < lo or (hi is not None and n > hi):
-            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {n}" if hi is not None
-                                             else f"must be >= {lo}, got {n}")
+            raise argparse.ArgumentTypeError(
+                f"must be {lo}..{hi}, got {n}" if hi is not None else f"must be >= {lo}, got {n}"
+            )
         return n
+
     return parse
 
 
@@ -71,6 +74,7 @@ def size(text: str) -> str:
     """argparse type: a byte size (``500MB``, ``2GiB``, a number; transforms/sizes.py),
     checked here and kept as given."""
     from transforms.sizes import parse_size
+
     try:
         parse_size(text)
     except ValueError as e:
@@ -80,11 +84,16 @@ def size(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """One subcommand per ``launch/cmd_<name>.py`` module named in SUBCOMMANDS."""
-    parser = Parser(prog="tar2tf", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2],
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="tar2tf",
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    parser.add_argument("--debug", action="store_true", help="print the traceback of a failure above its line")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of a failure above its line"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     parser.subcommands = sub.choices  # name -> its parser: main checks leftovers against its flags
     for name in SUBCOMMANDS:
@@ -95,8 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     for p in set(sub.choices.values()):
         # also after the subcommand; SUPPRESS: a subcommand's default must not reset a
         # --debug given before it
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="print the traceback of a failure above its line")
+        p.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the traceback of a failure above its line",
+        )
     return parser
 
 
@@ -104,9 +117,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                            format="%(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
         from launch import log_redact
+
         log_redact.install()  # no credentials, no terminal escapes in any log line
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
@@ -115,23 +131,29 @@ def main(argv: Optional[List[str]] = None) -> int:
             # Beam only logs what it cannot parse and runs without it: a misspelled tar2tf
             # flag would be ignored by a job that then "succeeds"
             from launch.runner_args import check_beam_args
-            check_beam_args(extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions)
+
+            check_beam_args(
+                extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions
+            )
     except UsageError as e:
         from transforms.redact import one_line
+
         print(one_line(str(e)), file=sys.stderr)  # it may quote an argument: no escapes, no secrets
         return 2
     args.beam_args = extra
     from launch import job_exit
     from pipelines.job import phase as job_phase
+
     job_phase.reset()
     from launch.log_redact import quiet_step_failures
+
     try:
         with quiet_step_failures(args.debug):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
         return 1
-    except Exception as e:  # noqa: BLE001 - every failure: its exit code and one line (launch/job_exit.py)
+    except Exception as e:
         return job_exit.exit_code(args.command, e, debug=args.debug)
 
 
@@ -140,4 +162,5 @@ if __name__ == "__main__":
     # that its classes (UsageError, raised by launch.runner_args and the subcommands, which
     # import launch.cli) are the ones main catches
     from launch import cli
+
     sys.exit(cli.main())

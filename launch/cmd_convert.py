@@ -16,61 +16,128 @@ from launch.store_args import add_store_args, store_config
 
 
 def register(sub) -> None:
-    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards",
-                       description=__doc__)
-    p.add_argument("sources", nargs="+", help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/...")
-    p.add_argument("--output", "-o", required=True,
-                   help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
-                        "out/train-00000-of-0000N.record; local, gs:// or ais://")
+    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards", description=__doc__)
+    p.add_argument(
+        "sources",
+        nargs="+",
+        help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/...",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
+        "out/train-00000-of-0000N.record; local, gs:// or ais://",
+    )
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
-    p.add_argument("--max-shard-size", type=size, metavar="SIZE",
-                   help="bound on each output file, framing included: 100MB, 1GiB, 5000000")
+    p.add_argument(
+        "--max-shard-size",
+        type=size,
+        metavar="SIZE",
+        help="bound on each output file, framing included: 100MB, 1GiB, 5000000",
+    )
     p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
-    p.add_argument("--type-map", help="typed features, e.g. cls:int64,score:float (default: all bytes)")
-    p.add_argument("--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops")
-    p.add_argument("--max-member-size", type=size, metavar="SIZE", default="256MB",
-                   help="tar members larger than this are rejected (default 256MB)")
-    p.add_argument("--max-image-pixels", type=int_in(1), metavar="N", default=None,
-                   help="images larger than this many pixels (read from their header, before decoding) "
-                        "are rejected (default 64000000)")
-    p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
+    p.add_argument(
+        "--type-map", help="typed features, e.g. cls:int64,score:float (default: all bytes)"
+    )
+    p.add_argument(
+        "--ops", help="ops spec: JSON/YAML file or string, or module:function returning ops"
+    )
+    p.add_argument(
+        "--max-member-size",
+        type=size,
+        metavar="SIZE",
+        default="256MB",
+        help="tar members larger than this are rejected (default 256MB)",
+    )
+    p.add_argument(
+        "--max-image-pixels",
+        type=int_in(1),
+        metavar="N",
+        default=None,
+        help="images larger than this many pixels (read from their header, before decoding) "
+        "are rejected (default 64000000)",
+    )
+    p.add_argument(
+        "--max-rejects",
+        type=int_in(0),
+        default=0,
+        help="exit 3 if more rejects than this (default 0)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace existing output shards")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run: keep its journaled final shards "
-                   "and finished pieces, convert the rest")
-    p.add_argument("--dali-index", action="store_true", help="write DALI tfrecord2idx files beside shards")
-    p.add_argument("--shuffle", action="store_true", help="globally shuffle records across shards (seeded)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run: keep its journaled final shards "
+        "and finished pieces, convert the rest",
+    )
+    p.add_argument(
+        "--dali-index", action="store_true", help="write DALI tfrecord2idx files beside shards"
+    )
+    p.add_argument(
+        "--shuffle", action="store_true", help="globally shuffle records across shards (seeded)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for --shuffle and random ops")
     add_store_args(p)
-    p.add_argument("--work-dir", help="where pieces go while the job runs (default beside the output)")
-    p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
+    p.add_argument(
+        "--work-dir", help="where pieces go while the job runs (default beside the output)"
+    )
+    p.add_argument(
+        "--summary-json", help="also write the run summary (totals, counters, time) here"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--spool-limit", type=size, metavar="SIZE",
-                   help="output in a bucket: finished shards waiting for upload in local spool files may hold "
-                        "this much before the writer waits: 500MB, 2GB (default $TAR2TF_SPOOL_LIMIT, else 1GB)")
-    p.add_argument("--processes", type=int_in(0), metavar="N",
-                   help="local runs: N worker processes (default: one per core); with --runner local, "
-                        "0 converts on threads of this process")
+    p.add_argument(
+        "--spool-limit",
+        type=size,
+        metavar="SIZE",
+        help="output in a bucket: finished shards waiting for upload in local spool files may hold "
+        "this much before the writer waits: 500MB, 2GB (default $TAR2TF_SPOOL_LIMIT, else 1GB)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int_in(0),
+        metavar="N",
+        help="local runs: N worker processes (default: one per core); with --runner local, "
+        "0 converts on threads of this process",
+    )
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
 def build_config(args):
     from pipelines.beam.convert import ConvertConfig
+
     conversions, selections = (), ()
     if args.ops:
         from launch.opsspec import load_ops
+
         conversions, selections = load_ops(args.ops, seed=args.seed)
     stages = list(conversions)
     if selections:
         from pipelines.tfdata.dataset import selection_stage
+
         stages.append(selection_stage(selections))
     return ConvertConfig(
-        sources=args.sources, output=args.output, base=args.base, max_shard_size=args.max_shard_size,
-        records_per_shard=args.records_per_shard, type_map=args.type_map, sample_stages=tuple(stages),
-        max_member_size=args.max_member_size, max_rejects=args.max_rejects, overwrite=args.overwrite,
-        resume=args.resume, store=store_config(args), dali_index=args.dali_index,
-        shuffle=args.shuffle, seed=args.seed, progress=False if args.no_progress else None,
-        work_dir=args.work_dir, processes=args.processes, spool_limit=args.spool_limit,
-        max_image_pixels=args.max_image_pixels)
+        sources=args.sources,
+        output=args.output,
+        base=args.base,
+        max_shard_size=args.max_shard_size,
+        records_per_shard=args.records_per_shard,
+        type_map=args.type_map,
+        sample_stages=tuple(stages),
+        max_member_size=args.max_member_size,
+        max_rejects=args.max_rejects,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        store=store_config(args),
+        dali_index=args.dali_index,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        progress=False if args.no_progress else None,
+        work_dir=args.work_dir,
+        processes=args.processes,
+        spool_limit=args.spool_limit,
+        max_image_pixels=args.max_image_pixels,
+    )
 
 
 def check_paths(args) -> List[str]:
@@ -80,6 +147,7 @@ def check_paths(args) -> List[str]:
     from launch import local_paths
     from launch.cli import UsageError
     from pipelines.job.finalize import companion
+
     name = args.output.rsplit("/", 1)[-1]
     if name in ("", "{}") or companion(name, "").startswith("."):
         # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
@@ -95,12 +163,14 @@ def check_paths(args) -> List[str]:
 def summary(res) -> str:
     """The final report's text (see pipelines/job/report.py; counters checked against the manifest)."""
     from pipelines.job import report
+
     return report.text(report.build(res))
 
 
 def workers(processes) -> int:
     """The in-process driver's worker count: ``--processes``, else one per core."""
     import os
+
     return max(1, processes if processes is not None else os.cpu_count() or 1)
 
 
@@ -109,12 +179,13 @@ def run(args) -> int:
     exit code (launch/job_exit.py)."""
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
-    from pipelines.job import report
+    from launch.log_redact import quiet_beam_worker
     from pipelines.beam.convert import convert
     from pipelines.beam.options import in_process
+    from pipelines.job import report
     from pipelines.local.driver import convert_in_process
     from transforms.redact import printable, redact_obj
-    from launch.log_redact import quiet_beam_worker
+
     quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg = build_config(args)
     created = check_paths(args)
@@ -131,6 +202,8 @@ def run(args) -> int:
     rep = redact_obj(report.build(res))
     print(printable(report.text(rep)), file=sys.stderr)
     if args.summary_json:
-        if not write_file("--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)):
+        if not write_file(
+            "--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)
+        ):
             return 1
     return rejects_exit("convert", res, cfg.max_rejects)

@@ -21,19 +21,35 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
 LABEL_NAMES = ("cls", "label", "class", "txt")
 THUMB = 128
 ARROW_SAMPLE = 256
-MAX_SHEET_IMAGES = 1024  # 8 x 128 thumbnails: a 1060 x 19k pixel PNG, already more than one looks at
+MAX_SHEET_IMAGES = (
+    1024  # 8 x 128 thumbnails: a 1060 x 19k pixel PNG, already more than one looks at
+)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("inspect", help="print a shard's schema and records; PNG contact sheet of its images",
-                       description=__doc__)
+    p = sub.add_parser(
+        "inspect",
+        help="print a shard's schema and records; PNG contact sheet of its images",
+        description=__doc__,
+    )
     p.add_argument("shard", help="a TFRecord file (local path, gs://, ais://)")
-    p.add_argument("-n", "--records", type=int_in(0), default=3,
-                   help="records to print (default 3; 0: the schema only; more than the shard has: all)")
+    p.add_argument(
+        "-n",
+        "--records",
+        type=int_in(0),
+        default=3,
+        help="records to print (default 3; 0: the schema only; more than the shard has: all)",
+    )
     p.add_argument("--sheet", help="contact sheet PNG path (default ./<shard name>.contact.png)")
-    p.add_argument("--images", type=int_in(1, MAX_SHEET_IMAGES), default=16,
-                   help=f"images on the contact sheet (1..{MAX_SHEET_IMAGES}, default 16; none: --no-sheet)")
-    p.add_argument("--label", help="feature to print under each image (default cls/label/class/txt)")
+    p.add_argument(
+        "--images",
+        type=int_in(1, MAX_SHEET_IMAGES),
+        default=16,
+        help=f"images on the contact sheet (1..{MAX_SHEET_IMAGES}, default 16; none: --no-sheet)",
+    )
+    p.add_argument(
+        "--label", help="feature to print under each image (default cls/label/class/txt)"
+    )
     p.add_argument("--no-sheet", action="store_true", help="do not write a contact sheet")
     p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
     p.set_defaults(func=run)
@@ -57,6 +73,7 @@ def _value_text(value: Any, limit: int = 60) -> str:
 def _image_of(rec: Dict[str, Any]):
     """The first image of a parsed record as a PIL image, or None."""
     from PIL import Image
+
     for name in sorted(rec):
         v = rec[name]
         if name.lower() in IMAGE_EXTS and isinstance(v, (bytes, bytearray)):
@@ -64,15 +81,17 @@ def _image_of(rec: Dict[str, Any]):
                 im = Image.open(io.BytesIO(v))
                 im.load()
                 return im.convert("RGB")
-            except Exception:  # noqa: BLE001 - undecodable: try the next feature
+            except Exception:
                 continue
         if isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim in (2, 3):
-            return Image.fromarray(v if v.ndim == 2 or v.shape[2] in (3, 4) else v[..., 0]).convert("RGB")
+            return Image.fromarray(v if v.ndim == 2 or v.shape[2] in (3, 4) else v[..., 0]).convert(
+                "RGB"
+            )
     return None
 
 
 def _label_of(rec: Dict[str, Any], label: Optional[str]) -> str:
-    for name in ([label] if label else LABEL_NAMES):
+    for name in [label] if label else LABEL_NAMES:
         if name in rec:
             v = rec[name]
             if isinstance(v, (bytes, bytearray)):
@@ -84,6 +103,7 @@ def _label_of(rec: Dict[str, Any], label: Optional[str]) -> str:
 def contact_sheet(items: List[Tuple[Any, str]], path: str, thumb: int = THUMB) -> Tuple[int, int]:
     """Grid of thumbnails with a caption line under each; returns (columns, rows)."""
     from PIL import Image, ImageDraw
+
     cols = max(1, min(8, len(items)))
     rows = max(1, -(-len(items) // cols))
     cap = 14
@@ -107,17 +127,26 @@ def arrow_schema(payloads: List[bytes]):
     """The Arrow schema tfx-bsl's Example decoder (the one TFX and TFDV use) gives these
     serialized Examples: what a TFX pipeline reading the shards will see."""
     from tfx_bsl.coders import example_coder
+
     return example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(payloads).schema
 
 
-def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str] = None,
-            config: Optional[StoreConfig] = None, out=None) -> List[Tuple[Any, str]]:
+def inspect(
+    shard: str,
+    records: int = 3,
+    images: int = 16,
+    label: Optional[str] = None,
+    config: Optional[StoreConfig] = None,
+    out=None,
+) -> List[Tuple[Any, str]]:
     """Print schema + records of ``shard`` to ``out`` (default: ``sys.stdout`` at the time
     of the call, not at import, so that a redirected stdout is honoured); return (image,
     caption) pairs for the sheet."""
     out = out if out is not None else sys.stdout
-    from transforms.tfrecord import example as ex, schema as exs
+    from transforms.tfrecord import example as ex
+    from transforms.tfrecord import schema as exs
     from transforms.tfrecord.framing import read_records
+
     schema: Dict[str, Any] = {}
     shown, count, sheet_items, head = [], 0, [], []
     with get_store(shard, config).open_read(shard) as f:
@@ -134,29 +163,41 @@ def inspect(shard: str, records: int = 3, images: int = 16, label: Optional[str]
                 if len(sheet_items) < images:
                     im = _image_of(rec)
                     if im is not None:
-                        im.thumbnail((THUMB, THUMB))  # what the sheet shows; a full image per tile is MBs
-                        sheet_items.append((im, f"{_label_of(rec, label)} {rec.get('__key__', '')}"[:24]))
+                        im.thumbnail(
+                            (THUMB, THUMB)
+                        )  # what the sheet shows; a full image per tile is MBs
+                        sheet_items.append(
+                            (im, f"{_label_of(rec, label)} {rec.get('__key__', '')}"[:24])
+                        )
     from transforms.redact import printable
+
     print(printable(f"{shard}: {count} records"), file=out)
     print("schema:", file=out)
     for name, spec in schema.items():
         opt = " (optional)" if spec.get("optional") else ""
         print(printable(f"  {name:24s} {spec['dtype']:6s} {spec['shape']}{opt}"), file=out)
     if head:
-        print(f"arrow schema (tfx-bsl, as TFX components see it; first {len(head)} records):", file=out)
+        print(
+            f"arrow schema (tfx-bsl, as TFX components see it; first {len(head)} records):",
+            file=out,
+        )
         for field in arrow_schema(head):
             print(f"  {field.name:24s} {field.type}", file=out)
     for i, lines in enumerate(shown):
         print(f"record {i}:", file=out)
         for line in lines:
-            print(printable(line), file=out)  # names and values read from the shard: no terminal escapes
+            print(
+                printable(line), file=out
+            )  # names and values read from the shard: no terminal escapes
     return sheet_items
 
 
 def run(args) -> int:
     config = StoreConfig(ais_endpoint=args.ais_endpoint)
     try:
-        items = inspect(args.shard, args.records, 0 if args.no_sheet else args.images, args.label, config)
+        items = inspect(
+            args.shard, args.records, 0 if args.no_sheet else args.images, args.label, config
+        )
     except FileNotFoundError as e:
         print(f"tar2tf inspect: {e}", file=sys.stderr)
         return 2
@@ -171,4 +212,3 @@ def run(args) -> int:
             cols, rows = contact_sheet(items, path)
             print(f"contact sheet: {path} ({len(items)} images, {cols}x{rows})", file=sys.stderr)
     return 0
-

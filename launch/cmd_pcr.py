@@ -19,27 +19,64 @@ from launch.store_args import add_store_args, store_config
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pcr", help="convert images to Progressive Compressed Records (Beam)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "pcr", help="convert images to Progressive Compressed Records (Beam)", description=__doc__
+    )
     p.add_argument("sources", nargs="+", help="ImageFolder directory, or tar shard templates")
-    p.add_argument("--output", "-o", required=True, help="output directory (PCR_<i>.db + PCR_index.pb)")
-    p.add_argument("--images-per-record", type=int_in(1), default=1024, help="images per record file (default 1024)")
-    p.add_argument("--seed", type=int, help="shuffle images (seeded, deterministic); default: input order")
-    p.add_argument("--input-format", choices=("auto", "imagefolder", "tar"), default="auto",
-                   help="auto: a local directory is an ImageFolder, anything else tar shards")
-    p.add_argument("--label-field", default="cls", help="tar inputs: field holding the integer label")
-    p.add_argument("--image-field", help="tar inputs: image field (default: first of jpg, jpeg, png, ...)")
-    p.add_argument("--quality", type=int_in(1, 100), default=90, help="JPEG quality for non-JPEG inputs (default 90)")
-    p.add_argument("--scans", metavar="FILE",
-                   help="jpegtran scan script (-scans syntax) for 3-component images; default: jpegtran's "
-                        "standard script (docs/pcr.md, example: docs/scans/chroma-coarse.txt)")
+    p.add_argument(
+        "--output", "-o", required=True, help="output directory (PCR_<i>.db + PCR_index.pb)"
+    )
+    p.add_argument(
+        "--images-per-record",
+        type=int_in(1),
+        default=1024,
+        help="images per record file (default 1024)",
+    )
+    p.add_argument(
+        "--seed", type=int, help="shuffle images (seeded, deterministic); default: input order"
+    )
+    p.add_argument(
+        "--input-format",
+        choices=("auto", "imagefolder", "tar"),
+        default="auto",
+        help="auto: a local directory is an ImageFolder, anything else tar shards",
+    )
+    p.add_argument(
+        "--label-field", default="cls", help="tar inputs: field holding the integer label"
+    )
+    p.add_argument(
+        "--image-field", help="tar inputs: image field (default: first of jpg, jpeg, png, ...)"
+    )
+    p.add_argument(
+        "--quality",
+        type=int_in(1, 100),
+        default=90,
+        help="JPEG quality for non-JPEG inputs (default 90)",
+    )
+    p.add_argument(
+        "--scans",
+        metavar="FILE",
+        help="jpegtran scan script (-scans syntax) for 3-component images; default: jpegtran's "
+        "standard script (docs/pcr.md, example: docs/scans/chroma-coarse.txt)",
+    )
     p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
-    p.add_argument("--max-rejects", type=int_in(0), default=0, help="exit 3 if more rejects than this (default 0)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing PCR dataset in DIR")
-    p.add_argument("--resume", action="store_true", help="reuse the verified work of an interrupted run")
+    p.add_argument(
+        "--max-rejects",
+        type=int_in(0),
+        default=0,
+        help="exit 3 if more rejects than this (default 0)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing PCR dataset in DIR"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="reuse the verified work of an interrupted run"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_store_args(p)
-    p.add_argument("--summary-json", help="also write the run summary (totals, counters, time) here")
+    p.add_argument(
+        "--summary-json", help="also write the run summary (totals, counters, time) here"
+    )
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
@@ -54,37 +91,66 @@ def run(args) -> int:
         if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
             local_paths.check_file_to_write("--summary-json", args.summary_json)
         created = local_paths.make_output_dir("--output", args.output, is_dir=True)
-        cfg = PcrConfig(sources=args.sources if len(args.sources) > 1 else args.sources[0], output=args.output,
-                        images_per_record=args.images_per_record, seed=args.seed, input_format=args.input_format,
-                        label_field=args.label_field, image_field=args.image_field, quality=args.quality,
-                        scans=args.scans,
-                        base=args.base, max_rejects=args.max_rejects, overwrite=args.overwrite,
-                        resume=args.resume, progress=False if args.no_progress else None,
-                        store=store_config(args))
+        cfg = PcrConfig(
+            sources=args.sources if len(args.sources) > 1 else args.sources[0],
+            output=args.output,
+            images_per_record=args.images_per_record,
+            seed=args.seed,
+            input_format=args.input_format,
+            label_field=args.label_field,
+            image_field=args.image_field,
+            quality=args.quality,
+            scans=args.scans,
+            base=args.base,
+            max_rejects=args.max_rejects,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            progress=False if args.no_progress else None,
+            store=store_config(args),
+        )
         try:
             return cfg, convert_pcr(cfg, args.beam_args)
         except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
             local_paths.remove_if_empty(created)
             raise
+
     from launch.log_redact import quiet_beam_worker
+
     quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg, res = job()
     for path in res.paths:
         print(printable(path))
     print(printable(res.index_path))
     t = res.totals
-    lines = [f"images:  {t['records_read']} read, {t['records_written']} written, {t['records_rejected']} rejected",
-             f"records: {t['shards']} files, {t['bytes_written']} bytes, {len(res.manifest['inputs'])} input(s) "
-             f"({t['shards_rejected']} rejected)",
-             f"time:    {res.seconds:.1f} s",
-             f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}"]
+    lines = [
+        f"images:  {t['records_read']} read, {t['records_written']} written, {t['records_rejected']} rejected",
+        f"records: {t['shards']} files, {t['bytes_written']} bytes, {len(res.manifest['inputs'])} input(s) "
+        f"({t['shards_rejected']} rejected)",
+        f"time:    {res.seconds:.1f} s",
+        f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}",
+    ]
     lines += [f"  {n:6d}  {reason}" for reason, n in res.manifest["rejects"]["by_reason"].items()]
     lines.append(f"manifest: {res.manifest_path}")
     print(printable("\n".join(lines)), file=sys.stderr)
     if args.summary_json:
         from launch.local_paths import write_file
-        if not write_file("--summary-json", args.summary_json, json.dumps(redact_obj(
-                {"totals": res.totals, "counters": res.counters, "seconds": res.seconds,
-                 "paths": res.paths, "exit_code": res.exit_code}), indent=1, sort_keys=True)):
+
+        if not write_file(
+            "--summary-json",
+            args.summary_json,
+            json.dumps(
+                redact_obj(
+                    {
+                        "totals": res.totals,
+                        "counters": res.counters,
+                        "seconds": res.seconds,
+                        "paths": res.paths,
+                        "exit_code": res.exit_code,
+                    }
+                ),
+                indent=1,
+                sort_keys=True,
+            ),
+        ):
             return 1
     return rejects_exit("pcr", res, cfg.max_rejects)

@@ -14,12 +14,17 @@ from launch.cli import int_in
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pcr-report", help="quality and bytes per scan group of a PCR dataset",
-                       description=__doc__)
+    p = sub.add_parser(
+        "pcr-report", help="quality and bytes per scan group of a PCR dataset", description=__doc__
+    )
     p.add_argument("directory", help="PCR dataset directory (PCR_index.pb + record files)")
-    p.add_argument("--sample", type=int_in(0), default=32,
-                   help="images compared (evenly spaced; default 32; 0: bytes per group only; "
-                        "more than the dataset has: all)")
+    p.add_argument(
+        "--sample",
+        type=int_in(0),
+        default=32,
+        help="images compared (evenly spaced; default 32; 0: bytes per group only; "
+        "more than the dataset has: all)",
+    )
     p.add_argument("--json", help="where to save the JSON report (default DIR/PCR_report.json)")
     p.add_argument("--png", help="where to save the plot (default DIR/PCR_report.png)")
     p.set_defaults(func=run)
@@ -27,6 +32,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from transforms.pcr import quality as pcr_quality
+
     directory = args.directory.rstrip("/")
     if not os.path.exists(os.path.join(directory, "PCR_index.pb")):
         print(f"tar2tf pcr-report: {directory}/PCR_index.pb not found", file=sys.stderr)

@@ -18,10 +18,15 @@ EXIT_MISMATCH = 5
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="check output shards against their manifest (exit 5 on mismatch)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "verify",
+        help="check output shards against their manifest (exit 5 on mismatch)",
+        description=__doc__,
+    )
     p.add_argument("output", help="manifest path, or the output template given to convert")
-    p.add_argument("--decode-images", action="store_true", help="also decode every image feature (Pillow)")
+    p.add_argument(
+        "--decode-images", action="store_true", help="also decode every image feature (Pillow)"
+    )
     p.add_argument("--json", dest="json_path", help="write the report as JSON here ('-' = stdout)")
     p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
     p.set_defaults(func=run)
@@ -30,8 +35,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from pipelines.job.verify import verify
     from transforms.redact import printable
+
     try:
-        report = verify(args.output, args.decode_images, StoreConfig(ais_endpoint=args.ais_endpoint))
+        report = verify(
+            args.output, args.decode_images, StoreConfig(ais_endpoint=args.ais_endpoint)
+        )
     except FileNotFoundError as e:
         print(f"tar2tf verify: no manifest for {args.output}: {e}", file=sys.stderr)
         return 2

@@ -62,8 +62,16 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 
 # SLF4J bindings (1.x) and providers (2.x): with none on the class path SLF4J logs nothing.
 # One already there is kept; else BINDING, the one Beam's published job server jar has.
-SLF4J_BINDINGS = ("slf4j-simple", "slf4j-jdk14", "slf4j-log4j12", "slf4j-reload4j", "slf4j-nop",
-                  "log4j-slf4j-impl", "log4j-slf4j2-impl", "logback-classic")
+SLF4J_BINDINGS = (
+    "slf4j-simple",
+    "slf4j-jdk14",
+    "slf4j-log4j12",
+    "slf4j-reload4j",
+    "slf4j-nop",
+    "log4j-slf4j-impl",
+    "log4j-slf4j2-impl",
+    "logback-classic",
+)
 BINDING = "slf4j-simple"
 LOG_LEVEL_PROPERTY = "org.slf4j.simpleLogger.defaultLogLevel"
 DEFAULT_LOG_LEVEL = "warn"
@@ -116,13 +124,20 @@ def launcher_bytes(jar: str, lib_dir: str) -> bytes:
     if not libs:
         raise ValueError(f"no jars in {lib_dir}")
     class_path = " ".join(f"{rel}/{f}".replace(os.sep, "/") for f in libs)
-    manifest = (_manifest_line("Manifest-Version: 1.0") + _manifest_line(f"Main-Class: {MAIN_CLASS}")
-                + _manifest_line("Created-By: tar2tf launch/flink_job_server.py")
-                + _manifest_line(f"Class-Path: {class_path}") + b"\r\n")
+    manifest = (
+        _manifest_line("Manifest-Version: 1.0")
+        + _manifest_line(f"Main-Class: {MAIN_CLASS}")
+        + _manifest_line("Created-By: tar2tf launch/flink_job_server.py")
+        + _manifest_line(f"Class-Path: {class_path}")
+        + b"\r\n"
+    )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         # a fixed timestamp: the same lib/ gives the same bytes
-        for name, data in (("META-INF/MANIFEST.MF", manifest), (LOG_CONFIG, LOG_CONFIG_TEXT.encode())):
+        for name, data in (
+            ("META-INF/MANIFEST.MF", manifest),
+            (LOG_CONFIG, LOG_CONFIG_TEXT.encode()),
+        ):
             z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
     return buf.getvalue()
 
@@ -155,13 +170,23 @@ def missing_binding(lib_dir: str) -> Optional[str]:
     return api
 
 
-def _mvn_copy(work: str, group: str, artifact: str, version: str, m2: str, log, transitive: bool = True) -> bool:
+def _mvn_copy(
+    work: str, group: str, artifact: str, version: str, m2: str, log, transitive: bool = True
+) -> bool:
     """mvn dependency:copy-dependencies of group:artifact:version into work/lib (runtime scope)."""
     with open(os.path.join(work, "pom.xml"), "w") as f:
         f.write(POM.format(group=group, artifact=artifact, version=version))
-    cmd = ["mvn", "-q", "-B", f"-Dmaven.repo.local={m2}", "-f", os.path.join(work, "pom.xml"),
-           "dependency:copy-dependencies", "-DincludeScope=runtime",
-           f"-DoutputDirectory={os.path.join(work, 'lib')}"] + ([] if transitive else ["-DexcludeTransitive=true"])
+    cmd = [
+        "mvn",
+        "-q",
+        "-B",
+        f"-Dmaven.repo.local={m2}",
+        "-f",
+        os.path.join(work, "pom.xml"),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={os.path.join(work, 'lib')}",
+    ] + ([] if transitive else ["-DexcludeTransitive=true"])
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -179,8 +204,9 @@ def add_binding(lib_dir: str, m2: str, log) -> bool:
     os.makedirs(work)
     try:
         name = f"{BINDING}-{version}.jar"
-        if not _mvn_copy(work, "org.slf4j", BINDING, version, m2, log, transitive=False) \
-                or not os.path.isfile(os.path.join(work, "lib", name)):
+        if not _mvn_copy(
+            work, "org.slf4j", BINDING, version, m2, log, transitive=False
+        ) or not os.path.isfile(os.path.join(work, "lib", name)):
             return False
         os.replace(os.path.join(work, "lib", name), os.path.join(lib_dir, name))
         return True
@@ -212,7 +238,10 @@ def resolve(flink: str, beam: str, home: str, m2: str, log) -> Optional[str]:
         return None
     if not add_binding(os.path.join(work, "lib"), m2, log):
         # the server runs without it, only silently; setup's next run retries (--update)
-        print(f"WARNING: no org.slf4j:{BINDING} for the job server: it will log nothing", file=sys.stderr)
+        print(
+            f"WARNING: no org.slf4j:{BINDING} for the job server: it will log nothing",
+            file=sys.stderr,
+        )
     name = f"beam-runners-flink-{flink}-job-server-{beam}-assembled.jar"
     write_launcher(os.path.join(work, name), os.path.join(work, "lib"))
     shutil.rmtree(home, ignore_errors=True)
@@ -222,44 +251,70 @@ def resolve(flink: str, beam: str, home: str, m2: str, log) -> Optional[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", required=True, help="where the server goes (flink-job-server/<flink>-<beam>/)")
+    ap.add_argument(
+        "--cache", required=True, help="where the server goes (flink-job-server/<flink>-<beam>/)"
+    )
     ap.add_argument("--beam", help="the installed apache-beam version (the newest to try)")
     ap.add_argument("--flink", nargs="+", help="Flink versions, in the order to try")
-    ap.add_argument("--update", metavar="JAR", help="bring this assembled server up to date instead")
-    ap.add_argument("--repo", default=os.environ.get("TAR2TF_MAVEN_REPO", DEFAULT_REPO),
-                    help="where to read the version lists (mvn itself follows ~/.m2/settings.xml)")
+    ap.add_argument(
+        "--update", metavar="JAR", help="bring this assembled server up to date instead"
+    )
+    ap.add_argument(
+        "--repo",
+        default=os.environ.get("TAR2TF_MAVEN_REPO", DEFAULT_REPO),
+        help="where to read the version lists (mvn itself follows ~/.m2/settings.xml)",
+    )
     ap.add_argument("--tries", type=int, default=3, help="Beam versions tried per Flink version")
     a = ap.parse_args(argv)
-    if (a.update is None) == (a.beam is None or a.flink is None) or (a.update and (a.beam or a.flink)):
+    if (a.update is None) == (a.beam is None or a.flink is None) or (
+        a.update and (a.beam or a.flink)
+    ):
         ap.error("give --beam and --flink (assemble), or --update JAR")
     m2 = os.path.join(a.cache, "m2")
     with open(os.path.join(a.cache, "mvn-flink-assemble.log"), "a") as log:
         if a.update:
-            if not os.path.isfile(a.update) or not os.path.isdir(os.path.join(os.path.dirname(a.update), "lib")):
-                print(f"{a.update} is not an assembled job server (no lib/ beside it)", file=sys.stderr)
+            if not os.path.isfile(a.update) or not os.path.isdir(
+                os.path.join(os.path.dirname(a.update), "lib")
+            ):
+                print(
+                    f"{a.update} is not an assembled job server (no lib/ beside it)",
+                    file=sys.stderr,
+                )
                 return 1
             ok = update(a.update, m2, log)
             shutil.rmtree(m2, ignore_errors=True)
             if not ok:
-                print(f"cannot get org.slf4j:{BINDING} for {a.update}: the job server will log nothing "
-                      f"(log: {log.name})", file=sys.stderr)
+                print(
+                    f"cannot get org.slf4j:{BINDING} for {a.update}: the job server will log nothing "
+                    f"(log: {log.name})",
+                    file=sys.stderr,
+                )
             return 0 if ok else 1
         tried: List[str] = []
         for flink in a.flink:
             for beam in candidates(published_versions(flink, a.repo), a.beam, a.tries):
                 tried.append(f"{flink}:{beam}")
-                print(f"assembling the Flink {flink} job server from beam-runners-flink-{flink}:{beam} "
-                      "and its dependencies (Maven)", file=sys.stderr)
+                print(
+                    f"assembling the Flink {flink} job server from beam-runners-flink-{flink}:{beam} "
+                    "and its dependencies (Maven)",
+                    file=sys.stderr,
+                )
                 home = os.path.join(a.cache, "flink-job-server", f"{flink}-{beam}")
                 jar = resolve(flink, beam, home, m2, log)
                 if jar:
-                    shutil.rmtree(m2, ignore_errors=True)  # lib/ holds copies; the local repo is not needed
+                    shutil.rmtree(
+                        m2, ignore_errors=True
+                    )  # lib/ holds copies; the local repo is not needed
                     print(flink, jar)
                     return 0
-    why = ("no version resolved completely: " + ", ".join(tried)) if tried else \
-        f"{a.repo} lists no beam-runners-flink-{{{','.join(a.flink)}}} release at or below Beam {a.beam}"
+    why = (
+        ("no version resolved completely: " + ", ".join(tried))
+        if tried
+        else f"{a.repo} lists no beam-runners-flink-{{{','.join(a.flink)}}} release at or below Beam {a.beam}"
+    )
     print(f"cannot assemble a Flink job server: {why}", file=sys.stderr)
     return 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

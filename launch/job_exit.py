@@ -76,7 +76,7 @@ def _message(e: BaseException) -> str:
         text = text.split("\nTraceback (most recent call last)", 1)[0]
     first = " ".join(text.split())
     if len(first) > MAX_LINE:
-        first = first[:MAX_LINE - 3] + "..."
+        first = first[: MAX_LINE - 3] + "..."
     return first
 
 
@@ -94,8 +94,11 @@ def _where_of_connection(e: BaseException) -> str:
 
 def _reason_of_connection(e: BaseException) -> str:
     text = str(e)
-    for pat in (r"\[Errno -?\d+\] ([^'\")]+)", r"(Connection refused|Name or service not known|timed out|"
-                r"Temporary failure in name resolution|No route to host|Connection reset by peer)"):
+    for pat in (
+        r"\[Errno -?\d+\] ([^'\")]+)",
+        r"(Connection refused|Name or service not known|timed out|"
+        r"Temporary failure in name resolution|No route to host|Connection reset by peer)",
+    ):
         m = re.search(pat, text)
         if m:
             return m.group(1).strip()
@@ -106,6 +109,7 @@ def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     """``(exit code, what, where)`` for an exception that ended a subcommand;
     ``started``: whether the job had begun to write (``pipelines.job.phase``)."""
     from launch.cli import UsageError
+
     if isinstance(exc, KeyboardInterrupt):
         return FAILED, "interrupted", ""
     if isinstance(exc, UsageError):
@@ -118,13 +122,24 @@ def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     said = _first(exc, lambda e: _FULL.search(str(e)) is not None)
     if said is not None:  # a runner re-raised it as text (Beam: OSError(message) has no errno)
         return FAILED, _FULL.search(str(said)).group(0).lower(), ""
-    creds = _first(exc, lambda e: _is(e, "google.auth", "GoogleAuthError")
-                   or _is(e, "google.auth", "DefaultCredentialsError"))
+    creds = _first(
+        exc,
+        lambda e: (
+            _is(e, "google.auth", "GoogleAuthError")
+            or _is(e, "google.auth", "DefaultCredentialsError")
+        ),
+    )
     if creds is not None:
         where = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS", "")
         return USAGE, f"unusable Google Cloud credentials: {_message(creds)}", where
-    conn = _first(exc, lambda e: _is(e, "requests", "ConnectionError") or _is(e, "urllib3", "NewConnectionError")
-                  or _is(e, "urllib3", "MaxRetryError"))
+    conn = _first(
+        exc,
+        lambda e: (
+            _is(e, "requests", "ConnectionError")
+            or _is(e, "urllib3", "NewConnectionError")
+            or _is(e, "urllib3", "MaxRetryError")
+        ),
+    )
     if conn is not None:
         return FAILED, f"cannot connect: {_reason_of_connection(conn)}", _where_of_connection(conn)
     perm = _first(exc, lambda e: isinstance(e, PermissionError))
@@ -145,17 +160,22 @@ def line(command: str, what: str, where: str = "") -> str:
     return one_line(text)
 
 
-def exit_code(command: str, exc: BaseException, debug: bool = False, started: Optional[bool] = None) -> int:
+def exit_code(
+    command: str, exc: BaseException, debug: bool = False, started: Optional[bool] = None
+) -> int:
     """Print the failure (its traceback first with ``debug``) and return its exit code."""
     if started is None:
         from pipelines.job import phase as job_phase
+
         started = job_phase.started()
     code, what, where = classify(exc, started)
     held = getattr(exc, "tar2tf_held", "")
     if held:
         what = f"{what}; {held}"
     if debug:
-        sys.stderr.write(redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        sys.stderr.write(
+            redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        )
     if command == "" and what == "interrupted":
         print("tar2tf: interrupted", file=sys.stderr)
     else:
@@ -168,12 +188,13 @@ def run_job(command: str, job: Callable[[], Any], debug: bool = False) -> Tuple[
     """``(job(), 0)``, or ``(None, exit code)`` once the failure is said (:func:`exit_code`);
     Ctrl-C is left to the caller."""
     from pipelines.job import phase as job_phase
+
     job_phase.reset()  # a job of its own: set-up errors are usage errors again
     try:
         return job(), 0
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # noqa: BLE001 - every failure becomes its exit code and one line
+    except Exception as e:
         return None, exit_code(command, e, debug)
 
 
@@ -181,8 +202,10 @@ def rejects_exit(command: str, res, max_rejects: int) -> int:
     """The result's exit code, saying why when it is 3 (too many rejects)."""
     count = res.manifest["rejects"]["count"]
     if res.exit_code == 3 and count <= max_rejects:
-        print(f"tar2tf {command}: nothing written: every record read was rejected ({count} rejects)",
-              file=sys.stderr)
+        print(
+            f"tar2tf {command}: nothing written: every record read was rejected ({count} rejects)",
+            file=sys.stderr,
+        )
     elif res.exit_code == 3:
         print(f"tar2tf {command}: {count} rejects > --max-rejects {max_rejects}", file=sys.stderr)
     return res.exit_code

@@ -19,8 +19,13 @@ LOGGER = "FlinkJarJobServer"  # apache_beam.runners.portability.job_server: the 
 _SLF4J = re.compile(r"^\[.*\] (TRACE|DEBUG|INFO|WARN|ERROR) \S+ - ")
 # java.util.logging's first line: "Nov 25, 2026 6:37:43 AM class method" (or a 24-hour time)
 _JUL = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:\d{2}:\d{2}( [AP]M)? \S")
-_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
-           "WARN": logging.WARNING, "ERROR": logging.ERROR}
+_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+}
 
 
 class JavaLogFilter(logging.Filter):
@@ -29,7 +34,9 @@ class JavaLogFilter(logging.Filter):
 
     def __init__(self):
         super().__init__()
-        self._level = None  # the Java level of the record the next lines continue; None: not SLF4J's
+        self._level = (
+            None  # the Java level of the record the next lines continue; None: not SLF4J's
+        )
 
     def filter(self, record: logging.LogRecord) -> bool:
         line = record.getMessage()

@@ -63,7 +63,9 @@ def make_output_dir(flag: str, path: str, is_dir: bool = False) -> List[str]:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot create {e.filename or directory}: {e.strerror or e}") from None
+        raise UsageError(
+            f"{flag} {path}: cannot create {e.filename or directory}: {e.strerror or e}"
+        ) from None
     _writable(flag, path, directory)
     return created
 
@@ -73,7 +75,9 @@ def remove_if_empty(created: List[str]) -> None:
     are empty: a job that stopped before writing anything leaves nothing behind."""
     for d in created:
         try:
-            os.rmdir(d)  # fails on a directory the job (or anyone) wrote into: keep it and its parents
+            os.rmdir(
+                d
+            )  # fails on a directory the job (or anyone) wrote into: keep it and its parents
         except OSError:
             return
 

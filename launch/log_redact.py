@@ -21,9 +21,13 @@ from transforms.redact import printable
 _installed = False
 # Beam's loggers that log a failed step's traceback (several times over, chained) before
 # the failure reaches the CLI, which says it in one line: quiet unless --debug
-STEP_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
-                        "apache_beam.runners.worker.bundle_processor", "apache_beam.runners.direct.executor",
-                        "apache_beam.runners.portability.fn_api_runner.fn_runner")
+STEP_FAILURE_LOGGERS = (
+    "apache_beam.runners.common",
+    "apache_beam.runners.worker.sdk_worker",
+    "apache_beam.runners.worker.bundle_processor",
+    "apache_beam.runners.direct.executor",
+    "apache_beam.runners.portability.fn_api_runner.fn_runner",
+)
 
 
 def _not_a_step_failure(record: logging.LogRecord) -> bool:
@@ -63,11 +67,14 @@ def install() -> None:
         record = make(*args, **kwargs)
         try:
             record.msg, record.args = printable(record.getMessage()), None
-        except Exception:  # noqa: BLE001 - a record whose message cannot be formatted: logging says so itself
+        except Exception:
             return record
         if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
-            record.exc_text = printable("".join(traceback.format_exception(*record.exc_info))).rstrip("\n")
+            record.exc_text = printable(
+                "".join(traceback.format_exception(*record.exc_info))
+            ).rstrip("\n")
         return record
+
     logging.setLogRecordFactory(factory)
 
 
@@ -79,6 +86,7 @@ def quiet_beam_worker(debug: bool = False) -> None:
     if debug:
         return
     from apache_beam.runners.worker import sdk_worker
+
     sdk_worker.print = _quiet_print
 
 

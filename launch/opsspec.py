@@ -30,8 +30,11 @@ from typing import Any, List, Tuple
 
 from transforms import ops as O
 
-OPS = {name: getattr(O, name) for name in O.__all__
-       if isinstance(getattr(O, name), type) and name not in ("Op", "OpError", "FeatureType")}
+OPS = {
+    name: getattr(O, name)
+    for name in O.__all__
+    if isinstance(getattr(O, name), type) and name not in ("Op", "OpError", "FeatureType")
+}
 _CALLABLE_FIRST = {"Func", "SampleF", "TFExampleF", "BySampleF", "ByExampleF"}
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -83,7 +86,11 @@ def _check_numbers(cls, args: List[Any], kwargs: dict) -> None:
     params = inspect.signature(cls).parameters
     for pname, value in bound.arguments.items():
         hint = params[pname].annotation  # a string under ``from __future__ import annotations``
-        hint = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint)).replace("typing.", "")
+        hint = (
+            hint
+            if isinstance(hint, str)
+            else getattr(hint, "__name__", str(hint)).replace("typing.", "")
+        )
         if hint in _NUMBER_HINTS and isinstance(value, str):
             raise TypeError(f"{pname} must be a number, not {value!r}")
 
@@ -97,15 +104,31 @@ def _usage(name: str, cls) -> str:
     parts = []
     for p in params:  # str(signature) would quote the string annotations
         star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
-        ann = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
-        parts.append(star + p.name + ("" if p.annotation is p.empty else f": {ann}")
-                     + ("" if p.default is p.empty else f" = {p.default!r}"))
+        ann = (
+            p.annotation
+            if isinstance(p.annotation, str)
+            else inspect.formatannotation(p.annotation)
+        )
+        parts.append(
+            star
+            + p.name
+            + ("" if p.annotation is p.empty else f": {ann}")
+            + ("" if p.default is p.empty else f" = {p.default!r}")
+        )
     sig = f"({', '.join(parts)})" if params else "(...)"
-    doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".").replace("``", "")
+    doc = (
+        (inspect.getdoc(cls) or "")
+        .split("\n\n")[0]
+        .replace("\n", " ")
+        .split(". ")[0]
+        .rstrip(".")
+        .replace("``", "")
+    )
     return f"{name}{sig}" + (f" -- {doc}" if doc else "")
 
 
 # -- call expressions -----------------------------------------------------------------------
+
 
 def _node(n: ast.AST) -> Any:
     if isinstance(n, ast.Call):
@@ -117,19 +140,33 @@ def _node(n: ast.AST) -> Any:
         return n.value
     if isinstance(n, ast.Name):
         return n.id  # bare word: an extension name
-    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("tf", "np", "numpy"):
+    if (
+        isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in ("tf", "np", "numpy")
+    ):
         return n.attr  # tf.float32 -> "float32"
     dotted = _dotted(n)
     if dotted is not None:
-        return dotted  # rgb.png, depth.npy, txt.gz: a dotted extension (WebDataset shards have many)
+        return (
+            dotted  # rgb.png, depth.npy, txt.gz: a dotted extension (WebDataset shards have many)
+        )
     if isinstance(n, (ast.Tuple, ast.List)):
         return [_node(e) for e in n.elts]
     if isinstance(n, ast.Dict):
         return {_node(k): _node(v) for k, v in zip(n.keys, n.values)}
-    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+    if (
+        isinstance(n, ast.UnaryOp)
+        and isinstance(n.op, ast.USub)
+        and isinstance(n.operand, ast.Constant)
+    ):
         return -n.operand.value
     text = ast.unparse(n)
-    hint = " (quote an extension that is not made of plain words: 'seg-0.png')" if re.search(r"[.-]", text) else ""
+    hint = (
+        " (quote an extension that is not made of plain words: 'seg-0.png')"
+        if re.search(r"[.-]", text)
+        else ""
+    )
     raise SpecError(f"not allowed in an op expression: {text!r}{hint}")
 
 
@@ -158,6 +195,7 @@ def parse_expr(text: str):
 
 
 # -- mappings -------------------------------------------------------------------------------
+
 
 def _item(x: Any, selection: bool):
     if isinstance(x, str):
@@ -193,18 +231,26 @@ def _arg(a: Any):
 
 
 def from_data(data: Any) -> Tuple[list, list]:
-    if isinstance(data, (list, tuple)) and len(data) == 2 and all(isinstance(d, (list, tuple)) for d in data) \
-            and not isinstance(data, list):
+    if (
+        isinstance(data, (list, tuple))
+        and len(data) == 2
+        and all(isinstance(d, (list, tuple)) for d in data)
+        and not isinstance(data, list)
+    ):
         conv, sel = data
     elif isinstance(data, (list, tuple)):
         conv, sel = data, []
     elif isinstance(data, dict):
         unknown = set(data) - {"conversions", "selections"}
         if unknown:
-            raise SpecError(f"unknown keys in ops spec: {sorted(unknown)} (use conversions, selections)")
+            raise SpecError(
+                f"unknown keys in ops spec: {sorted(unknown)} (use conversions, selections)"
+            )
         conv, sel = data.get("conversions") or [], data.get("selections") or []
     else:
-        raise SpecError(f"an ops spec is a mapping with conversions/selections, not {type(data).__name__}")
+        raise SpecError(
+            f"an ops spec is a mapping with conversions/selections, not {type(data).__name__}"
+        )
     return [_item(c, False) for c in conv], [_item(s, True) for s in sel]
 
 
@@ -216,6 +262,7 @@ def load_ops(spec: str, seed: int = None) -> Tuple[list, list]:
         conv, sel = from_data(data)
     else:
         import yaml
+
         text = spec
         if os.path.isfile(spec):
             with open(spec, encoding="utf-8") as f:

@@ -50,12 +50,14 @@ def beam_parser(beam_args: List[str]):
 
     if any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
         name = runner_name(beam_args)
-        known = {path.rsplit(".", 1)[-1].lower(): path for path in po.StandardOptions.ALL_KNOWN_RUNNERS}
+        known = {
+            path.rsplit(".", 1)[-1].lower(): path for path in po.StandardOptions.ALL_KNOWN_RUNNERS
+        }
         path = known.get(name.lower(), known.get(name.lower() + "runner", name))
         if "." in path:
             try:
                 importlib.import_module(path.rsplit(".", 1)[0])
-            except Exception:  # noqa: BLE001 - the job itself says why the runner cannot load
+            except Exception:
                 pass
     parser = StrictParser(allow_abbrev=False)
     classes: Dict[str, type] = {}
@@ -76,18 +78,31 @@ def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) ->
     ``--records_per_shard``) is still an error.  ``tar2tf_flags``: the subcommand's own."""
     from launch.cli import UsageError
     from pipelines.beam.options import runner_name
+
     _, unknown = beam_parser(beam_args).parse_known_args(beam_args)
     if not unknown:
         return
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
-    if runner_name(beam_args).rsplit(".", 1)[-1] in JOB_SERVER_RUNNERS and flags and all(
-            f.startswith("--") and "-" not in f[2:] and f.replace("_", "-") not in tar2tf_flags for f in flags):
-        log.warning("%s: not Beam Python pipeline option(s); passed on for the %s job server to check",
-                    " ".join(unknown), runner_name(beam_args))
+    if (
+        runner_name(beam_args).rsplit(".", 1)[-1] in JOB_SERVER_RUNNERS
+        and flags
+        and all(
+            f.startswith("--") and "-" not in f[2:] and f.replace("_", "-") not in tar2tf_flags
+            for f in flags
+        )
+    ):
+        log.warning(
+            "%s: not Beam Python pipeline option(s); passed on for the %s job server to check",
+            " ".join(unknown),
+            runner_name(beam_args),
+        )
         return
     # argparse gives SOURCE... only the words before the first option; later ones are left over
-    why = ("sources go before the options" if not unknown[0].startswith("-")
-           else "neither a tar2tf option nor a Beam pipeline option")
+    why = (
+        "sources go before the options"
+        if not unknown[0].startswith("-")
+        else "neither a tar2tf option nor a Beam pipeline option"
+    )
     raise UsageError(f"tar2tf: unrecognized arguments: {' '.join(unknown)} ({why})")
 
 
@@ -102,6 +117,7 @@ def describe(argv: List[str]) -> Dict[str, Any]:
 
     from launch.cli import build_parser
     from pipelines.beam import options as opts
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     check_beam_args(extra, parser.subcommands[args.command]._option_string_actions)
@@ -114,19 +130,43 @@ def describe(argv: List[str]) -> Dict[str, Any]:
     portable = options.view_as(po.PortableOptions)
     flink = options.view_as(po.FlinkRunnerOptions)
     out: Dict[str, Any] = {
-        "command": args.command, "sources": getattr(args, "sources", None), "output": getattr(args, "output", None),
-        "base": getattr(args, "base", None), "work_dir": getattr(args, "work_dir", None),
-        "beam_args": beam_args, "runner": runner,
-        "google_cloud": {"project": gco.project, "region": gco.region, "temp_location": gco.temp_location,
-                         "staging_location": gco.staging_location, "job_name": gco.job_name},
-        "setup": {"setup_file": setup.setup_file, "requirements_file": setup.requirements_file,
-                  "extra_packages": setup.extra_packages, "sdk_location": setup.sdk_location},
-        "worker": {"sdk_container_image": worker.sdk_container_image, "num_workers": worker.num_workers,
-                   "max_num_workers": worker.max_num_workers, "machine_type": worker.machine_type},
-        "portable": {"environment_type": portable.environment_type,
-                     "environment_config": portable.environment_config, "job_endpoint": portable.job_endpoint},
-        "flink": {"flink_master": flink.flink_master, "flink_version": flink.flink_version,
-                  "flink_job_server_jar": flink.flink_job_server_jar, "parallelism": flink.parallelism},
+        "command": args.command,
+        "sources": getattr(args, "sources", None),
+        "output": getattr(args, "output", None),
+        "base": getattr(args, "base", None),
+        "work_dir": getattr(args, "work_dir", None),
+        "beam_args": beam_args,
+        "runner": runner,
+        "google_cloud": {
+            "project": gco.project,
+            "region": gco.region,
+            "temp_location": gco.temp_location,
+            "staging_location": gco.staging_location,
+            "job_name": gco.job_name,
+        },
+        "setup": {
+            "setup_file": setup.setup_file,
+            "requirements_file": setup.requirements_file,
+            "extra_packages": setup.extra_packages,
+            "sdk_location": setup.sdk_location,
+        },
+        "worker": {
+            "sdk_container_image": worker.sdk_container_image,
+            "num_workers": worker.num_workers,
+            "max_num_workers": worker.max_num_workers,
+            "machine_type": worker.machine_type,
+        },
+        "portable": {
+            "environment_type": portable.environment_type,
+            "environment_config": portable.environment_config,
+            "job_endpoint": portable.job_endpoint,
+        },
+        "flink": {
+            "flink_master": flink.flink_master,
+            "flink_version": flink.flink_version,
+            "flink_job_server_jar": flink.flink_job_server_jar,
+            "parallelism": flink.parallelism,
+        },
     }
     out["problems"] = problems(out)
     return out
@@ -136,16 +176,21 @@ def problems(d: Dict[str, Any]) -> List[str]:
     found: List[str] = []
     runner, gc, setup = d["runner"], d["google_cloud"], d["setup"]
     remote_workers = runner == "DataflowRunner" or (
-        runner == "FlinkRunner" and d["flink"]["flink_master"] not in ("[local]", "[auto]", None))
+        runner == "FlinkRunner" and d["flink"]["flink_master"] not in ("[local]", "[auto]", None)
+    )
     if runner == "DataflowRunner":
         for k in ("project", "region", "temp_location"):
             if not gc[k]:
                 found.append(f"Dataflow needs --{k}")
         if gc["temp_location"] and not gc["temp_location"].startswith("gs://"):
             found.append(f"--temp_location must be a gs:// path, not {gc['temp_location']!r}")
-        if not (setup["setup_file"] or setup["extra_packages"] or d["worker"]["sdk_container_image"]):
-            found.append("workers would not get tar2tf: pass --setup_file=./setup.py, --extra_package "
-                         "or --sdk_container_image")
+        if not (
+            setup["setup_file"] or setup["extra_packages"] or d["worker"]["sdk_container_image"]
+        ):
+            found.append(
+                "workers would not get tar2tf: pass --setup_file=./setup.py, --extra_package "
+                "or --sdk_container_image"
+            )
     if setup["setup_file"]:
         if os.path.basename(setup["setup_file"]) != "setup.py":
             found.append(f"--setup_file must name a setup.py, not {setup['setup_file']!r}")
@@ -155,24 +200,34 @@ def problems(d: Dict[str, Any]) -> List[str]:
         found.append(f"--requirements_file {setup['requirements_file']!r} does not exist")
     for pkg in setup["extra_packages"] or []:
         if split_url(pkg)[0] == "" and not os.path.isfile(pkg):
-            found.append(f"--extra_package {pkg!r} does not exist (build it first: python -m build --sdist)")
+            found.append(
+                f"--extra_package {pkg!r} does not exist (build it first: python -m build --sdist)"
+            )
     if runner == "FlinkRunner":
         jar = d["flink"]["flink_job_server_jar"]
         if not jar:
-            found.append("no --flink_job_server_jar: Beam would download the job server at run time "
-                         "(run launch/setup.d/50-flink.sh)")
+            found.append(
+                "no --flink_job_server_jar: Beam would download the job server at run time "
+                "(run launch/setup.d/50-flink.sh)"
+            )
         elif not jar.startswith(("http://", "https://")) and not os.path.isfile(jar):
             found.append(f"--flink_job_server_jar {jar!r} does not exist")
         elif f"flink-{d['flink']['flink_version']}-job-server" not in os.path.basename(jar):
-            found.append(f"--flink_version {d['flink']['flink_version']} does not match the jar {jar!r}")
+            found.append(
+                f"--flink_version {d['flink']['flink_version']} does not match the jar {jar!r}"
+            )
         if remote_workers and (d["portable"]["environment_type"] or "").upper() == "LOOPBACK":
-            found.append("LOOPBACK runs the Python workers in this process: a remote Flink cluster needs "
-                         "--environment_type=DOCKER, PROCESS or EXTERNAL")
+            found.append(
+                "LOOPBACK runs the Python workers in this process: a remote Flink cluster needs "
+                "--environment_type=DOCKER, PROCESS or EXTERNAL"
+            )
     if remote_workers and d["output"]:
         # a relative source under a remote --base is remote (as sources.resolve joins them)
         base = d.get("base")
-        sources = [s if not base or "://" in s or s.startswith("/") else f"{base.rstrip('/')}/{s}"
-                   for s in d["sources"] or []]
+        sources = [
+            s if not base or "://" in s or s.startswith("/") else f"{base.rstrip('/')}/{s}"
+            for s in d["sources"] or []
+        ]
         checks = [("--output", d["output"])] + [("source", s) for s in sources]
         if d.get("work_dir"):  # the workers write their pieces there
             checks.append(("--work-dir", d["work_dir"]))
@@ -184,6 +239,7 @@ def problems(d: Dict[str, Any]) -> List[str]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from launch.cli import UsageError
+
     try:
         d = describe(list(sys.argv[1:] if argv is None else argv))
     except UsageError as e:  # argparse, an unknown flag, a bad Beam option value

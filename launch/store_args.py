@@ -12,33 +12,74 @@ def add_store_args(p) -> None:
     d = StoreConfig()
     g = p.add_argument_group("object stores (ais://, gs://, s3://, http(s)://)")
     g.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
-    g.add_argument("--s3-endpoint", help="S3-compatible server URL (default $AWS_ENDPOINT_URL, else AWS); "
-                   "credentials from the usual AWS variables / profiles")
-    g.add_argument("--http-header", action="append", default=[], metavar="'NAME: VALUE'",
-                   help="a header sent with every http(s):// shard request, e.g. 'Authorization: Bearer ...' "
-                        "(repeatable; also $TAR2TF_HTTP_HEADERS, one per line); never printed or recorded")
-    g.add_argument("--retry-attempts", type=int_in(1), default=d.retry_attempts,
-                   help=f"tries per request on transient faults: 5xx, 429, reset, short body (default {d.retry_attempts})")
-    g.add_argument("--retry-initial", type=positive_float, default=d.retry_initial_s,
-                   help=f"first backoff in seconds, doubling after each fault (default {d.retry_initial_s})")
-    g.add_argument("--retry-max", type=positive_float, default=d.retry_max_s,
-                   help=f"longest single backoff in seconds (default {d.retry_max_s})")
-    g.add_argument("--retry-total", type=positive_float, default=d.retry_total_s,
-                   help=f"give up a request this many seconds after its first fault (default {d.retry_total_s})")
-    g.add_argument("--read-timeout", type=positive_float, default=d.read_timeout_s,
-                   help=f"seconds to wait for a server's answer or next bytes (default {d.read_timeout_s})")
-    g.add_argument("--ais-etl-name", help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)")
+    g.add_argument(
+        "--s3-endpoint",
+        help="S3-compatible server URL (default $AWS_ENDPOINT_URL, else AWS); "
+        "credentials from the usual AWS variables / profiles",
+    )
+    g.add_argument(
+        "--http-header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a header sent with every http(s):// shard request, e.g. 'Authorization: Bearer ...' "
+        "(repeatable; also $TAR2TF_HTTP_HEADERS, one per line); never printed or recorded",
+    )
+    g.add_argument(
+        "--retry-attempts",
+        type=int_in(1),
+        default=d.retry_attempts,
+        help=f"tries per request on transient faults: 5xx, 429, reset, short body (default {d.retry_attempts})",
+    )
+    g.add_argument(
+        "--retry-initial",
+        type=positive_float,
+        default=d.retry_initial_s,
+        help=f"first backoff in seconds, doubling after each fault (default {d.retry_initial_s})",
+    )
+    g.add_argument(
+        "--retry-max",
+        type=positive_float,
+        default=d.retry_max_s,
+        help=f"longest single backoff in seconds (default {d.retry_max_s})",
+    )
+    g.add_argument(
+        "--retry-total",
+        type=positive_float,
+        default=d.retry_total_s,
+        help=f"give up a request this many seconds after its first fault (default {d.retry_total_s})",
+    )
+    g.add_argument(
+        "--read-timeout",
+        type=positive_float,
+        default=d.read_timeout_s,
+        help=f"seconds to wait for a server's answer or next bytes (default {d.read_timeout_s})",
+    )
+    g.add_argument(
+        "--ais-etl-name",
+        help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)",
+    )
 
 
 def store_config(args) -> StoreConfig:
-    if args.retry_attempts < 1 or min(args.retry_initial, args.retry_max, args.retry_total, args.read_timeout) <= 0:
+    if (
+        args.retry_attempts < 1
+        or min(args.retry_initial, args.retry_max, args.retry_total, args.read_timeout) <= 0
+    ):
         raise ValueError("--retry-attempts must be >= 1 and retry/timeout seconds > 0")
     if getattr(args, "http_header", None):
         # into this process's environment, which worker processes inherit; never into the
         # StoreConfig, which travels in job graphs
         from transforms.stores.http import set_env_headers
+
         set_env_headers(args.http_header)
-    return StoreConfig(ais_endpoint=args.ais_endpoint, retry_attempts=args.retry_attempts,
-                       retry_initial_s=args.retry_initial, retry_max_s=args.retry_max,
-                       retry_total_s=args.retry_total, read_timeout_s=args.read_timeout,
-                       ais_etl_name=args.ais_etl_name, s3_endpoint=getattr(args, "s3_endpoint", None))
+    return StoreConfig(
+        ais_endpoint=args.ais_endpoint,
+        retry_attempts=args.retry_attempts,
+        retry_initial_s=args.retry_initial,
+        retry_max_s=args.retry_max,
+        retry_total_s=args.retry_total,
+        read_timeout_s=args.read_timeout,
+        ais_etl_name=args.ais_etl_name,
+        s3_endpoint=getattr(args, "s3_endpoint", None),
+    )

@@ -4,8 +4,12 @@
 seed API (loaded lazily, so Beam workers importing ``pipelines.beam.convert`` do not pay for it).
 """
 
-_API = {"Dataset": "pipelines.tfdata.dataset", "AisDataset": "pipelines.tfdata.dataset",
-        "default_record_parser": "pipelines.tfdata.parsers", "make_record_parser": "pipelines.tfdata.parsers"}
+_API = {
+    "Dataset": "pipelines.tfdata.dataset",
+    "AisDataset": "pipelines.tfdata.dataset",
+    "default_record_parser": "pipelines.tfdata.parsers",
+    "make_record_parser": "pipelines.tfdata.parsers",
+}
 
 __all__ = sorted(_API)
 
@@ -13,5 +17,6 @@ __all__ = sorted(_API)
 def __getattr__(name):
     if name in _API:
         import importlib
+
         return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'pipelines' has no attribute {name!r}")

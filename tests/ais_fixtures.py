@@ -21,16 +21,17 @@ from typing import Dict, List
 
 import pytest
 import requests
-
 from shared_server import SharedServer, serve_or_skip
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tar2tf")
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tar2tf"
+)
 
 
 def aisnode_binary():
     return shutil.which("aisnode") or next(
-        (p for p in [os.path.join(CACHE, "bin", "aisnode")] if os.access(p, os.X_OK)), None)
+        (p for p in [os.path.join(CACHE, "bin", "aisnode")] if os.access(p, os.X_OK)), None
+    )
 
 
 def free_ports(n: int) -> List[int]:
@@ -47,17 +48,38 @@ def free_ports(n: int) -> List[int]:
 
 def _global_config(primary: str) -> Dict:
     return {
-        "backend": {}, "auth": {},
+        "backend": {},
+        "auth": {},
         "proxy": {"primary_url": primary, "original_url": primary, "discovery_url": ""},
-        "net": {"l4": {"proto": "tcp", "sndrcv_buf_size": 131072},
-                "http": {"use_https": False, "chunked_transfer": True, "idle_conn_time": "6s",
-                         "idle_conns_per_host": 32, "idle_conns": 256},
-                "use_ipv6": False},
-        "timeout": {"cplane_operation": "2s", "max_keepalive": "5s", "max_host_busy": "20s",
-                    "startup_time": "30s", "join_startup_time": "1m", "send_file_time": "5m",
-                    "cold_get_conflict": "5s", "object_md": "2h"},
-        "memsys": {"min_free": "256mb", "default_buf": "32kb", "to_gc": "1gb", "hk_time": "3m",
-                   "min_pct_total": 0, "min_pct_free": 0},
+        "net": {
+            "l4": {"proto": "tcp", "sndrcv_buf_size": 131072},
+            "http": {
+                "use_https": False,
+                "chunked_transfer": True,
+                "idle_conn_time": "6s",
+                "idle_conns_per_host": 32,
+                "idle_conns": 256,
+            },
+            "use_ipv6": False,
+        },
+        "timeout": {
+            "cplane_operation": "2s",
+            "max_keepalive": "5s",
+            "max_host_busy": "20s",
+            "startup_time": "30s",
+            "join_startup_time": "1m",
+            "send_file_time": "5m",
+            "cold_get_conflict": "5s",
+            "object_md": "2h",
+        },
+        "memsys": {
+            "min_free": "256mb",
+            "default_buf": "32kb",
+            "to_gc": "1gb",
+            "hk_time": "3m",
+            "min_pct_total": 0,
+            "min_pct_free": 0,
+        },
         "versioning": {"enabled": True, "validate_warm_get": False},
         "resilver": {"enabled": True},
         "space": {"cleanupwm": 65, "lowwm": 90, "highwm": 96, "out_of_space": 99},
@@ -66,11 +88,20 @@ def _global_config(primary: str) -> Dict:
 
 def _local_config(root: str, name: str, ports, instance: int) -> Dict:
     d = os.path.join(root, name)
-    return {"confdir": d, "log_dir": os.path.join(d, "log"),
-            "host_net": {"hostname": "127.0.0.1", "hostname_intra_control": "127.0.0.1",
-                         "hostname_intra_data": "127.0.0.1", "port": str(ports[0]),
-                         "port_intra_control": str(ports[1]), "port_intra_data": str(ports[2])},
-            "fspaths": {}, "test_fspaths": {"root": root + "/", "count": 1, "instance": instance}}
+    return {
+        "confdir": d,
+        "log_dir": os.path.join(d, "log"),
+        "host_net": {
+            "hostname": "127.0.0.1",
+            "hostname_intra_control": "127.0.0.1",
+            "hostname_intra_data": "127.0.0.1",
+            "port": str(ports[0]),
+            "port_intra_control": str(ports[1]),
+            "port_intra_data": str(ports[2]),
+        },
+        "fspaths": {},
+        "test_fspaths": {"root": root + "/", "count": 1, "instance": instance},
+    }
 
 
 class AISCluster:
@@ -94,9 +125,21 @@ class AISCluster:
             json.dump(_local_config(self.root, name, ports, instance), f)
         out = open(os.path.join(d, "stdout.log"), "wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIS_")}
-        self.procs.append(subprocess.Popen(
-            [self.binary, f"-config={d}/ais.json", f"-local_config={d}/ais_local.json", f"-role={role}", *extra],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    self.binary,
+                    f"-config={d}/ais.json",
+                    f"-local_config={d}/ais_local.json",
+                    f"-role={role}",
+                    *extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
         out.close()
 
     def start(self, timeout: float = 90.0) -> "AISCluster":
@@ -109,7 +152,10 @@ class AISCluster:
                 if p.poll() is not None:
                     raise RuntimeError(f"aisnode exited with {p.returncode}:\n{self.logs()}")
             try:
-                if requests.get(f"{self.endpoint}/v1/health?prr=true", timeout=2).status_code == 200:
+                if (
+                    requests.get(f"{self.endpoint}/v1/health?prr=true", timeout=2).status_code
+                    == 200
+                ):
                     smap = requests.get(f"{self.endpoint}/v1/daemon?what=smap", timeout=2).json()
                     if len(smap.get("tmap") or {}) >= 1:  # the target has joined
                         return self
@@ -142,6 +188,7 @@ class AISCluster:
     # helpers for tests
     def client(self):
         from aistore.sdk import Client
+
         return Client(self.endpoint)
 
     def new_bucket(self, prefix: str = "t") -> str:
@@ -151,8 +198,11 @@ class AISCluster:
 
     def set_checksum(self, bucket: str, kind: str) -> None:
         """The checksum type the bucket keeps for objects PUT from now on (AIS: xxhash)."""
-        r = requests.patch(f"{self.endpoint}/v1/buckets/{bucket}", timeout=10,
-                           json={"action": "set-bprops", "value": {"checksum": {"type": kind}}})
+        r = requests.patch(
+            f"{self.endpoint}/v1/buckets/{bucket}",
+            timeout=10,
+            json={"action": "set-bprops", "value": {"checksum": {"type": kind}}},
+        )
         r.raise_for_status()
 
     def put(self, bucket: str, name: str, data: bytes) -> None:
@@ -169,10 +219,13 @@ _SHARED = SharedServer()
 def ais_cluster():
     """The cluster.  Test modules import this fixture, so pytest makes one fixture per
     module; they share one running cluster (started by the first, stopped by the last)."""
-    yield from serve_or_skip(_SHARED, aisnode_binary(),
-                             "AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it "
-                             "with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
-                             AISCluster)
+    yield from serve_or_skip(
+        _SHARED,
+        aisnode_binary(),
+        "AIS TESTS SKIPPED: no aisnode binary (launch/setup.d/30-aisnode.sh builds it "
+        "with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
+        AISCluster,
+    )
 
 
 @pytest.fixture()

@@ -8,7 +8,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 # Beam's local runner converts in SDK worker processes (its multi_processing mode): they must
 # import the ops these tests define in their own modules, as a user's workers import theirs
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH")) if p)
+    p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH")) if p
+)
 
 # session fixtures shared by several modules (registered once, so they run once)
 pytest_plugins = ["ops_fixtures"]

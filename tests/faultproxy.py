@@ -37,14 +37,33 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-       "transfer-encoding", "upgrade"}
+HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+}
 
 
 class Rule:
-    def __init__(self, kind: str, method: Optional[str], path: Optional[str], times: int,
-                 status: int, after: int, delay: float, skip: int = 0, body: Optional[bytes] = None,
-                 content_type: str = "text/plain", then: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        kind: str,
+        method: Optional[str],
+        path: Optional[str],
+        times: int,
+        status: int,
+        after: int,
+        delay: float,
+        skip: int = 0,
+        body: Optional[bytes] = None,
+        content_type: str = "text/plain",
+        then: Optional[Callable[[], None]] = None,
+    ):
         if kind not in ("status", "reset", "truncate", "slow"):
             raise ValueError(kind)
         self.kind, self.method, self.times = kind, method, times
@@ -55,8 +74,11 @@ class Rule:
         self.body, self.content_type, self.then = body, content_type, then
 
     def matches(self, method: str, path: str) -> bool:
-        if not (self.fired < self.times and (self.method is None or self.method == method)
-                and (self.path is None or bool(self.path.search(path)))):
+        if not (
+            self.fired < self.times
+            and (self.method is None or self.method == method)
+            and (self.path is None or bool(self.path.search(path)))
+        ):
             return False
         if self.skip > 0:
             self.skip -= 1
@@ -70,7 +92,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, rewrite: Optional[Dict[str, str]] = None, timeout: float = 30.0):
+    def __init__(
+        self, upstream: str, rewrite: Optional[Dict[str, str]] = None, timeout: float = 30.0
+    ):
         u = urlsplit(upstream)
         self.upstream_host, self.upstream_port = u.hostname, u.port or 80
         self.rewrite = dict(rewrite or {})
@@ -103,7 +127,9 @@ class FaultProxy:
             owner = proxy
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="faultproxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="faultproxy", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -113,10 +139,20 @@ class FaultProxy:
             self._server.server_close()
             self._server = None
 
-    def add(self, kind: str, method: Optional[str] = None, path: Optional[str] = None, times: int = 1,
-            status: int = 503, after: int = 0, delay: float = 0.0, skip: int = 0,
-            body: Optional[bytes] = None, content_type: str = "text/plain",
-            then: Optional[Callable[[], None]] = None) -> Rule:
+    def add(
+        self,
+        kind: str,
+        method: Optional[str] = None,
+        path: Optional[str] = None,
+        times: int = 1,
+        status: int = 503,
+        after: int = 0,
+        delay: float = 0.0,
+        skip: int = 0,
+        body: Optional[bytes] = None,
+        content_type: str = "text/plain",
+        then: Optional[Callable[[], None]] = None,
+    ) -> Rule:
         rule = Rule(kind, method, path, times, status, after, delay, skip, body, content_type, then)
         with self.lock:
             self.rules.append(rule)
@@ -136,8 +172,11 @@ class FaultProxy:
     def count(self, method: Optional[str] = None, path: Optional[str] = None) -> int:
         pat = re.compile(path) if path else None
         with self.lock:
-            return sum(1 for m, p, _, _ in self.log
-                       if (method is None or m == method) and (pat is None or pat.search(p)))
+            return sum(
+                1
+                for m, p, _, _ in self.log
+                if (method is None or m == method) and (pat is None or pat.search(p))
+            )
 
     def _take(self, method: str, path: str) -> Optional[Rule]:
         with self.lock:
@@ -224,7 +263,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             no_body = method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
             data = None
             if not no_body and length is None:
-                data = resp.read()  # chunked / close-delimited upstream: small; re-sent with a length
+                data = (
+                    resp.read()
+                )  # chunked / close-delimited upstream: small; re-sent with a length
             self.send_response_only(resp.status, resp.reason)
             for k, v in resp.getheaders():
                 kl = k.lower()
@@ -250,7 +291,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         break
                     self.wfile.write(chunk)
                     left -= len(chunk)
-                if rule.then is not None:  # before the break: the client's retry must see its effect
+                if (
+                    rule.then is not None
+                ):  # before the break: the client's retry must see its effect
                     self.wfile.flush()
                     rule.then()
                 if rule.kind == "reset":
@@ -285,6 +328,6 @@ class _Bytes:
         self.data, self.pos = data, 0
 
     def read(self, n: int) -> bytes:
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += len(out)
         return out

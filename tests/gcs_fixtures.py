@@ -18,14 +18,14 @@ import uuid
 
 import pytest
 import requests
-
 from ais_fixtures import CACHE, free_ports
 from shared_server import SharedServer, serve_or_skip
 
 
 def emulator_binary():
     return shutil.which("fake-gcs-server") or next(
-        (p for p in [os.path.join(CACHE, "bin", "fake-gcs-server")] if os.access(p, os.X_OK)), None)
+        (p for p in [os.path.join(CACHE, "bin", "fake-gcs-server")] if os.access(p, os.X_OK)), None
+    )
 
 
 class GCSEmulator:
@@ -40,17 +40,41 @@ class GCSEmulator:
     def start(self, timeout: float = 30.0) -> "GCSEmulator":
         out = open(os.path.join(self.dir, "emulator.log"), "wb")
         self.proc = subprocess.Popen(
-            [self.binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
-             "-backend", "memory", "-public-host", self.netloc, "-external-url", self.url,
-             "-data", os.path.join(self.dir, "seed"), "-log-level", "error"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                self.binary,
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "memory",
+                "-public-host",
+                self.netloc,
+                "-external-url",
+                self.url,
+                "-data",
+                os.path.join(self.dir, "seed"),
+                "-log-level",
+                "error",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         out.close()
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited with {self.proc.returncode}:\n{self.logs()}")
+                raise RuntimeError(
+                    f"fake-gcs-server exited with {self.proc.returncode}:\n{self.logs()}"
+                )
             try:
-                if requests.get(f"{self.url}/storage/v1/b?project=test", timeout=2).status_code == 200:
+                if (
+                    requests.get(f"{self.url}/storage/v1/b?project=test", timeout=2).status_code
+                    == 200
+                ):
                     return self
             except requests.RequestException:
                 pass
@@ -75,8 +99,12 @@ class GCSEmulator:
     def client(self):
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
-        return storage.Client(project="test", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.url})
+
+        return storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.url},
+        )
 
     def new_bucket(self, prefix: str = "t") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -93,6 +121,7 @@ class GCSEmulator:
 def use_gcs_endpoint(monkeypatch, url: str) -> None:
     """Point tar2tf's GCS stores at ``url`` (the emulator or a fault proxy before it)."""
     from transforms import stores
+
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
     monkeypatch.setattr(stores, "_CACHE", {})
 
@@ -103,10 +132,13 @@ _SHARED = SharedServer()
 @pytest.fixture(scope="session")
 def gcs_emulator():
     """The emulator, one process shared by the per-module copies of this fixture."""
-    yield from serve_or_skip(_SHARED, emulator_binary(),
-                             "GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
-                             "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
-                             GCSEmulator)
+    yield from serve_or_skip(
+        _SHARED,
+        emulator_binary(),
+        "GCS TESTS SKIPPED: no fake-gcs-server binary (launch/setup.d/31-fake-gcs-server.sh "
+        "builds it with `go` into $TAR2TF_CACHE/bin; see its warning in the bootstrap output)",
+        GCSEmulator,
+    )
 
 
 @pytest.fixture()

@@ -15,13 +15,15 @@ import re
 from urllib.parse import quote
 
 import pytest
-
 from ais_fixtures import ais_cluster  # noqa: F401 - fixture
 from faultproxy import FaultProxy
 from gcs_fixtures import gcs_emulator, use_gcs_endpoint  # noqa: F401 - fixture
+
 from transforms.stores import StoreConfig
 
-FAST = dict(retry_attempts=5, retry_initial_s=0.01, retry_max_s=0.05, retry_total_s=30.0, read_timeout_s=5.0)
+FAST = dict(
+    retry_attempts=5, retry_initial_s=0.01, retry_max_s=0.05, retry_total_s=30.0, read_timeout_s=5.0
+)
 
 
 class Backend:
@@ -91,16 +93,18 @@ class GCSBackend(Backend):
 
 
 @pytest.fixture(scope="session")
-def ais_proxies(ais_cluster):  # noqa: F811
+def ais_proxies(ais_cluster):
     data = FaultProxy(f"http://{ais_cluster.target_netloc}").start()
-    front = FaultProxy(ais_cluster.endpoint, rewrite={ais_cluster.target_netloc: data.netloc}).start()
+    front = FaultProxy(
+        ais_cluster.endpoint, rewrite={ais_cluster.target_netloc: data.netloc}
+    ).start()
     yield front, data
     front.stop()
     data.stop()
 
 
 @pytest.fixture(scope="session")
-def gcs_proxy(gcs_emulator):  # noqa: F811
+def gcs_proxy(gcs_emulator):
     front = FaultProxy(gcs_emulator.url, rewrite={gcs_emulator.netloc: "<self>"}).start()
     front.rewrite = {gcs_emulator.netloc: front.netloc}
     yield front

@@ -35,6 +35,7 @@ def crc32c_file(path: str) -> str:
     """The hex CRC32C of a whole file, as manifests record it (computed in one call, not
     through the running checksum the writer uses)."""
     import google_crc32c
+
     with open(path, "rb") as f:
         return f"{google_crc32c.value(f.read()):08x}"
 
@@ -43,7 +44,11 @@ def normalized_manifest(path: str) -> dict:
     """The manifest with the output location made relative (it names its own paths)."""
     m = json.load(open(path))
     out_dir = os.path.dirname(os.path.abspath(path))
-    text = json.dumps(m, sort_keys=True).replace(out_dir + "/", "<out>/").replace(f'"{out_dir}"', '"<out>"')
+    text = (
+        json.dumps(m, sort_keys=True)
+        .replace(out_dir + "/", "<out>/")
+        .replace(f'"{out_dir}"', '"<out>"')
+    )
     return json.loads(text)
 
 
@@ -55,19 +60,32 @@ def output_digest(out_dir: str) -> Dict[str, str]:
         if not os.path.isfile(p):
             continue
         if name.endswith(".manifest.json"):
-            d[name] = hashlib.sha256(json.dumps(normalized_manifest(p), sort_keys=True).encode()).hexdigest()
+            d[name] = hashlib.sha256(
+                json.dumps(normalized_manifest(p), sort_keys=True).encode()
+            ).hexdigest()
         else:
             d[name] = sha256_file(p)
     return d
 
 
-def cli(*args: str, cwd: Optional[str] = None, env: Optional[dict] = None, python: Optional[str] = None,
-        timeout: float = 600) -> subprocess.CompletedProcess:
+def cli(
+    *args: str,
+    cwd: Optional[str] = None,
+    env: Optional[dict] = None,
+    python: Optional[str] = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
     """Run ``tar2tf`` in a fresh process (the way a user does)."""
     e = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     e.update(env or {})
-    return subprocess.run([python or sys.executable, "-m", "launch.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=e, timeout=timeout)
+    return subprocess.run(
+        [python or sys.executable, "-m", "launch.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=e,
+        timeout=timeout,
+    )
 
 
 def copy_dataset(src_dir: str, dst_dir: str) -> str:
@@ -80,6 +98,7 @@ def pool_shards(tmp_path_factory) -> str:
     """The template of 4 small input shards of 6 image + label records (96x64 JPEGs), for
     the worker pool's tests."""
     import shardgen
+
     d = tmp_path_factory.mktemp("pool-in")
     shardgen.make_shards(str(d), 4, 6, size=(96, 64))
     return str(d) + "/train-{0000..0003}.tar"
@@ -89,7 +108,14 @@ def pool_shards(tmp_path_factory) -> str:
 def demo_output(tmp_path_factory):
     """(output dir, manifest path) of the demo shards converted on the default local runner."""
     out = tmp_path_factory.mktemp("demo-local")
-    p = cli("convert", DEMO_SOURCES, "--output", str(out / "demo-{}.record"), *DEMO_ARGS, "--no-progress")
+    p = cli(
+        "convert",
+        DEMO_SOURCES,
+        "--output",
+        str(out / "demo-{}.record"),
+        *DEMO_ARGS,
+        "--no-progress",
+    )
     assert p.returncode == 0, p.stderr
     return str(out), str(out / "demo.record.manifest.json")
 

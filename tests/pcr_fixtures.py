@@ -17,13 +17,15 @@ JPEGTRAN_MISSING = shutil.which("jpegtran") is None
 requires_jpegtran = pytest.mark.skipif(
     JPEGTRAN_MISSING,
     reason="!!! jpegtran NOT FOUND: PCR conversion needs it; run `bash launch/setup.d/20-apt.sh` "
-           "(apt-get install libjpeg-turbo-progs) !!!")
+    "(apt-get install libjpeg-turbo-progs) !!!",
+)
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry")
 
 
 def photo(name: str, size: Tuple[int, int], mode: str = "RGB") -> Image.Image:
     import skimage.data
+
     return Image.fromarray(getattr(skimage.data, name)()).resize(size, Image.BILINEAR).convert(mode)
 
 
@@ -90,8 +92,8 @@ def bad_files() -> Dict[str, bytes]:
 
 def convert_local(tmp_path, sources, out_name="out", **kw):
     from pipelines.beam.pcr import PcrConfig, convert_pcr
+
     out = str(tmp_path / out_name)
     kw.setdefault("max_rejects", 1000)
-    res = convert_pcr(PcrConfig(sources=sources, output=out, **kw),
-                      ["--direct_num_workers=2"])
+    res = convert_pcr(PcrConfig(sources=sources, output=out, **kw), ["--direct_num_workers=2"])
     return out, res

@@ -15,8 +15,11 @@ def assert_gencode_fresh(proto: str, tmp_path) -> None:
     generated = proto[: -len(".proto")] + "_pb2.py"
     if importlib.util.find_spec("grpc_tools") is None:
         pytest.skip(f"grpcio-tools not installed: cannot regenerate {generated} to compare")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}", proto],
-                   cwd=ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}", proto],
+        cwd=ROOT,
+        check=True,
+    )
     fresh = (tmp_path / generated).read_text()
     shipped = open(os.path.join(ROOT, generated)).read()
     assert fresh == shipped, f"{generated} is stale: regenerate it (the command is in {proto})"

@@ -26,8 +26,10 @@ from typing import Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*\Z")
-NOT_FOUND_PAGE = b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>" \
-                 b"<body><h1>Not Found</h1></body></html>\n"
+NOT_FOUND_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>"
+    b"<body><h1>Not Found</h1></body></html>\n"
+)
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -53,7 +55,9 @@ class RangeServer:
             server_owner = owner
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, name="range-server", daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, name="range-server", daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -132,7 +136,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if owner.ranges:
                 validators.append(("Accept-Ranges", "bytes"))
             if_match = self.headers.get("If-Match")
-            if if_match and if_match.strip() != "*" and etag not in [t.strip() for t in if_match.split(",")]:
+            if (
+                if_match
+                and if_match.strip() != "*"
+                and etag not in [t.strip() for t in if_match.split(",")]
+            ):
                 owner._note(self.command, self.path, self.headers.get("Range"), 412)
                 self._simple(412, b"precondition failed\n", "text/plain", validators)
                 return
@@ -142,7 +150,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 kind, span = "full", None  # the client's copy is another version: send it all
             if kind == "bad":
                 owner._note(self.command, self.path, self.headers.get("Range"), 416)
-                self._simple(416, b"", "text/plain", validators + [("Content-Range", f"bytes */{st.st_size}")])
+                self._simple(
+                    416,
+                    b"",
+                    "text/plain",
+                    validators + [("Content-Range", f"bytes */{st.st_size}")],
+                )
                 return
             first, last = span if span else (0, st.st_size - 1)
             length = max(0, last - first + 1)

@@ -24,7 +24,6 @@ import uuid
 
 import pytest
 import requests
-
 from ais_fixtures import free_ports
 from shared_server import SharedServer
 
@@ -42,12 +41,19 @@ class MotoServer:
 
     def start(self, timeout: float = 60.0) -> "MotoServer":
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.proc.returncode}:\n{self.logs()}")
+                raise RuntimeError(
+                    f"moto server exited with {self.proc.returncode}:\n{self.logs()}"
+                )
             try:
                 if requests.get(f"{self.url}/moto-api/data.json", timeout=2).status_code == 200:
                     return self
@@ -74,8 +80,14 @@ class MotoServer:
     # helpers for tests: a plain boto3 client straight to the server
     def client(self):
         import boto3
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
 
     def new_bucket(self) -> str:
         name = f"t-{uuid.uuid4().hex[:10]}"
@@ -100,7 +112,9 @@ _SHARED = SharedServer()
 
 
 def _missing(why: str):
-    msg = f"S3 TESTS SKIPPED: {why} (pip install 'moto[server]': a test dependency in pyproject.toml)"
+    msg = (
+        f"S3 TESTS SKIPPED: {why} (pip install 'moto[server]': a test dependency in pyproject.toml)"
+    )
     if os.environ.get("CI"):
         pytest.fail(msg.replace("SKIPPED", "CANNOT RUN") + "; CI must run them")
     pytest.skip(msg)

@@ -23,13 +23,16 @@ def _pieces(d, layout, seed=0):
 
 
 def _planned(pieces, output, max_bytes, max_records, dali):
-    return [finalize.write_shard(t, None, dali) for t in finalize.make_plan(pieces, output, max_bytes, max_records)]
+    return [
+        finalize.write_shard(t, None, dali)
+        for t in finalize.make_plan(pieces, output, max_bytes, max_records)
+    ]
 
 
 def _frames_of(p):
     data, frames, pos = open(p["piece"], "rb").read(), [], 0
     for size in p["sizes"]:
-        frames.append(data[pos:pos + size])
+        frames.append(data[pos : pos + size])
         pos += size
     return frames
 
@@ -50,10 +53,19 @@ def _files(d):
 def _info(p):
     """A piece dict as convert_shard returns it (no rejects), with its digest."""
     from transforms.tfrecord import digests
+
     d = digests.new("crc32c")
     d.update(open(p["piece"], "rb").read())
-    return dict(p, shard=f"in-{p['index']}.tar", records_read=len(p["sizes"]), filtered=0, rejects=[],
-                schema={}, keys=[f"k{i}" for i in range(len(p["sizes"]))], crc32c=digests.hexdigest(d))
+    return dict(
+        p,
+        shard=f"in-{p['index']}.tar",
+        records_read=len(p["sizes"]),
+        filtered=0,
+        rejects=[],
+        schema={},
+        keys=[f"k{i}" for i in range(len(p["sizes"]))],
+        crc32c=digests.hexdigest(d),
+    )
 
 
 def _rows(rows, d):

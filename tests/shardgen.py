@@ -23,6 +23,7 @@ def photo(index: int) -> np.ndarray:
     name = _PHOTOS[index % len(_PHOTOS)]
     if name not in _cache:
         import skimage.data
+
         arr = getattr(skimage.data, name)()
         if arr.ndim == 2:
             arr = np.stack([arr] * 3, axis=-1)
@@ -39,7 +40,7 @@ def image_array(seed: int, size: Tuple[int, int] = (64, 48)) -> np.ndarray:
     cw = int(rng.integers(w // 3, w))
     y = int(rng.integers(0, h - ch + 1))
     x = int(rng.integers(0, w - cw + 1))
-    crop = Image.fromarray(src[y:y + ch, x:x + cw])
+    crop = Image.fromarray(src[y : y + ch, x : x + cw])
     return np.asarray(crop.resize(size, Image.BILINEAR))
 
 
@@ -61,8 +62,9 @@ def png(seed: int, size=(64, 48)) -> bytes:
     return encode(image_array(seed, size), "PNG")
 
 
-def write_tar(path: str, members: Iterable[Tuple[str, bytes]], gz: bool = False,
-              fmt=tarfile.GNU_FORMAT) -> str:
+def write_tar(
+    path: str, members: Iterable[Tuple[str, bytes]], gz: bool = False, fmt=tarfile.GNU_FORMAT
+) -> str:
     """Write members in the given order; mtime 0 and fixed ownership for determinism."""
     mode = "w:gz" if gz else "w"
     with tarfile.open(path, mode, format=fmt) as tf:
@@ -76,8 +78,9 @@ def write_tar(path: str, members: Iterable[Tuple[str, bytes]], gz: bool = False,
     return path
 
 
-def sample_members(start: int, count: int, size=(64, 48), prefix: str = "",
-                   ext: str = "jpg") -> List[Tuple[str, bytes]]:
+def sample_members(
+    start: int, count: int, size=(64, 48), prefix: str = "", ext: str = "jpg"
+) -> List[Tuple[str, bytes]]:
     """``count`` records: ``{prefix}{i:06d}.jpg`` + ``.cls`` (label i % 10)."""
     out = []
     for i in range(start, start + count):
@@ -87,13 +90,22 @@ def sample_members(start: int, count: int, size=(64, 48), prefix: str = "",
     return out
 
 
-def make_shards(directory: str, n_shards: int, per_shard: int, size=(64, 48), gz: bool = False,
-                name: str = "train-{:04d}.tar") -> List[str]:
+def make_shards(
+    directory: str,
+    n_shards: int,
+    per_shard: int,
+    size=(64, 48),
+    gz: bool = False,
+    name: str = "train-{:04d}.tar",
+) -> List[str]:
     import os
+
     os.makedirs(directory, exist_ok=True)
     paths = []
     for s in range(n_shards):
-        p = os.path.join(directory, name.format(s) + (".gz" if gz and not name.endswith("gz") else ""))
+        p = os.path.join(
+            directory, name.format(s) + (".gz" if gz and not name.endswith("gz") else "")
+        )
         write_tar(p, sample_members(s * per_shard, per_shard, size), gz=gz)
         paths.append(p)
     return paths

@@ -36,6 +36,7 @@ def serve_or_skip(shared: SharedServer, binary, skip_reason: str, make):
     server ``make(binary)`` shared by every module's copy of the fixture."""
     if binary is None:
         import pytest
+
         pytest.skip(skip_reason)
     with shared.use(lambda: make(binary)) as server:
         yield server

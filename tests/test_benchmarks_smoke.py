@@ -29,12 +29,33 @@ pytestmark = pytest.mark.slow  # ~2 min: runs the whole quick benchmark (CI runs
 # every variant but Beam's multi_processing mode (the CLI default, ``tar2tf-beam``: its SDK
 # worker processes cost ~15 s and 2 GB per job at this size); ``tar2tf-beam-threads`` runs
 # the same convert() on FnApiRunner's threads
-VARIANTS = ["limit-io", "limit-codec", "naive", "webdataset", "tfdata", "tar2tf-beam-threads",
-            "tar2tf-local"]
+VARIANTS = [
+    "limit-io",
+    "limit-codec",
+    "naive",
+    "webdataset",
+    "tfdata",
+    "tar2tf-beam-threads",
+    "tar2tf-local",
+]
 EXPECTED = {
     "passthrough": {"limit-io", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-local"},
-    "resize224": {"limit-codec", "naive", "webdataset", "tfdata", "tar2tf-beam-threads", "tar2tf-local"},
-    "resize32": {"limit-codec", "naive", "webdataset", "tfdata", "tar2tf-beam-threads", "tar2tf-local"},
+    "resize224": {
+        "limit-codec",
+        "naive",
+        "webdataset",
+        "tfdata",
+        "tar2tf-beam-threads",
+        "tar2tf-local",
+    },
+    "resize32": {
+        "limit-codec",
+        "naive",
+        "webdataset",
+        "tfdata",
+        "tar2tf-beam-threads",
+        "tar2tf-local",
+    },
 }
 
 
@@ -47,8 +68,23 @@ def quick_data(tmp_path_factory):
 def bench(quick_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-out")
     root = os.path.dirname(os.path.dirname(quick_data.directory))
-    cmd = [sys.executable, "-m", "benchmarks.run", "--size", "quick", "--repeat", "1", "--data-dir", root,
-           "--out", str(out), "--work-dir", str(out / "work"), "--variants", ",".join(VARIANTS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--size",
+        "quick",
+        "--repeat",
+        "1",
+        "--data-dir",
+        root,
+        "--out",
+        str(out),
+        "--work-dir",
+        str(out / "work"),
+        "--variants",
+        ",".join(VARIANTS),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     with open(out / "results-quick.json") as f:
         result = json.load(f)
@@ -79,7 +115,7 @@ def test_dataset_images_are_imagenet_like(quick_data):
         with open(path, "rb") as f:
             buf = f.read()
         for m in members:
-            data = buf[m["offset"]:m["offset"] + m["size"]]
+            data = buf[m["offset"] : m["offset"] + m["size"]]
             with Image.open(io.BytesIO(data)) as im:
                 assert im.format == "JPEG" and im.mode == "RGB" and im.size in shapes
             assert 0 <= m["label"] < len(dataset.PHOTOS)
@@ -117,10 +153,13 @@ def test_harness_runs_every_variant_and_verifies_output(bench, quick_data):
 
 def test_recycle_writes_and_deletes_a_scratch_file_within_a_memory_cap(tmp_path, monkeypatch):
     from benchmarks import pagecache
+
     (tmp_path / "keep").write_bytes(b"x")
     written = []
     real = pagecache.os.write
-    monkeypatch.setattr(pagecache.os, "write", lambda fd, b: (written.append(len(b)), real(fd, b))[1])
+    monkeypatch.setattr(
+        pagecache.os, "write", lambda fd, b: (written.append(len(b)), real(fd, b))[1]
+    )
     assert pagecache.recycle(str(tmp_path), (3 << 20) + 5) == (3 << 20) + 5
     assert written == [1 << 20] * 3 + [5]  # 1 MB writes, as the converters' buffered writes
     assert os.listdir(tmp_path) == ["keep"]
@@ -135,26 +174,40 @@ def test_report_has_ratios_targets_and_tables(bench):
     _, result, md = bench
     for wl in EXPECTED:
         r = result["ratios"][wl]
-        for peer in ("naive", "webdataset") + (("tfdata", "limit-codec") if wl != "passthrough" else ("limit-io",)):
+        for peer in ("naive", "webdataset") + (
+            ("tfdata", "limit-codec") if wl != "passthrough" else ("limit-io",)
+        ):
             assert r[f"tar2tf-local/{peer}"] > 0 and r[f"tar2tf-beam-threads/{peer}"] > 0
     targets = result["targets"]
-    for wl, peer in (("passthrough", "naive"), ("passthrough", "limit-io"), ("resize224", "tfdata"),
-                     ("resize32", "tfdata")):
+    for wl, peer in (
+        ("passthrough", "naive"),
+        ("passthrough", "limit-io"),
+        ("resize224", "tfdata"),
+        ("resize32", "tfdata"),
+    ):
         assert targets[f"{wl}: tar2tf-local / {peer}"]["met"] in (True, False)
         # the Beam default (multi_processing) is not in this run: reported as not measured
         assert targets[f"{wl}: tar2tf-beam / {peer}"]["met"] is None
     sc = {(s["workload"], s["variant"]): s for s in result["scaling"]}
-    assert set(sc) == {(wl, v) for wl in ("resize224", "passthrough")
-                       for v in ("tar2tf-beam-threads", "tar2tf-local")}
+    assert set(sc) == {
+        (wl, v)
+        for wl in ("resize224", "passthrough")
+        for v in ("tar2tf-beam-threads", "tar2tf-local")
+    }
     for s in sc.values():
         assert "error" not in s, s
         assert s["images_4x"] == 4 * s["images_1x"]
         assert s["seconds_1x_1w"] > 0 and s["seconds_1x_2w"] > 0 and s["rss_ratio_4x"] > 0
-        assert targets[f"memory, {s['workload']}: {s['variant']} peak RSS 4x / 1x"]["met"] in (True, False)
+        assert targets[f"memory, {s['workload']}: {s['variant']} peak RSS 4x / 1x"]["met"] in (
+            True,
+            False,
+        )
     assert "**Scaling**" in md and "**Targets**" in md
     for variant in VARIANTS:
         assert f"| {variant} |" in md
-    assert "| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |" in md
+    assert (
+        "| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |" in md
+    )
 
 
 def test_pcr_levels_read_exactly_their_prefix(bench, quick_data):
@@ -162,7 +215,9 @@ def test_pcr_levels_read_exactly_their_prefix(bench, quick_data):
     pcr = result["pcr"]
     if shutil.which("jpegtran") is None:
         assert "missing" in pcr and "jpegtran" in pcr["missing"]
-        pytest.skip("jpegtran is not installed (launch/setup.d/20-apt.sh): PCR part reported as not measured")
+        pytest.skip(
+            "jpegtran is not installed (launch/setup.d/20-apt.sh): PCR part reported as not measured"
+        )
     assert "load" in pcr, pcr
     levels = pcr["load"]
     assert [lv["groups"] for lv in levels] == [1, 2, 5, 10]

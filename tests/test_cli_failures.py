@@ -13,9 +13,8 @@ import subprocess
 import tarfile
 
 import pytest
-
 import shardgen
-from ops_fixtures import ROOT, cli
+from ops_fixtures import cli
 
 SECRETS = ("s3cr3t", "tok123", "sig456", "amzsig789")
 
@@ -52,16 +51,26 @@ def shards(tmp_path_factory):
 
 # -- credentials (item 5) ------------------------------------------------------------------
 
+
 def _leaky_cases(shards):
     """(store, extra args, env, sources): each makes a listing fail, with a message naming
     an endpoint or path that holds credentials."""
     ais = "http://user:s3cr3t@127.0.0.1:9/?token=tok123&sig=sig456"
     return {
         "ais": (["--ais-endpoint", ais, "--retry-attempts", "1"], {}, ["ais://bkt/x-*.tar"]),
-        "gs": (["--retry-attempts", "1"], {"STORAGE_EMULATOR_HOST": "http://user:s3cr3t@127.0.0.1:9"},
-               ["gs://bkt/x-*.tar"]),
-        "local": ([], {}, [str(shards / "train-0000.tar"),
-                           str(shards / "gone.tar?X-Amz-Signature=amzsig789&token=tok123")]),
+        "gs": (
+            ["--retry-attempts", "1"],
+            {"STORAGE_EMULATOR_HOST": "http://user:s3cr3t@127.0.0.1:9"},
+            ["gs://bkt/x-*.tar"],
+        ),
+        "local": (
+            [],
+            {},
+            [
+                str(shards / "train-0000.tar"),
+                str(shards / "gone.tar?X-Amz-Signature=amzsig789&token=tok123"),
+            ],
+        ),
     }
 
 
@@ -71,8 +80,19 @@ def test_credentials_never_written_or_printed(shards, tmp_path, store, cmd):
     extra, env, sources = _leaky_cases(shards)[store]
     out = tmp_path / "o"
     summary = tmp_path / "summary.json"
-    args = ["-v", cmd, *sources, "--output", str(out / "t-{}.rec") if cmd == "convert" else str(out),
-            "--max-rejects", "5", "--summary-json", str(summary), "--no-progress", *extra]
+    args = [
+        "-v",
+        cmd,
+        *sources,
+        "--output",
+        str(out / "t-{}.rec") if cmd == "convert" else str(out),
+        "--max-rejects",
+        "5",
+        "--summary-json",
+        str(summary),
+        "--no-progress",
+        *extra,
+    ]
     if cmd == "pcr":
         args += ["--input-format", "tar"]
     p = cli(*args, env=env)
@@ -87,15 +107,21 @@ def test_credentials_never_written_or_printed(shards, tmp_path, store, cmd):
 
 def test_redact_keeps_what_says_where():
     from transforms.redact import printable, redact
-    assert redact("could not list ais://b/x at http://u:pw@h:8080/?token=t&x=1") == \
-        "could not list ais://b/x at http://***@h:8080/?token=***&x=1"
-    assert redact("https://s.example/o?X-Amz-Credential=c&X-Amz-Signature=s") == \
-        "https://s.example/o?X-Amz-Credential=***&X-Amz-Signature=***"
+
+    assert (
+        redact("could not list ais://b/x at http://u:pw@h:8080/?token=t&x=1")
+        == "could not list ais://b/x at http://***@h:8080/?token=***&x=1"
+    )
+    assert (
+        redact("https://s.example/o?X-Amz-Credential=c&X-Amz-Signature=s")
+        == "https://s.example/o?X-Amz-Credential=***&X-Amz-Signature=***"
+    )
     assert redact("mail me at a@b.c; key: value") == "mail me at a@b.c; key: value"
     assert printable("a\x1b[31mb\x07\n") == "a\\x1b[31mb\\x07\n"
 
 
 # -- terminal escapes (item 6) -------------------------------------------------------------
+
 
 def test_member_names_cannot_drive_the_terminal(tmp_path):
     path = tmp_path / "evil.tar"
@@ -107,38 +133,73 @@ def test_member_names_cannot_drive_the_terminal(tmp_path):
         link = tarfile.TarInfo("\x1b]0;pwned\x07title.jpg")
         link.type, link.linkname = tarfile.SYMTYPE, "\x1b[31mred\x1b[0m"
         t.addfile(link)
-    p = cli("convert", str(path), "--output", str(tmp_path / "o" / "t-{}.rec"), "--max-rejects", "9",
-            "--no-progress")
+    p = cli(
+        "convert",
+        str(path),
+        "--output",
+        str(tmp_path / "o" / "t-{}.rec"),
+        "--max-rejects",
+        "9",
+        "--no-progress",
+    )
     assert p.returncode == 0, p.stderr
     assert "symbolic link member" in p.stderr, p.stderr  # the reject is listed...
     assert "\x1b" not in p.stderr and "\x07" not in p.stderr, repr(p.stderr)  # ...escaped
     assert "\\x1b]0;pwned\\x07title" in p.stderr, p.stderr
     rejects = open(tmp_path / "o" / "t.rec.rejects.jsonl").read()
-    assert json.loads(rejects.splitlines()[0])["reason"].startswith("symbolic link member \x1b]0;pwned")
+    assert json.loads(rejects.splitlines()[0])["reason"].startswith(
+        "symbolic link member \x1b]0;pwned"
+    )
 
 
 # -- one line per failure, the documented code (item 8) -------------------------------------
+
 
 def test_malformed_google_credentials_are_one_line(shards, tmp_path):
     key = tmp_path / "key.json"
     key.write_text('{"type": "service_account", "private_key": "nope"')
     env = {"GOOGLE_APPLICATION_CREDENTIALS": str(key), "STORAGE_EMULATOR_HOST": ""}
-    p = cli("convert", str(shards / "train-0000.tar"), "--output", "gs://bkt/t-{}.rec", "--no-progress",
-            env=env)
+    p = cli(
+        "convert",
+        str(shards / "train-0000.tar"),
+        "--output",
+        "gs://bkt/t-{}.rec",
+        "--no-progress",
+        env=env,
+    )
     line = _failure_line(p, 2)
     assert "credentials" in line and str(key) in line, line
 
 
 def test_unreachable_ais_output_is_one_line(shards):
-    p = cli("convert", str(shards / "train-0000.tar"), "--output", "ais://bkt/t-{}.rec", "--no-progress",
-            "--ais-endpoint", "http://127.0.0.1:9", "--retry-attempts", "1")
+    p = cli(
+        "convert",
+        str(shards / "train-0000.tar"),
+        "--output",
+        "ais://bkt/t-{}.rec",
+        "--no-progress",
+        "--ais-endpoint",
+        "http://127.0.0.1:9",
+        "--retry-attempts",
+        "1",
+    )
     line = _failure_line(p, 1)
     assert "cannot connect" in line and "127.0.0.1:9" in line, line
 
 
 def test_debug_shows_the_traceback(shards):
-    p = cli("convert", str(shards / "train-0000.tar"), "--output", "ais://bkt/t-{}.rec", "--no-progress",
-            "--ais-endpoint", "http://127.0.0.1:9", "--retry-attempts", "1", "--debug")
+    p = cli(
+        "convert",
+        str(shards / "train-0000.tar"),
+        "--output",
+        "ais://bkt/t-{}.rec",
+        "--no-progress",
+        "--ais-endpoint",
+        "http://127.0.0.1:9",
+        "--retry-attempts",
+        "1",
+        "--debug",
+    )
     assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr, p.stderr
     assert _lines(p)[-1].startswith("tar2tf convert: cannot connect"), p.stderr
 
@@ -152,8 +213,15 @@ def test_a_value_error_inside_a_job_is_not_a_usage_error(tmp_path):
             ti = tarfile.TarInfo(f"caf\xe9.{ext}")
             ti.size = len(data)
             t.addfile(ti, io.BytesIO(data))
-    p = cli("convert", str(path), "--output", str(tmp_path / "o" / "t-{}.rec"), "--no-progress",
-            "--processes", "1")
+    p = cli(
+        "convert",
+        str(path),
+        "--output",
+        str(tmp_path / "o" / "t-{}.rec"),
+        "--no-progress",
+        "--processes",
+        "1",
+    )
     assert p.returncode != 2, p.stderr
     if p.returncode:
         _failure_line(p, 1)
@@ -167,8 +235,15 @@ def test_failed_work_dir_cleanup_after_a_complete_output_is_a_warning(shards, tm
     subprocess.run(["chattr", "+i", str(root)], check=True)
     try:
         out = tmp_path / "o" / "t-{}.rec"
-        p = cli("convert", str(shards / "train-{0000..0001}.tar"), "--output", str(out), "--no-progress",
-                "--work-dir", str(root / "w"))
+        p = cli(
+            "convert",
+            str(shards / "train-{0000..0001}.tar"),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--work-dir",
+            str(root / "w"),
+        )
     finally:
         subprocess.run(["chattr", "-i", str(root)], check=True)
     assert p.returncode == 0, p.stderr
@@ -179,6 +254,7 @@ def test_failed_work_dir_cleanup_after_a_complete_output_is_a_warning(shards, tm
 
 
 # -- a full disk (item 9) -----------------------------------------------------------------
+
 
 @pytest.fixture
 def small_fs(tmp_path):
@@ -193,8 +269,15 @@ def small_fs(tmp_path):
 @pytest.mark.parametrize("output", ["t.rec", "t-{}.rec"])
 def test_full_disk_is_one_line_and_leaves_only_verified_work(tmp_path, small_fs, output):
     shardgen.make_shards(str(tmp_path / "in"), 6, 10, size=(128, 128))
-    args = ["convert", str(tmp_path / "in" / "train-{0000..0005}.tar"), "--output",
-            str(small_fs / "o" / output), "--no-progress", "--records-per-shard", "10"]
+    args = [
+        "convert",
+        str(tmp_path / "in" / "train-{0000..0005}.tar"),
+        "--output",
+        str(small_fs / "o" / output),
+        "--no-progress",
+        "--records-per-shard",
+        "10",
+    ]
     p = cli(*args)
     line = _failure_line(p, 1)
     assert "no space left on device" in line, line
@@ -204,7 +287,7 @@ def test_full_disk_is_one_line_and_leaves_only_verified_work(tmp_path, small_fs,
     work = [f for f in files if "/.tar2tf-work/" in f]
     for f in work:  # only pieces with their sidecars, and the job's records
         if not f.endswith(".json"):
-            assert os.path.exists(f[:f.rindex(".")] + ".json"), f
+            assert os.path.exists(f[: f.rindex(".")] + ".json"), f
     held = sum(os.path.getsize(f) for f in work if not f.endswith("job.json"))
     if held:
         assert "kept in" in line and ".tar2tf-work" in line, line

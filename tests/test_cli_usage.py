@@ -30,25 +30,41 @@ def _one_line(capfd) -> str:
 
 
 def _records(directory) -> list:
-    return sorted(n for n in os.listdir(directory) if n.endswith(".record")) if os.path.isdir(directory) else []
+    return (
+        sorted(n for n in os.listdir(directory) if n.endswith(".record"))
+        if os.path.isdir(directory)
+        else []
+    )
 
 
 # -- 1. flags neither tar2tf's nor Beam's -----------------------------------------------------
 
-@pytest.mark.parametrize("typo", [["--max-shard-szie", "20KB"], ["--records_per_shard", "5"],
-                                  ["--max-shard-szie=20KB"], ["--direct_num_workerz=2"]])
+
+@pytest.mark.parametrize(
+    "typo",
+    [
+        ["--max-shard-szie", "20KB"],
+        ["--records_per_shard", "5"],
+        ["--max-shard-szie=20KB"],
+        ["--direct_num_workerz=2"],
+    ],
+)
 def test_misspelled_flag_is_a_usage_error(tmp_path, capfd, typo):
     """Beam only logged what it could not parse (or nothing), and the job ran without it."""
     assert _convert(SHARD, "-o", str(tmp_path / "o" / "d-{}.record"), *typo) == 2
-    assert _one_line(capfd) == (f"tar2tf: unrecognized arguments: {' '.join(typo)} "
-                                "(neither a tar2tf option nor a Beam pipeline option)")
+    assert _one_line(capfd) == (
+        f"tar2tf: unrecognized arguments: {' '.join(typo)} "
+        "(neither a tar2tf option nor a Beam pipeline option)"
+    )
     assert not os.path.exists(tmp_path / "o")
 
 
 def test_a_second_run_of_sources_is_not_dropped(tmp_path, capfd):
     """argparse gives SOURCE only the words before the first option: the rest went to
     Beam, which ignored them, and the job converted one shard of two."""
-    assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), os.path.join(DEMO, "demo-1.tar")) == 2
+    assert (
+        _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), os.path.join(DEMO, "demo-1.tar")) == 2
+    )
     assert "sources go before the options" in _one_line(capfd)
 
 
@@ -57,19 +73,49 @@ def test_bad_beam_option_value_is_one_line(tmp_path, capfd):
     assert "--direct_num_workers: invalid int value: 'two'" in _one_line(capfd)
 
 
-FLINK = ["--runner=FlinkRunner", "--flink_master=[local]", "--flink_version=1.19",
-         "--flink_job_server_jar=/j/beam-runners-flink-1.19-job-server-2.77.0.jar", "--environment_type=LOOPBACK",
-         "--parallelism=4", "--flink_submit_uber_jar", "--environment_config", "img"]
-DATAFLOW = ["--runner=DataflowRunner", "--project", "p", "--region", "r", "--temp_location", "gs://b/t",
-            "--setup_file", "./setup.py", "--max_num_workers=50", "--machine_type=n2-standard-4",
-            "--requirements_file=r.txt", "--extra_package=x.whl", "--sdk_container_image=i", "--sdk_location=container"]
-LOCAL = ["--direct_num_workers=4", "--direct_running_mode=in_memory", "--direct_num_workers", "2",
-         "--direct_running_mode", "multi_threading", "--save_main_session"]
+FLINK = [
+    "--runner=FlinkRunner",
+    "--flink_master=[local]",
+    "--flink_version=1.19",
+    "--flink_job_server_jar=/j/beam-runners-flink-1.19-job-server-2.77.0.jar",
+    "--environment_type=LOOPBACK",
+    "--parallelism=4",
+    "--flink_submit_uber_jar",
+    "--environment_config",
+    "img",
+]
+DATAFLOW = [
+    "--runner=DataflowRunner",
+    "--project",
+    "p",
+    "--region",
+    "r",
+    "--temp_location",
+    "gs://b/t",
+    "--setup_file",
+    "./setup.py",
+    "--max_num_workers=50",
+    "--machine_type=n2-standard-4",
+    "--requirements_file=r.txt",
+    "--extra_package=x.whl",
+    "--sdk_container_image=i",
+    "--sdk_location=container",
+]
+LOCAL = [
+    "--direct_num_workers=4",
+    "--direct_running_mode=in_memory",
+    "--direct_num_workers",
+    "2",
+    "--direct_running_mode",
+    "multi_threading",
+    "--save_main_session",
+]
 
 
 @pytest.mark.parametrize("flags", [FLINK, DATAFLOW, LOCAL], ids=["flink", "dataflow", "local"])
 def test_beam_and_runner_flags_still_pass(flags):
     from launch.runner_args import check_beam_args
+
     check_beam_args(flags)  # no UsageError
 
 
@@ -78,6 +124,7 @@ def test_job_server_runners_keep_their_own_flags():
     snake_case flag is kept there; one spelled like tar2tf's is still an error."""
     from launch.cli import UsageError
     from launch.runner_args import check_beam_args
+
     check_beam_args(["--runner=FlinkRunner", "--checkpointing_interval", "1000"])
     for typo in (["--records_per_shard", "5"], ["--max-shard-szie", "5"]):
         with pytest.raises(UsageError, match="unrecognized arguments"):
@@ -88,15 +135,32 @@ def test_job_server_runners_keep_their_own_flags():
 
 def test_local_beam_flags_reach_the_job(tmp_path, capfd):
     out = tmp_path / "o"
-    assert _convert(SHARD, "-o", str(out / "d-{}.record"), "--direct_num_workers", "2",
-                    "--direct_running_mode=in_memory", "--processes", "0") == 0
+    assert (
+        _convert(
+            SHARD,
+            "-o",
+            str(out / "d-{}.record"),
+            "--direct_num_workers",
+            "2",
+            "--direct_running_mode=in_memory",
+            "--processes",
+            "0",
+        )
+        == 0
+    )
     assert _records(out) == ["d-1.record"]
 
 
 def _script(name, *args, **env):
     e = dict(os.environ, TAR2TF_PYTHON=sys.executable, PYTHONPATH=ROOT, **env)
-    return subprocess.run([os.path.join(ROOT, "launch", name), "--dry-run", *args],
-                          capture_output=True, text=True, env=e, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [os.path.join(ROOT, "launch", name), "--dry-run", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_flink_and_dataflow_scripts_flag_sets_parse(tmp_path):
@@ -109,32 +173,64 @@ def test_flink_and_dataflow_scripts_flag_sets_parse(tmp_path):
     p = _script("flink.sh", SHARD, "-o", out, "--parallelism=2", **flink)
     assert p.returncode == 0, p.stderr[-2000:]
     p = _script("flink.sh", SHARD, "-o", out, "--max-shard-szie", "20KB", **flink)
-    assert p.returncode == 2 and "unrecognized arguments: --max-shard-szie 20KB" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 2 and "unrecognized arguments: --max-shard-szie 20KB" in p.stderr, (
+        p.stderr[-2000:]
+    )
     cloud = dict(PROJECT="p", TEMP_LOCATION="gs://b/tmp")
-    p = _script("dataflow.sh", "gs://b/x-{0..3}.tar", "-o", "gs://b/o/x-{}.record", "--max_num_workers=50", **cloud)
+    p = _script(
+        "dataflow.sh",
+        "gs://b/x-{0..3}.tar",
+        "-o",
+        "gs://b/o/x-{}.record",
+        "--max_num_workers=50",
+        **cloud,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    p = _script("dataflow.sh", "gs://b/x-{0..3}.tar", "-o", "gs://b/o/x-{}.record", "--records_per_shard", "5", **cloud)
-    assert p.returncode == 2 and "unrecognized arguments: --records_per_shard 5" in p.stderr, p.stderr[-2000:]
+    p = _script(
+        "dataflow.sh",
+        "gs://b/x-{0..3}.tar",
+        "-o",
+        "gs://b/o/x-{}.record",
+        "--records_per_shard",
+        "5",
+        **cloud,
+    )
+    assert p.returncode == 2 and "unrecognized arguments: --records_per_shard 5" in p.stderr, (
+        p.stderr[-2000:]
+    )
 
 
 # -- 2. local paths that cannot be written --------------------------------------------------------
+
 
 def _unwritable_cases(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     ok = str(tmp_path / "o" / "d-{}.record")
-    cases = {"output under a file": (["-o", str(blocker / "d-{}.record")], str(blocker)),
-             "work-dir under a file": (["-o", ok, "--work-dir", str(blocker / "w")], str(blocker)),
-             "summary in a missing dir": (["-o", ok, "--summary-json", "/nonexistent/dir/x.json"],
-                                          "/nonexistent/dir")}
+    cases = {
+        "output under a file": (["-o", str(blocker / "d-{}.record")], str(blocker)),
+        "work-dir under a file": (["-o", ok, "--work-dir", str(blocker / "w")], str(blocker)),
+        "summary in a missing dir": (
+            ["-o", ok, "--summary-json", "/nonexistent/dir/x.json"],
+            "/nonexistent/dir",
+        ),
+    }
     if HAS_PROC:
         cases["output in /proc"] = (["-o", "/proc/x/d-{}.record"], "/proc/x")
         cases["work-dir in /proc"] = (["-o", ok, "--work-dir", "/proc/x"], "/proc")
     return cases
 
 
-@pytest.mark.parametrize("case", ["output under a file", "work-dir under a file", "summary in a missing dir",
-                                  "output in /proc", "work-dir in /proc"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "output under a file",
+        "work-dir under a file",
+        "summary in a missing dir",
+        "output in /proc",
+        "work-dir in /proc",
+    ],
+)
 def test_unwritable_path_is_one_line_before_the_job(tmp_path, capfd, case):
     cases = _unwritable_cases(tmp_path)
     if case not in cases:
@@ -148,8 +244,18 @@ def test_unwritable_path_is_one_line_before_the_job(tmp_path, capfd, case):
 
 def test_output_directory_is_created_and_summary_written(tmp_path, capfd):
     out, summary = tmp_path / "new" / "sub", tmp_path / "s.json"
-    assert _convert(SHARD, "-o", str(out / "d-{}.record"), "--summary-json", str(summary),
-                    "--work-dir", str(tmp_path / "w" / "x")) == 0
+    assert (
+        _convert(
+            SHARD,
+            "-o",
+            str(out / "d-{}.record"),
+            "--summary-json",
+            str(summary),
+            "--work-dir",
+            str(tmp_path / "w" / "x"),
+        )
+        == 0
+    )
     assert _records(out) == ["d-1.record"] and summary.exists()
 
 
@@ -158,8 +264,20 @@ def test_pcr_unwritable_output_and_summary(tmp_path, capfd):
     blocker.write_text("x")
     assert cli.main(["pcr", SHARD, "-o", str(blocker / "p"), "--no-progress"]) == 2
     assert str(blocker) in _one_line(capfd)
-    assert cli.main(["pcr", SHARD, "-o", str(tmp_path / "p"), "--no-progress",
-                     "--summary-json", str(tmp_path / "nope" / "s.json")]) == 2
+    assert (
+        cli.main(
+            [
+                "pcr",
+                SHARD,
+                "-o",
+                str(tmp_path / "p"),
+                "--no-progress",
+                "--summary-json",
+                str(tmp_path / "nope" / "s.json"),
+            ]
+        )
+        == 2
+    )
     assert "--summary-json" in _one_line(capfd)
 
 
@@ -172,41 +290,69 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
     bad = tmp_path / "kept" / "scans.txt"
     bad.write_text("0 1 2: 0 0 0 0;\n")  # DC only: AC never sent, which jpegtran itself accepts
-    assert cli.main(["pcr", SHARD, "-o", str(tmp_path / "p" / "q"), "--scans", str(bad), "--no-progress"]) == 2
+    assert (
+        cli.main(
+            ["pcr", SHARD, "-o", str(tmp_path / "p" / "q"), "--scans", str(bad), "--no-progress"]
+        )
+        == 2
+    )
     assert "scans.txt" in _one_line(capfd)
     assert sorted(os.listdir(tmp_path)) == ["kept"]
     # a job that wrote something (its rejects and manifest) keeps its new directory
-    assert _convert(os.path.join(str(tmp_path), "nothing-*.tar"), "-o", str(tmp_path / "r" / "x-{}.record")) == 3
+    assert (
+        _convert(
+            os.path.join(str(tmp_path), "nothing-*.tar"), "-o", str(tmp_path / "r" / "x-{}.record")
+        )
+        == 3
+    )
     capfd.readouterr()
     assert (tmp_path / "r" / "x.record.rejects.jsonl").exists()
 
 
 # -- 3. counts out of range ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,says", [
-    (["--max-rejects", "-1"], "argument --max-rejects: must be >= 0, got -1"),
-    (["--records-per-shard", "0"], "argument --records-per-shard: must be >= 1, got 0"),
-    (["--retry-attempts", "0"], "argument --retry-attempts: must be >= 1, got 0"),
-    (["--retry-total", "0"], "argument --retry-total: must be > 0, got 0"),
-    (["--processes", "-1"], "argument --processes: must be >= 0, got -1"),
-    (["--max-rejects", "many"], "argument --max-rejects: not an integer: 'many'"),
-    (["--spool-limit", "0"], "argument --spool-limit: size must be positive, got '0'"),
-    (["--spool-limit", "lots"], "argument --spool-limit: invalid size 'lots': Failed to parse size! "
-                                "(input 'lots' was tokenized as ['lots'])"),
-    (["--max-shard-size", "12XB"], "argument --max-shard-size: invalid size '12XB': Failed to parse size! "
-                                   "(input '12XB' was tokenized as [12, 'XB'])"),
-    (["--max-shard-size", "0"], "argument --max-shard-size: size must be positive, got '0'"),
-    (["--max-member-size", "0MB"], "argument --max-member-size: size must be positive, got '0MB'"),
-])
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--max-rejects", "-1"], "argument --max-rejects: must be >= 0, got -1"),
+        (["--records-per-shard", "0"], "argument --records-per-shard: must be >= 1, got 0"),
+        (["--retry-attempts", "0"], "argument --retry-attempts: must be >= 1, got 0"),
+        (["--retry-total", "0"], "argument --retry-total: must be > 0, got 0"),
+        (["--processes", "-1"], "argument --processes: must be >= 0, got -1"),
+        (["--max-rejects", "many"], "argument --max-rejects: not an integer: 'many'"),
+        (["--spool-limit", "0"], "argument --spool-limit: size must be positive, got '0'"),
+        (
+            ["--spool-limit", "lots"],
+            "argument --spool-limit: invalid size 'lots': Failed to parse size! "
+            "(input 'lots' was tokenized as ['lots'])",
+        ),
+        (
+            ["--max-shard-size", "12XB"],
+            "argument --max-shard-size: invalid size '12XB': Failed to parse size! "
+            "(input '12XB' was tokenized as [12, 'XB'])",
+        ),
+        (["--max-shard-size", "0"], "argument --max-shard-size: size must be positive, got '0'"),
+        (
+            ["--max-member-size", "0MB"],
+            "argument --max-member-size: size must be positive, got '0MB'",
+        ),
+    ],
+)
 def test_out_of_range_count_is_a_usage_error(tmp_path, capfd, args, says):
     assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), *args) == 2
     assert _one_line(capfd) == f"tar2tf convert: {says}"
     assert _records(tmp_path) == []
 
 
-@pytest.mark.parametrize("args,says", [(["--images-per-record", "0"], "--images-per-record: must be >= 1"),
-                                       (["--quality", "101"], "--quality: must be 1..100"),
-                                       (["--max-rejects", "-2"], "--max-rejects: must be >= 0")])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--images-per-record", "0"], "--images-per-record: must be >= 1"),
+        (["--quality", "101"], "--quality: must be 1..100"),
+        (["--max-rejects", "-2"], "--max-rejects: must be >= 0"),
+    ],
+)
 def test_pcr_out_of_range_count_is_a_usage_error(tmp_path, capfd, args, says):
     assert cli.main(["pcr", SHARD, "-o", str(tmp_path / "p"), *args]) == 2
     assert says in _one_line(capfd)
@@ -223,24 +369,34 @@ def test_argparse_errors_are_one_line_and_returned(capfd):
 
 # -- 4. --output without a file name ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["", "{}", "{}.record"])
 def test_output_needs_a_file_name(tmp_path, capfd, name):
     """``out/`` wrote ``out/-00000-of-00001`` and a hidden ``out/.manifest.json``."""
     out = tmp_path / "out"
     assert _convert(SHARD, "-o", f"{out}/{name}") == 2
-    assert _one_line(capfd) == "tar2tf convert: --output needs a file name (e.g. out/train-{}.record)"
+    assert (
+        _one_line(capfd) == "tar2tf convert: --output needs a file name (e.g. out/train-{}.record)"
+    )
     assert not out.exists()
 
 
 # -- 5. --ops arguments ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("ops,says", [
-    ("[Decode(jpg, channels=3)]", "quote an op whose arguments have commas"),
-    ('["Resize(jpg, 32)"]', "expected Resize(what, size: Tuple[int, int]"),
-    ('["Rotate(jpg, angle=abc)"]', "bad arguments for Rotate: angle must be a number, not 'abc'"),
-    ("[{Rotate: {what: jpg, angle: abc}}]", "angle must be a number, not 'abc'"),
-    ('["Encode(Decode(jpg), quality=high)"]', "quality must be a number, not 'high'"),
-])
+
+@pytest.mark.parametrize(
+    "ops,says",
+    [
+        ("[Decode(jpg, channels=3)]", "quote an op whose arguments have commas"),
+        ('["Resize(jpg, 32)"]', "expected Resize(what, size: Tuple[int, int]"),
+        (
+            '["Rotate(jpg, angle=abc)"]',
+            "bad arguments for Rotate: angle must be a number, not 'abc'",
+        ),
+        ("[{Rotate: {what: jpg, angle: abc}}]", "angle must be a number, not 'abc'"),
+        ('["Encode(Decode(jpg), quality=high)"]', "quality must be a number, not 'high'"),
+    ],
+)
 def test_ops_argument_errors_say_what_is_expected(tmp_path, capfd, ops, says):
     assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), "--ops", ops) == 2
     assert says in _one_line(capfd)
@@ -248,8 +404,18 @@ def test_ops_argument_errors_say_what_is_expected(tmp_path, capfd, ops, says):
 
 
 def test_ops_numbers_still_accepted(tmp_path, capfd):
-    assert _convert(SHARD, "-o", str(tmp_path / "d-{}.record"), "--processes", "0",
-                    "--ops", '["Rotate(Decode(jpg), angle=30.5)", "Encode(jpg, quality=80)"]') == 0
+    assert (
+        _convert(
+            SHARD,
+            "-o",
+            str(tmp_path / "d-{}.record"),
+            "--processes",
+            "0",
+            "--ops",
+            '["Rotate(Decode(jpg), angle=30.5)", "Encode(jpg, quality=80)"]',
+        )
+        == 0
+    )
     assert _records(tmp_path) == ["d-1.record"]
 
 
@@ -258,30 +424,37 @@ def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
     ``__main__``, and the usage errors raised by modules that import ``launch.cli`` must
     still be caught there."""
     from ops_fixtures import cli as run_cli
+
     for args in (["--max_shard_size=10KB"], ["--max-shard-szie", "20KB"]):
         p = run_cli("convert", SHARD, "-o", str(tmp_path / "d-{}.record"), *args)
         assert p.returncode == 2 and [line for line in p.stderr.splitlines() if line.strip()] == [
-            f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a Beam pipeline option)"]
+            f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a Beam pipeline option)"
+        ]
     assert not os.path.exists(tmp_path / "d-1.record")
 
 
 # -- 6. inspect and pcr-report counts -------------------------------------------------------------------
 
+
 @pytest.fixture
 def one_record(tmp_path):
     from transforms.tfrecord.framing import frame
+
     path = tmp_path / "one.record"
     path.write_bytes(frame(b""))  # one empty Example: a readable shard with no images
     return str(path)
 
 
-@pytest.mark.parametrize("args,says", [
-    (["-n", "-1"], "argument -n/--records: must be >= 0, got -1"),
-    (["--records", "3x"], "argument -n/--records: not an integer: '3x'"),
-    (["--images", "0"], "argument --images: must be 1..1024, got 0"),
-    (["--images", "-4"], "argument --images: must be 1..1024, got -4"),
-    (["--images", "100000000000"], "argument --images: must be 1..1024, got 100000000000"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["-n", "-1"], "argument -n/--records: must be >= 0, got -1"),
+        (["--records", "3x"], "argument -n/--records: not an integer: '3x'"),
+        (["--images", "0"], "argument --images: must be 1..1024, got 0"),
+        (["--images", "-4"], "argument --images: must be 1..1024, got -4"),
+        (["--images", "100000000000"], "argument --images: must be 1..1024, got 100000000000"),
+    ],
+)
 def test_inspect_count_out_of_range_is_a_usage_error(one_record, tmp_path, capfd, args, says):
     """-n -1 printed no records and --images 0 or -4 said "no images found" (exit 0); a
     huge --images would have kept every image of the shard for one giant sheet."""

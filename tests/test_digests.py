@@ -1,7 +1,8 @@
 """CRC-32C combine: the CRC of a concatenation from the parts' CRCs."""
 
 import google_crc32c
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from transforms.tfrecord.digests import crc32c_combine
 
@@ -12,7 +13,9 @@ from transforms.tfrecord.digests import crc32c_combine
 @example(b"abc", b"")
 @example(b"", b"abc")
 def test_combine_equals_the_crc_of_the_concatenation(a, b):
-    assert crc32c_combine(google_crc32c.value(a), google_crc32c.value(b), len(b)) == google_crc32c.value(a + b)
+    assert crc32c_combine(
+        google_crc32c.value(a), google_crc32c.value(b), len(b)
+    ) == google_crc32c.value(a + b)
 
 
 @settings(max_examples=50, deadline=None)
@@ -28,4 +31,6 @@ def test_combine_over_long_lengths_matches_extending_with_zeros():
     # lengths far past any test buffer: x^(8n) mod P for many bits of n
     zeros = bytes(5_000_000)
     a = google_crc32c.value(b"head")
-    assert crc32c_combine(a, google_crc32c.value(zeros), len(zeros)) == google_crc32c.value(b"head" + zeros)
+    assert crc32c_combine(a, google_crc32c.value(zeros), len(zeros)) == google_crc32c.value(
+        b"head" + zeros
+    )

@@ -6,9 +6,8 @@ write the same bytes (the golden digests pin them for more jobs)."""
 import os
 import sys
 
-from ops_fixtures import ROOT, cli, output_digest
-
 import shardgen
+from ops_fixtures import ROOT, cli, output_digest
 
 
 def _who_converted(pid_dir):
@@ -27,10 +26,23 @@ def test_beam_default_converts_in_beams_workers_and_local_in_tar2tfs(tmp_path):
     for name, flags in (("beam", []), ("local", ["--runner", "local", "--processes", "2"])):
         pid_dir = tmp_path / f"pids-{name}"
         pid_dir.mkdir()
-        env = {"PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
-               "TAR2TF_TEST_PID_DIR": str(pid_dir)}
-        p = cli("convert", src, "--output", str(tmp_path / name / "t-{}.record"), "--records-per-shard", "6",
-                "--ops", "slow_ops:pid_ops", "--no-progress", *flags, env=env)
+        env = {
+            "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
+            "TAR2TF_TEST_PID_DIR": str(pid_dir),
+        }
+        p = cli(
+            "convert",
+            src,
+            "--output",
+            str(tmp_path / name / "t-{}.record"),
+            "--records-per-shard",
+            "6",
+            "--ops",
+            "slow_ops:pid_ops",
+            "--no-progress",
+            *flags,
+            env=env,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         runs[name] = _who_converted(pid_dir)
     assert output_digest(str(tmp_path / "beam")) == output_digest(str(tmp_path / "local"))
@@ -38,5 +50,7 @@ def test_beam_default_converts_in_beams_workers_and_local_in_tar2tfs(tmp_path):
     assert runs["beam"] and all("apache_beam" in cmd for cmd in runs["beam"].values()), runs["beam"]
     assert not any("pipelines.local.worker" in cmd for cmd in runs["beam"].values())
     # the in-process driver's own worker processes ran it
-    assert runs["local"] and all("pipelines.local.worker" in cmd for cmd in runs["local"].values()), runs["local"]
+    assert runs["local"] and all(
+        "pipelines.local.worker" in cmd for cmd in runs["local"].values()
+    ), runs["local"]
     assert sys.executable

@@ -5,12 +5,12 @@ import os
 import numpy as np
 import pytest
 
-from transforms.tfrecord.example import EncodeError, encode_record, parse_example, record_to_example
-from transforms.tfrecord.schema import merge_schema, parse_type_map, schema_of
 from transforms.records import Reject
 from transforms.sizes import parse_size
-from transforms.tar.sources import expand_braces, resolve
 from transforms.stores import LocalStore
+from transforms.tar.sources import expand_braces, resolve
+from transforms.tfrecord.example import EncodeError, encode_record, parse_example, record_to_example
+from transforms.tfrecord.schema import merge_schema, parse_type_map, schema_of
 
 
 def test_type_map_parsing_and_values():
@@ -19,34 +19,47 @@ def test_type_map_parsing_and_values():
     rec = {"__key__": "k", "__shard__": "s", "cls": b" 42\n", "score": b"0.5", "jpg": b"\xff\xd8"}
     back = parse_example(encode_record(rec, tm))
     assert back == {"__key__": "k", "cls": 42, "score": 0.5, "jpg": b"\xff\xd8"}
-    assert parse_example(encode_record({"__key__": "k", "cls": b"-7"}, {"cls": "int64"}))["cls"] == -7
+    assert (
+        parse_example(encode_record({"__key__": "k", "cls": b"-7"}, {"cls": "int64"}))["cls"] == -7
+    )
     with pytest.raises(EncodeError, match="does not fit"):
         encode_record({"__key__": "k", "cls": b"seven"}, tm)
     with pytest.raises(EncodeError, match="does not fit"):
         encode_record({"__key__": "k", "cls": b"1.5"}, tm)
     with pytest.raises(ValueError):
         parse_type_map("cls:complex")
-    for bad, why in ((":int64", "must be a feature name"), ("__key__:int64", "must be a feature name"),
-                     ("cls:int64,cls:float", "names 'cls' twice")):
+    for bad, why in (
+        (":int64", "must be a feature name"),
+        ("__key__:int64", "must be a feature name"),
+        ("cls:int64,cls:float", "names 'cls' twice"),
+    ):
         with pytest.raises(ValueError, match=why):
             parse_type_map(bad)
 
 
 def test_arrays_round_trip_and_tf_parses_them():
     import tensorflow as tf
+
     arr = (np.arange(2 * 3 * 3) * 7).astype(np.float32).reshape(2, 3, 3)
     data = encode_record({"__key__": "a", "img": arr, "cls": 3})
     back = parse_example(data)
     assert back["img"].dtype == np.float32 and np.array_equal(back["img"], arr) and back["cls"] == 3
-    feats = tf.io.parse_single_example(data, {"img": tf.io.FixedLenFeature([], tf.string),
-                                              "img/shape": tf.io.FixedLenFeature([3], tf.int64)})
+    feats = tf.io.parse_single_example(
+        data,
+        {
+            "img": tf.io.FixedLenFeature([], tf.string),
+            "img/shape": tf.io.FixedLenFeature([3], tf.int64),
+        },
+    )
     t = tf.reshape(tf.io.decode_raw(feats["img"], tf.float32), feats["img/shape"])
     assert np.array_equal(t.numpy(), arr)
 
 
 def test_serialization_is_deterministic():
     rec = {"__key__": "k", **{f"f{i}": str(i).encode() for i in range(50)}}
-    outs = {encode_record(dict(reversed(list(rec.items())))) for _ in range(5)} | {encode_record(rec)}
+    outs = {encode_record(dict(reversed(list(rec.items())))) for _ in range(5)} | {
+        encode_record(rec)
+    }
     assert len(outs) == 1
 
 
@@ -58,9 +71,19 @@ def test_schema_merge():
 
 
 def test_sizes():
-    assert parse_size("100MB") == 100_000_000 and parse_size("1GiB") == 2 ** 30 and parse_size(12) == 12
+    assert (
+        parse_size("100MB") == 100_000_000 and parse_size("1GiB") == 2**30 and parse_size(12) == 12
+    )
     assert parse_size("1.5KB") == 1500 and parse_size("0.5KiB") == 512
-    for bad in ("lots", "-5", 0, "0.1", "1.5", "inf", "nan"):  # no fraction of a byte (0.1 was 0 before)
+    for bad in (
+        "lots",
+        "-5",
+        0,
+        "0.1",
+        "1.5",
+        "inf",
+        "nan",
+    ):  # no fraction of a byte (0.1 was 0 before)
         with pytest.raises(ValueError):
             parse_size(bad)
 
@@ -84,10 +107,14 @@ def test_resolve_local(tmp_path):
     # * stays within a path segment (as in a shell, gsutil, Beam); ** crosses them
     (tmp_path / "sub" / "deeper").mkdir()
     (tmp_path / "sub" / "deeper" / "t-8.tar").write_bytes(b"x")
-    assert resolve("*.tar", base=str(tmp_path))[0] == [str(tmp_path / f"t-{i}.tar") for i in (1, 2, 3)]
+    assert resolve("*.tar", base=str(tmp_path))[0] == [
+        str(tmp_path / f"t-{i}.tar") for i in (1, 2, 3)
+    ]
     assert resolve("sub/*.tar", base=str(tmp_path))[0] == [str(tmp_path / "sub" / "t-9.tar")]
-    assert resolve("sub/**.tar", base=str(tmp_path))[0] == [str(tmp_path / "sub" / "deeper" / "t-8.tar"),
-                                                            str(tmp_path / "sub" / "t-9.tar")]
+    assert resolve("sub/**.tar", base=str(tmp_path))[0] == [
+        str(tmp_path / "sub" / "deeper" / "t-8.tar"),
+        str(tmp_path / "sub" / "t-9.tar"),
+    ]
 
 
 def test_local_store_atomic_write(tmp_path):
@@ -112,8 +139,15 @@ def test_reject_validation():
 
 def test_ais_endpoint_without_scheme_is_http(monkeypatch):
     from transforms.stores.base import StoreConfig
+
     monkeypatch.delenv("AIS_ENDPOINT", raising=False)
-    assert StoreConfig(ais_endpoint="127.0.0.1:51080/").resolved_ais_endpoint() == "http://127.0.0.1:51080"
-    assert StoreConfig(ais_endpoint="https://ais.example:443").resolved_ais_endpoint() == "https://ais.example:443"
+    assert (
+        StoreConfig(ais_endpoint="127.0.0.1:51080/").resolved_ais_endpoint()
+        == "http://127.0.0.1:51080"
+    )
+    assert (
+        StoreConfig(ais_endpoint="https://ais.example:443").resolved_ais_endpoint()
+        == "https://ais.example:443"
+    )
     monkeypatch.setenv("AIS_ENDPOINT", "localhost:8080")
     assert StoreConfig().resolved_ais_endpoint() == "http://localhost:8080"

@@ -29,14 +29,47 @@ OPS_ENCODE = '{conversions: [Decode(jpg), "Resize(jpg, (48, 40))", "Encode(jpg, 
 
 # name -> tar2tf arguments after the subcommand (OUT: the job's output directory)
 JOBS = {
-    "demo": ["convert", DEMO, "--output", "OUT/demo-{}.record", "--max-shard-size", "200KB",
-             "--type-map", "cls:int64"],
-    "shuffle": ["convert", DEMO, "--output", "OUT/train.record", "--max-shard-size", "200KB",
-                "--shuffle", "--seed", "7"],
-    "ops-resize": ["convert", DEMO, "--output", "OUT/r-{}.record", "--ops", OPS_RESIZE,
-                   "--records-per-shard", "30"],
-    "ops-encode": ["convert", DEMO, "--output", "OUT/e-{}.record", "--ops", OPS_ENCODE,
-                   "--type-map", "cls:int64"],
+    "demo": [
+        "convert",
+        DEMO,
+        "--output",
+        "OUT/demo-{}.record",
+        "--max-shard-size",
+        "200KB",
+        "--type-map",
+        "cls:int64",
+    ],
+    "shuffle": [
+        "convert",
+        DEMO,
+        "--output",
+        "OUT/train.record",
+        "--max-shard-size",
+        "200KB",
+        "--shuffle",
+        "--seed",
+        "7",
+    ],
+    "ops-resize": [
+        "convert",
+        DEMO,
+        "--output",
+        "OUT/r-{}.record",
+        "--ops",
+        OPS_RESIZE,
+        "--records-per-shard",
+        "30",
+    ],
+    "ops-encode": [
+        "convert",
+        DEMO,
+        "--output",
+        "OUT/e-{}.record",
+        "--ops",
+        OPS_ENCODE,
+        "--type-map",
+        "cls:int64",
+    ],
     "pcr": ["pcr", DEMO, "--output", "OUT", "--images-per-record", "20", "--seed", "3"],
 }
 
@@ -47,8 +80,12 @@ def _digests(out: str) -> dict:
     got = {}
     for name in sorted(os.listdir(out)):
         p = os.path.join(out, name)
-        if os.path.isfile(p) and not name.endswith((".manifest.json", ".rejects.jsonl")) \
-                and name != "manifest.json" and name != "rejects.jsonl":
+        if (
+            os.path.isfile(p)
+            and not name.endswith((".manifest.json", ".rejects.jsonl"))
+            and name != "manifest.json"
+            and name != "rejects.jsonl"
+        ):
             with open(p, "rb") as f:
                 got[name] = hashlib.sha256(f.read()).hexdigest()
     return got
@@ -84,8 +121,12 @@ RUNNERS = {"beam": [], "local": ["--runner", "local"]}
 
 # --shuffle and pcr are Beam graphs only (docs/runners.md); digests are recorded from the
 # default runner
-CASES = [(job, runner) for job in sorted(JOBS) for runner in sorted(RUNNERS)
-         if runner == "beam" or (job not in ("shuffle", "pcr") and not RECORD)]
+CASES = [
+    (job, runner)
+    for job in sorted(JOBS)
+    for runner in sorted(RUNNERS)
+    if runner == "beam" or (job not in ("shuffle", "pcr") and not RECORD)
+]
 
 
 @pytest.mark.parametrize("job,runner", CASES)
@@ -99,7 +140,7 @@ def _element_digest(ds) -> str:
     with their dtype and shape)."""
     h = hashlib.sha256()
     for el in ds.as_numpy_iterator():
-        for v in (el if isinstance(el, tuple) else (el,)):
+        for v in el if isinstance(el, tuple) else (el,):
             if isinstance(v, dict):
                 items = sorted(v.items())
             else:
@@ -114,6 +155,12 @@ def test_in_memory_load_is_pinned():
     from pipelines import Dataset
     from transforms.ops import Decode, Resize
 
-    ds = Dataset(os.path.dirname(DEMO), None, [Decode("jpg"), Resize("jpg", (16, 16))], ["jpg", "cls"])
-    got = {"elements": _element_digest(ds.load(os.path.basename(DEMO), num_workers=2, remote_exec=False))}
+    ds = Dataset(
+        os.path.dirname(DEMO), None, [Decode("jpg"), Resize("jpg", (16, 16))], ["jpg", "cls"]
+    )
+    got = {
+        "elements": _element_digest(
+            ds.load(os.path.basename(DEMO), num_workers=2, remote_exec=False)
+        )
+    }
     _check("in-memory-load", got)

@@ -5,18 +5,40 @@ import json
 
 import apache_beam as beam
 import pytest
-
 import shardgen
+
 from pipelines.beam.convert import ConvertConfig, convert
+from transforms.ops import (
+    INT64,
+    ByExampleF,
+    ByKey,
+    ByKeyValue,
+    ByPrefix,
+    BySampleF,
+    BySubstring,
+    BySuffix,
+    FeatureType,
+    FilterEmptyExamples,
+    FilterEmptySamples,
+    Rename,
+    SampleF,
+    SampleToTFExample,
+    TFExampleF,
+    as_stage,
+)
 from transforms.tfrecord.example import parse_example, record_to_example
-from transforms.ops import (INT64, ByExampleF, ByKey, ByKeyValue, ByPrefix, BySampleF, BySubstring, BySuffix,
-                            FeatureType, FilterEmptyExamples, FilterEmptySamples, Rename, SampleF,
-                            SampleToTFExample, TFExampleF, as_stage)
 from transforms.tfrecord.framing import read_records
 
 
 def sample():
-    return {"__key__": "k", "__shard__": "s", "jpg": b"J", "cls": b"3", "seg.png": b"P", "meta.json": b"{}"}
+    return {
+        "__key__": "k",
+        "__shard__": "s",
+        "jpg": b"J",
+        "cls": b"3",
+        "seg.png": b"P",
+        "meta.json": b"{}",
+    }
 
 
 def example():
@@ -35,7 +57,12 @@ def test_selections_on_samples_and_examples():
     assert sorted(ByPrefix("seg", "meta")(s)) == ["__key__", "__shard__", "meta.json", "seg.png"]
     assert sorted(BySuffix("png")(s)) == ["__key__", "__shard__", "seg.png"]
     assert sorted(BySubstring("e")(s)) == ["__key__", "__shard__", "meta.json", "seg.png"]
-    assert sorted(BySampleF(lambda x: [k for k in x if len(k) == 3])(s)) == ["__key__", "__shard__", "cls", "jpg"]
+    assert sorted(BySampleF(lambda x: [k for k in x if len(k) == 3])(s)) == [
+        "__key__",
+        "__shard__",
+        "cls",
+        "jpg",
+    ]
     assert s == sample()  # samples are not mutated
     assert feats(ByKey("jpg")(example())) == ["__key__", "jpg"]
     assert feats(ByKeyValue("cls", b"3")(example())) == ["__key__", "cls"]
@@ -86,11 +113,22 @@ def test_user_stages_in_beam_pipeline(tmp_path):
     members.append(("000010.cls", b"ten"))  # INT64 type map: not an integer -> reject
     shardgen.write_tar(str(tmp_path / "a.tar"), members)
     assert isinstance(as_stage(TagFn()), object) and not isinstance(as_stage(TagFn()), beam.DoFn)
-    res = convert(ConvertConfig(
-        sources=str(tmp_path / "a.tar"), output=str(tmp_path / "o/x-{}.rec"), type_map={"cls": INT64},
-        sample_stages=(Rename("label", "cls"), ByKey("jpg", "label"), FilterEmptySamples(), TagFn(),
-                       Rename("cls", "label")),
-        example_stages=(TFExampleF(_only_even_cls), ByExampleF(lambda ex: ["cls", "tag"])), max_rejects=5))
+    res = convert(
+        ConvertConfig(
+            sources=str(tmp_path / "a.tar"),
+            output=str(tmp_path / "o/x-{}.rec"),
+            type_map={"cls": INT64},
+            sample_stages=(
+                Rename("label", "cls"),
+                ByKey("jpg", "label"),
+                FilterEmptySamples(),
+                TagFn(),
+                Rename("cls", "label"),
+            ),
+            example_stages=(TFExampleF(_only_even_cls), ByExampleF(lambda ex: ["cls", "tag"])),
+            max_rejects=5,
+        )
+    )
     t = res.totals
     got = [parse_example(r) for p in res.paths for r in read_records(p)]
     # 000000..000007: 3 dropped by the DoFn, odd cls dropped by the example stage; 9 emptied; 10 rejected
@@ -101,15 +139,21 @@ def test_user_stages_in_beam_pipeline(tmp_path):
     assert t["records_filtered"] == 5
     assert t["records_read"] == t["records_written"] + t["records_rejected"] + t["records_filtered"]
     (rej,) = [json.loads(line) for line in open(res.rejects_path)]
-    assert rej["key"] == "000010" and rej["stage"] == "encode" and "'cls' is not int64" in rej["reason"]
+    assert (
+        rej["key"] == "000010"
+        and rej["stage"] == "encode"
+        and "'cls' is not int64" in rej["reason"]
+    )
     assert res.manifest["options"]["sample_stages"][3] == "TagFn"
 
 
 def _array_example(**extra):
     import numpy as np
+
     img = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
-    return img, record_to_example({"__key__": "k", "__shard__": "s", "image": img, "label": 1,
-                                   "jpg": b"J", **extra})
+    return img, record_to_example(
+        {"__key__": "k", "__shard__": "s", "image": img, "label": 1, "jpg": b"J", **extra}
+    )
 
 
 def test_example_stages_carry_array_companions():
@@ -118,23 +162,45 @@ def test_example_stages_carry_array_companions():
     still parses back -- with parse_example and with TF's default_record_parser."""
     import numpy as np
     import tensorflow as tf
+
     from pipelines import default_record_parser
     from transforms.tfrecord.example import serialize
+
     img, _ = _array_example()
-    assert feats(ByKey("image", "label")(_array_example()[1])) == ["__key__", "image", "image/dtype",
-                                                                   "image/shape", "label"]
-    assert feats(ByPrefix("im")(_array_example()[1])) == ["__key__", "image", "image/dtype", "image/shape"]
-    assert feats(BySuffix("shape")(_array_example()[1])) == ["__key__"]   # companions are not entries
-    assert feats(ByExampleF(lambda ex: ["image"])(_array_example()[1])) == ["__key__", "image", "image/dtype",
-                                                                            "image/shape"]
+    assert feats(ByKey("image", "label")(_array_example()[1])) == [
+        "__key__",
+        "image",
+        "image/dtype",
+        "image/shape",
+        "label",
+    ]
+    assert feats(ByPrefix("im")(_array_example()[1])) == [
+        "__key__",
+        "image",
+        "image/dtype",
+        "image/shape",
+    ]
+    assert feats(BySuffix("shape")(_array_example()[1])) == [
+        "__key__"
+    ]  # companions are not entries
+    assert feats(ByExampleF(lambda ex: ["image"])(_array_example()[1])) == [
+        "__key__",
+        "image",
+        "image/dtype",
+        "image/shape",
+    ]
     assert FilterEmptyExamples()(ByKey("jpg")(_array_example()[1])) is not None
-    np.testing.assert_array_equal(parse_example(serialize(ByKey("image")(_array_example()[1])))["image"], img)
+    np.testing.assert_array_equal(
+        parse_example(serialize(ByKey("image")(_array_example()[1])))["image"], img
+    )
 
     ex = Rename("value", "image")(_array_example()[1])
     assert feats(ex) == ["__key__", "jpg", "label", "value", "value/dtype", "value/shape"]
     np.testing.assert_array_equal(parse_example(serialize(ex))["value"], img)
     value, label = default_record_parser(tf.constant(serialize(ex)))
-    np.testing.assert_array_equal(value.numpy(), tf.image.convert_image_dtype(img, tf.float32).numpy())
+    np.testing.assert_array_equal(
+        value.numpy(), tf.image.convert_image_dtype(img, tf.float32).numpy()
+    )
     assert int(label) == 1
 
     # renaming bytes onto an array feature: the old shape/dtype must not describe the bytes

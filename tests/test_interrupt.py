@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
+
 from transforms.tfrecord.framing import read_records
 
 N_SHARDS = 8
@@ -35,22 +35,49 @@ def _terminal_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("mode", [[], ["--runner", "local"], ["--runner", "local", "--processes", "0"]],
-                         ids=["beam", "local-workers", "local-threads"])
+@pytest.mark.parametrize(
+    "mode",
+    [[], ["--runner", "local"], ["--runner", "local", "--processes", "0"]],
+    ids=["beam", "local-workers", "local-threads"],
+)
 def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
-    args = ["convert", src, "--output", out, "--work-dir", work, "--records-per-shard", "4",
-            "--type-map", "cls:int64", "--ops", "slow_ops:slow_ops", "--no-progress",
-            "--direct_num_workers=2", *mode]
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, start_new_session=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env), preexec_fn=_terminal_sigint,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    args = [
+        "convert",
+        src,
+        "--output",
+        out,
+        "--work-dir",
+        work,
+        "--records-per-shard",
+        "4",
+        "--type-map",
+        "cls:int64",
+        "--ops",
+        "slow_ops:slow_ops",
+        "--no-progress",
+        "--direct_num_workers=2",
+        *mode,
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *args],
+        cwd=ROOT,
+        start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        preexec_fn=_terminal_sigint,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 240
     # a final shard journaled (in-process) or a piece converted (Beam: shards come at the end)
-    while time.time() < deadline and len(glob.glob(f"{work}/*/journal-*.json") + glob.glob(f"{work}/*/piece-*.json")) < 1:
+    while (
+        time.time() < deadline
+        and len(glob.glob(f"{work}/*/journal-*.json") + glob.glob(f"{work}/*/piece-*.json")) < 1
+    ):
         assert proc.poll() is None, "the job ended before Ctrl-C: " + proc.stderr.read()
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
@@ -83,16 +110,31 @@ def test_busy_workers_end_with_a_killed_parent(tmp_path):
     keep converting for nobody, or live for ever."""
     shardgen.make_shards(str(tmp_path / "in"), 4, 2, size=(32, 24))
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "120"}
-    args = ["convert", str(tmp_path / "in" / "train-{0000..0003}.tar"), "--output", str(tmp_path / "o" / "t-{}.record"),
-            "--ops", "slow_ops:slow_ops", "--no-progress", "--direct_num_workers=2"]
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, start_new_session=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = [
+        "convert",
+        str(tmp_path / "in" / "train-{0000..0003}.tar"),
+        "--output",
+        str(tmp_path / "o" / "t-{}.record"),
+        "--ops",
+        "slow_ops:slow_ops",
+        "--no-progress",
+        "--direct_num_workers=2",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *args],
+        cwd=ROOT,
+        start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     workers: list = []
     deadline = time.time() + 120
     while time.time() < deadline and len(workers) < 2:  # the pool's processes, once they run a task
         time.sleep(0.2)
-        workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+        workers = [
+            int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
+        ]
     assert len(workers) == 2, "the job's worker processes did not start"
     time.sleep(3)  # into their first (two-minute) record
     proc.kill()

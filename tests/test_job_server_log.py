@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from ops_fixtures import ROOT
 
 from launch import job_server_log
-from ops_fixtures import ROOT
 
 # what the JVM printed during one embedded Flink job (slf4j-simple at WARN; a JUL record
 # from vendored gRPC), line by line as Beam's runner logs it
@@ -54,15 +54,23 @@ def logged():
         for line in LINES:
             log.info(line)  # as apache_beam.utils.subprocess_server's reader does
         return keep.got
+
     yield feed
     root.setLevel(saved)
 
 
 def test_slf4j_records_pass_at_their_java_level_jul_output_does_not(logged):
     W, E, I = "WARNING", "ERROR", "INFO"
-    assert logged(logging.WARNING) == [(W, LINES[0]), (W, LINES[1]), (W, LINES[2]),
-                                       (E, LINES[6]), (E, LINES[7]), (E, LINES[8]),
-                                       (I, LINES[9]), (W, LINES[10])]
+    assert logged(logging.WARNING) == [
+        (W, LINES[0]),
+        (W, LINES[1]),
+        (W, LINES[2]),
+        (E, LINES[6]),
+        (E, LINES[7]),
+        (E, LINES[8]),
+        (I, LINES[9]),
+        (W, LINES[10]),
+    ]
 
 
 def test_with_verbose_logging_everything_passes(logged):
@@ -74,12 +82,16 @@ def test_with_verbose_logging_everything_passes(logged):
 def test_the_cli_installs_the_filter_on_beams_job_server_logger():
     """`tar2tf` (launch/cli.py) attaches the filter to the logger Beam's FlinkRunner uses
     for the job server's output, whatever the subcommand."""
-    code = ("import logging, sys\n"
-            "from launch import cli, job_server_log\n"
-            "cli.main(['verify', '/nonexistent/x.manifest.json'])\n"
-            "from apache_beam.runners.portability.flink_runner import FlinkJarJobServer\n"
-            "log = logging.getLogger(FlinkJarJobServer.__name__)\n"
-            "print(log.level, [type(f).__name__ for f in log.filters])\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    code = (
+        "import logging, sys\n"
+        "from launch import cli, job_server_log\n"
+        "cli.main(['verify', '/nonexistent/x.manifest.json'])\n"
+        "from apache_beam.runners.portability.flink_runner import FlinkJarJobServer\n"
+        "log = logging.getLogger(FlinkJarJobServer.__name__)\n"
+        "print(log.level, [type(f).__name__ for f in log.filters])\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[-2] == f"{logging.INFO} ['JavaLogFilter']"

@@ -2,8 +2,9 @@
 
 Stated bound: zero difference.  Every JPEG here is decoded twice through
 ``transforms.images.decode`` -- once with the TurboJPEG path switched on (it is opt-in:
-``TAR2TF_JPEG_DECODER=turbo``), once with it off (Pillow) -- at full size and at the DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4,
-1/8), and the arrays must be equal, byte for byte.  The test also checks that the fast
+``TAR2TF_JPEG_DECODER=turbo``), once with it off (Pillow) -- at full size and at the
+DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4, 1/8), and the arrays must be equal,
+byte for byte.  The test also checks that the fast
 path really took the eligible files (so equality is not Pillow against itself) and that
 the files it must not take (CMYK, tiny, damaged) fall back to Pillow with Pillow's result.
 """
@@ -17,11 +18,10 @@ import sys
 
 import numpy as np
 import pytest
+import shardgen
 from PIL import Image
 
-import shardgen
-from transforms.ops import images, jpeg_codec
-from transforms.ops import Encode, Resize
+from transforms.ops import Encode, Resize, images, jpeg_codec
 from transforms.ops.stages import Stages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,12 +43,14 @@ def _cases():
     out = []
     for n, (w, h) in enumerate(((500, 375), (375, 500), (333, 251), (97, 61), (640, 427))):
         img = _photo(w, h, n)
-        out += [(f"{w}x{h}-420-q90", _jpeg(img, quality=90)),
-                (f"{w}x{h}-422-q75", _jpeg(img, quality=75, subsampling=1)),
-                (f"{w}x{h}-444-q95", _jpeg(img, quality=95, subsampling=0)),
-                (f"{w}x{h}-progressive", _jpeg(img, quality=85, progressive=True)),
-                (f"{w}x{h}-optimized", _jpeg(img, quality=80, optimize=True)),
-                (f"{w}x{h}-gray", _jpeg(img.convert("L"), quality=90))]
+        out += [
+            (f"{w}x{h}-420-q90", _jpeg(img, quality=90)),
+            (f"{w}x{h}-422-q75", _jpeg(img, quality=75, subsampling=1)),
+            (f"{w}x{h}-444-q95", _jpeg(img, quality=95, subsampling=0)),
+            (f"{w}x{h}-progressive", _jpeg(img, quality=85, progressive=True)),
+            (f"{w}x{h}-optimized", _jpeg(img, quality=80, optimize=True)),
+            (f"{w}x{h}-gray", _jpeg(img.convert("L"), quality=90)),
+        ]
     exif = Image.Exif()
     exif[274] = 6  # rotated 90 degrees: decode transposes to upright
     out.append(("exif-rotated", _jpeg(_photo(320, 200, 7), quality=90, exif=exif.tobytes())))
@@ -69,10 +71,12 @@ def turbo(monkeypatch):
 @pytest.fixture
 def pillow_only(monkeypatch):
     """Switch the TurboJPEG path off for one decode (the default)."""
+
     def run(fn):
         with monkeypatch.context() as m:
             m.setattr(jpeg_codec, "_sj", None)
             return fn()
+
     return run
 
 
@@ -83,8 +87,14 @@ def test_off_unless_asked_for():
     for value, want in ((None, "False"), ("turbo", "True"), ("pillow", "False")):
         if value:
             env["TAR2TF_JPEG_DECODER"] = value
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert out == want, (value, out)
 
 
@@ -93,18 +103,27 @@ DRAFTS = [None, (224, 168), (112, 84), (56, 42), (32, 32)]
 
 
 @pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("draft", DRAFTS, ids=lambda d: "full" if d is None else f"draft{d[0]}x{d[1]}")
+@pytest.mark.parametrize(
+    "draft", DRAFTS, ids=lambda d: "full" if d is None else f"draft{d[0]}x{d[1]}"
+)
 def test_pixels_equal_pillows(name, data, draft, pillow_only):
     for channels in (3, None, 1):
         fast = images.decode(data, channels=channels, draft_size=draft)
-        slow = pillow_only(lambda: images.decode(data, channels=channels, draft_size=draft))
+        slow = pillow_only(lambda c=channels: images.decode(data, channels=c, draft_size=draft))
         assert fast.shape == slow.shape and fast.dtype == slow.dtype, (name, channels)
-        assert np.array_equal(fast, slow), (name, draft, channels, int(np.abs(
-            fast.astype(int) - slow.astype(int)).max()))
+        assert np.array_equal(fast, slow), (
+            name,
+            draft,
+            channels,
+            int(np.abs(fast.astype(int) - slow.astype(int)).max()),
+        )
 
 
-@pytest.mark.parametrize("name,data", [c for c in CASES if not c[0].startswith("97x61")],
-                         ids=[c[0] for c in CASES if not c[0].startswith("97x61")])
+@pytest.mark.parametrize(
+    "name,data",
+    [c for c in CASES if not c[0].startswith("97x61")],
+    ids=[c[0] for c in CASES if not c[0].startswith("97x61")],
+)
 def test_fast_path_takes_every_plain_jpeg(name, data):
     for draft in DRAFTS:
         img = Image.open(io.BytesIO(data))
@@ -117,8 +136,13 @@ def test_fast_path_takes_every_plain_jpeg(name, data):
 
 def test_scaled_sizes_are_pillows_draft_sizes():
     data = dict(CASES)["500x375-420-q90"]
-    for hint, size in (((250, 187), (250, 188)), ((125, 93), (125, 94)), ((62, 46), (63, 47)),
-                       ((200, 100), (250, 188)), ((1000, 1000), (500, 375))):
+    for hint, size in (
+        ((250, 187), (250, 188)),
+        ((125, 93), (125, 94)),
+        ((62, 46), (63, 47)),
+        ((200, 100), (250, 188)),
+        ((1000, 1000), (500, 375)),
+    ):
         img = Image.open(io.BytesIO(data))
         img.draft(None, hint)
         assert img.size == size
@@ -150,10 +174,13 @@ def test_cmyk_and_tiny_and_damaged_fall_back_to_pillow(pillow_only):
 def test_resize_and_encode_ops_keep_their_bytes(pillow_only):
     """The ops the benchmark runs give the same output bytes on both decoders."""
     for name, data in CASES:
-        for ops in ([Encode(Resize("jpg", (224, 224)), "jpeg", quality=90)], [Resize("jpg", (32, 32))]):
+        for ops in (
+            [Encode(Resize("jpg", (224, 224)), "jpeg", quality=90)],
+            [Resize("jpg", (32, 32))],
+        ):
             rec = {"__key__": "k", "__shard__": "s.tar", "jpg": data}
             fast = Stages(ops).run_samples(dict(rec))["jpg"]
-            slow = pillow_only(lambda: Stages(ops).run_samples(dict(rec))["jpg"])
+            slow = pillow_only(lambda ops=ops, rec=rec: Stages(ops).run_samples(dict(rec))["jpg"])
             if isinstance(fast, bytes):
                 assert fast == slow, name
             else:

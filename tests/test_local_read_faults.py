@@ -19,13 +19,13 @@ import sys
 import tarfile
 
 import pytest
-
 import shardgen
 from pcr_fixtures import make_image_folder, requires_jpegtran
-from transforms.tar.fetch import read_shard
-from transforms.stores.local_read import BUFFER
+
 from transforms.pcr.convert import convert_unit, list_image_folder
 from transforms.records import Reject
+from transforms.stores.local_read import BUFFER
+from transforms.tar.fetch import read_shard
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -58,7 +58,9 @@ def eio_after(tmp_path):
 
     def make(data: bytes, name: str = "s.tar") -> str:
         assert data and len(data) % PAGE == 0
-        child = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         children.append(child)
         child.stdin.write(len(data).to_bytes(8, "big") + data)
         child.stdin.flush()
@@ -82,6 +84,7 @@ def _split(items):
 
 def _tar(members) -> bytes:
     import io
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
         for name, data in members:
@@ -96,8 +99,16 @@ def _tar(members) -> bytes:
 @pytest.mark.parametrize("where", ["header", "data"])
 def test_eio_mid_file_is_a_fetch_reject_naming_file_offset_and_error(eio_after, where):
     jpg1 = 2560 if where == "header" else 4000
-    tar = _tar([("000000.jpg", b"a" * 2560), ("000000.cls", b"0"), ("000001.jpg", b"b" * jpg1),
-                ("000001.cls", b"1"), ("000002.jpg", b"c" * 2560), ("000002.cls", b"2")])
+    tar = _tar(
+        [
+            ("000000.jpg", b"a" * 2560),
+            ("000000.cls", b"0"),
+            ("000001.jpg", b"b" * jpg1),
+            ("000001.cls", b"1"),
+            ("000002.jpg", b"c" * 2560),
+            ("000002.cls", b"2"),
+        ]
+    )
     cut = 2 * PAGE
     path = eio_after(tar[:cut])
     good, rej = _split(list(read_shard(path)))
@@ -106,33 +117,46 @@ def test_eio_mid_file_is_a_fetch_reject_naming_file_offset_and_error(eio_after, 
         assert good == ["000000"]
         assert [(r.key, r.reason) for r in rej] == [
             ("000001", f"{broke}; the read broke after this record"),
-            (None, f"{broke}; the read broke after 4 members, the records before them are kept")]
+            (None, f"{broke}; the read broke after 4 members, the records before them are kept"),
+        ]
     else:
         assert good == ["000000"]
         assert [(r.key, r.reason) for r in rej] == [
             ("000001", f"{broke}; member 000001.jpg is incomplete"),
-            (None, f"{broke}; the read broke inside member 000001.jpg, the records before it are kept")]
+            (
+                None,
+                f"{broke}; the read broke inside member 000001.jpg, the records before it are kept",
+            ),
+        ]
     assert [(r.stage, r.counts_record) for r in rej] == [("fetch", True), ("fetch", False)]
 
 
 def test_eio_inside_a_gzip_stream_is_a_fetch_reject(eio_after):
     import gzip
     import random
+
     rnd = random.Random(7)
     members = [(f"{i:06d}.jpg", rnd.randbytes(3000)) for i in range(8)]
     data = gzip.compress(_tar(members), compresslevel=1, mtime=0)
-    path = eio_after(data[:3 * PAGE])
+    path = eio_after(data[: 3 * PAGE])
     good, rej = _split(list(read_shard(path)))
     assert 0 < len(good) < 7 and good == [f"{i:06d}" for i in range(len(good))]
     assert [(r.key, r.stage) for r in rej] == [(f"{len(good):06d}", "fetch"), (None, "fetch")]
-    assert rej[1].reason.startswith(f"read error on local file {path} at byte {3 * PAGE}: [Errno 5] ")
+    assert rej[1].reason.startswith(
+        f"read error on local file {path} at byte {3 * PAGE}: [Errno 5] "
+    )
 
 
 def test_eio_on_the_first_read_is_one_fetch_reject():
     """/proc/self/mem fails a read at offset 0 (page 0 is not mapped), for any user."""
     assert [(r.key, r.stage, r.reason, r.counts_record) for r in read_shard("/proc/self/mem")] == [
-        (None, "fetch", "read error on local file /proc/self/mem at byte 0: [Errno 5] Input/output error (EIO)",
-         False)]
+        (
+            None,
+            "fetch",
+            "read error on local file /proc/self/mem at byte 0: [Errno 5] Input/output error (EIO)",
+            False,
+        )
+    ]
 
 
 @pytest.fixture
@@ -143,7 +167,7 @@ def big_shard(tmp_path):
     for i in range(15):
         members += [(f"{i:03d}/s.jpg", bytes([i]) * 200_000), (f"{i:03d}/s.cls", str(i).encode())]
     path = shardgen.write_tar(str(tmp_path / "big.tar"), members)
-    os.utime(path, ns=(10 ** 18, 10 ** 18))
+    os.utime(path, ns=(10**18, 10**18))
     with tarfile.open(path) as tf:  # the member being read when the reader needs byte BUFFER
         at = [m.name for m in tf.getmembers() if m.offset_data <= BUFFER < m.offset_data + m.size]
     assert len(at) == 1 and at[0].endswith(".jpg")
@@ -172,7 +196,12 @@ def test_file_changed_while_read_is_a_fetch_reject(big_shard, action):
     broke = f"file changed while being read: {path} (at byte {BUFFER}: {what})"
     assert [(r.key, r.stage, r.reason) for r in rej] == [
         (key, "fetch", f"{broke}; member {member} is incomplete"),
-        (None, "fetch", f"{broke}; the read broke inside member {member}, the records before it are kept")]
+        (
+            None,
+            "fetch",
+            f"{broke}; the read broke inside member {member}, the records before it are kept",
+        ),
+    ]
 
 
 def test_file_deleted_while_read_converts_whole(big_shard):
@@ -195,6 +224,7 @@ def test_file_short_before_it_is_opened_is_a_truncated_archive(big_shard):
 
 def _first_page_boundary_in_a_jpg(tar: bytes):
     import io
+
     with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
         for m in tf.getmembers():
             cut = (m.offset_data // PAGE + 1) * PAGE
@@ -211,22 +241,38 @@ def test_pcr_tar_input_eio_is_a_fetch_reject(eio_after, tmp_path):
     path = eio_after(tar[:cut])
     info = convert_unit(("tar", 0, path, path), str(tmp_path / "work"))
     before = [f"{i:06d}" for i in range(int(key))]
-    assert [im["key"] for im in info["images"]] == before and info["records_read"] == len(before) + 1
+    assert [im["key"] for im in info["images"]] == before and info["records_read"] == len(
+        before
+    ) + 1
     broke = f"read error on local file {path} at byte {cut}: [Errno 5] Input/output error (EIO)"
     assert [(r["key"], r["stage"], r["reason"]) for r in info["rejects"]] == [
         (key, "fetch", f"{broke}; member {member} is incomplete"),
-        (None, "fetch", f"{broke}; the read broke inside member {member}, the records before it are kept")]
+        (
+            None,
+            "fetch",
+            f"{broke}; the read broke inside member {member}, the records before it are kept",
+        ),
+    ]
 
 
 @requires_jpegtran
 def test_pcr_image_folder_file_eio_names_file_and_offset(eio_after, tmp_path):
-    root = make_image_folder(str(tmp_path / "folder"), {"cat/a.jpg": shardgen.jpeg(1), "dog/c.jpg": shardgen.jpeg(2)})
+    root = make_image_folder(
+        str(tmp_path / "folder"), {"cat/a.jpg": shardgen.jpeg(1), "dog/c.jpg": shardgen.jpeg(2)}
+    )
     big = shardgen.jpeg(3, size=(256, 192))
     assert len(big) > PAGE
     bad = eio_after(big[:PAGE], "folder/dog/b.jpg")
     (unit,), classes, _ = list_image_folder(root)
     info = convert_unit(unit, str(tmp_path / "work"))
-    assert [im["key"] for im in info["images"]] == ["cat/a.jpg", "dog/c.jpg"] and info["records_read"] == 3
+    assert [im["key"] for im in info["images"]] == ["cat/a.jpg", "dog/c.jpg"] and info[
+        "records_read"
+    ] == 3
     assert [(r["key"], r["stage"], r["reason"]) for r in info["rejects"]] == [
-        ("dog/b.jpg", "fetch", f"unreadable file: read error on local file {bad} at byte {PAGE}: "
-                               "[Errno 5] Input/output error (EIO)")]
+        (
+            "dog/b.jpg",
+            "fetch",
+            f"unreadable file: read error on local file {bad} at byte {PAGE}: "
+            "[Errno 5] Input/output error (EIO)",
+        )
+    ]

@@ -15,14 +15,13 @@ import tarfile
 import time
 
 import pytest
-
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
 
 # name bytes per shard: (tar format, names); b"\xe9" is Latin-1 e-acute, b"\xff" no UTF-8 at all
 SHARDS = [
     (tarfile.GNU_FORMAT, [b"caf\xe9", b"plain-0", b"d\xe9j\xe0/vu"]),
-    (tarfile.PAX_FORMAT, [b"b\xffz", b"plain-1"]),          # pax: hdrcharset=BINARY
+    (tarfile.PAX_FORMAT, [b"b\xffz", b"plain-1"]),  # pax: hdrcharset=BINARY
     (tarfile.USTAR_FORMAT, [b"na\xefve", b"\xc3\xa9t\xc3\xa9"]),  # the second is valid UTF-8
     (tarfile.GNU_FORMAT, [b"x\x80y", b"plain-3"]),
 ]
@@ -60,6 +59,7 @@ def _written(out_dir):
     """``(key bytes, cls)`` of every Example in the output, in order."""
     from transforms.tfrecord.example import parse_example
     from transforms.tfrecord.framing import read_records
+
     got = []
     for p in sorted(glob.glob(os.path.join(out_dir, "*.record"))):
         for r in read_records(p):
@@ -74,6 +74,7 @@ def _expected():
 
 def _webdataset(src_dir):
     import webdataset as wds
+
     urls = [os.path.join(src_dir, f"s-{i}.tar") for i in range(len(SHARDS))]
     out = []
     for s in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
@@ -87,7 +88,9 @@ def _check(out_dir, src_dir):
     # WebDataset's reader sees the same records (it does not refuse the hard-linked one,
     # whose member it skips; tar2tf rejects that record, below)
     assert [r for r in _webdataset(src_dir) if r[0] != LINKED] == want
-    rejects = [json.loads(line) for line in open(glob.glob(os.path.join(out_dir, "*.rejects.jsonl"))[0])]
+    rejects = [
+        json.loads(line) for line in open(glob.glob(os.path.join(out_dir, "*.rejects.jsonl"))[0])
+    ]
     assert [r["key"].encode("utf-8", "surrogateescape") for r in rejects] == [LINKED]
     raw = open(glob.glob(os.path.join(out_dir, "*.rejects.jsonl"))[0], "rb").read()
     assert raw.isascii() and b"lnk\\udce9" in raw  # escaped in the JSON text, never raw bytes
@@ -95,31 +98,70 @@ def _check(out_dir, src_dir):
 
 def test_default_runner_and_in_process(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
-    p = cli("convert", shards, "-o", out, "--type-map", "cls:int64", "--max-rejects", "1", "--no-progress")
+    p = cli(
+        "convert",
+        shards,
+        "-o",
+        out,
+        "--type-map",
+        "cls:int64",
+        "--max-rejects",
+        "1",
+        "--no-progress",
+    )
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     _check(str(tmp_path / "o"), str(tmp_path / "in"))
     m = json.load(open(str(tmp_path / "o" / "t.record.manifest.json")))
-    assert m["totals"]["records_written"] == len(_expected()) and m["totals"]["records_rejected"] == 1
+    assert (
+        m["totals"]["records_written"] == len(_expected()) and m["totals"]["records_rejected"] == 1
+    )
 
     # the in-process driver writes the same bytes; the in-memory stream gives the same records
-    from pipelines.local.driver import convert_in_process
     from pipelines.job.shard import ConvertConfig
-    res = convert_in_process(ConvertConfig(sources=shards, output=str(tmp_path / "p" / "t-{}.record"),
-                                           type_map={"cls": "int64"}, max_rejects=1, progress=False), 2)
+    from pipelines.local.driver import convert_in_process
+
+    res = convert_in_process(
+        ConvertConfig(
+            sources=shards,
+            output=str(tmp_path / "p" / "t-{}.record"),
+            type_map={"cls": "int64"},
+            max_rejects=1,
+            progress=False,
+        ),
+        2,
+    )
     assert res.exit_code == 0
     got, want = output_digest(str(tmp_path / "p")), output_digest(str(tmp_path / "o"))
-    assert {k: v for k, v in got.items() if not k.endswith(".json")} == \
-        {k: v for k, v in want.items() if not k.endswith(".json")}
+    assert {k: v for k, v in got.items() if not k.endswith(".json")} == {
+        k: v for k, v in want.items() if not k.endswith(".json")
+    }
     from pipelines import Dataset
-    labels = [int(x) for x in Dataset(str(tmp_path / "in"), selections=["cls"]).elements("s-{0..3}.tar")]
+
+    labels = [
+        int(x) for x in Dataset(str(tmp_path / "in"), selections=["cls"]).elements("s-{0..3}.tar")
+    ]
     assert labels == [c for _, c in _expected()]
 
 
 def test_shuffled(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
-    p = cli("convert", shards, "-o", out, "--type-map", "cls:int64", "--max-rejects", "1", "--no-progress",
-            "--shuffle", "--seed", "3", "--records-per-shard", "4")
+    p = cli(
+        "convert",
+        shards,
+        "-o",
+        out,
+        "--type-map",
+        "cls:int64",
+        "--max-rejects",
+        "1",
+        "--no-progress",
+        "--shuffle",
+        "--seed",
+        "3",
+        "--records-per-shard",
+        "4",
+    )
     assert p.returncode == 0, p.stderr
     assert sorted(_written(str(tmp_path / "o"))) == sorted(_expected())
 
@@ -127,15 +169,37 @@ def test_shuffled(shards, tmp_path):
 def test_resume_after_kill(shards, tmp_path):
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.4"}
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
-    args = ["convert", shards, "-o", out, "--work-dir", work, "--records-per-shard", "2", "--type-map",
-            "cls:int64", "--max-rejects", "1", "--ops", "slow_ops:slow_ops", "--no-progress",
-            "--direct_running_mode=in_memory", "--direct_num_workers=1"]
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = [
+        "convert",
+        shards,
+        "-o",
+        out,
+        "--work-dir",
+        work,
+        "--records-per-shard",
+        "2",
+        "--type-map",
+        "cls:int64",
+        "--max-rejects",
+        "1",
+        "--ops",
+        "slow_ops:slow_ops",
+        "--no-progress",
+        "--direct_running_mode=in_memory",
+        "--direct_num_workers=1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *args],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 240
     while time.time() < deadline and not glob.glob(f"{work}/*/journal-*.json"):
-        assert proc.poll() is None, "the job ended before it could be killed: " + proc.stderr.read().decode()
+        assert proc.poll() is None, (
+            "the job ended before it could be killed: " + proc.stderr.read().decode()
+        )
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
@@ -157,8 +221,11 @@ def test_pcr_rejects_keys_its_index_cannot_hold(shards, tmp_path):
     m = json.load(open(os.path.join(out, "PCR.manifest.json")))
     non_utf8 = [raw for _, names in SHARDS for raw in names if not _is_utf8(raw)]
     rejects = [json.loads(x) for x in open(os.path.join(out, "PCR.rejects.jsonl"))]
-    assert sorted(r["key"].encode("utf-8", "surrogateescape") for r in rejects
-                  if r["reason"].startswith("key is not UTF-8")) == sorted(non_utf8)
+    assert sorted(
+        r["key"].encode("utf-8", "surrogateescape")
+        for r in rejects
+        if r["reason"].startswith("key is not UTF-8")
+    ) == sorted(non_utf8)
     assert m["totals"]["records_written"] == len(_expected()) - len(non_utf8)
 
 

@@ -7,18 +7,19 @@ import logging
 import os
 
 import pytest
-
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
-from transforms.tar.fetch import read_shard
+
 from transforms.records import is_reject
-from transforms.tar.sources import resolve
 from transforms.stores import StoreConfig, get_store
+from transforms.tar.fetch import read_shard
+from transforms.tar.sources import resolve
 
 pytestmark = [pytest.mark.ais, pytest.mark.gcs]
 
 
 def _blob(n: int, seed: int = 0) -> bytes:
     import random
+
     return random.Random(seed).randbytes(n)
 
 
@@ -72,23 +73,32 @@ def test_streamed_read_seek_and_size(backend):
     if backend.scheme == "gs":
         assert backend.front.count("GET", backend.obj_re("d/blob.bin")) >= 5  # 64 KiB ranges
     else:  # the proxy redirects each GET to the target; bytes come from the target
-        statuses = [s for m, p, s, _ in backend.front.log if m == "GET" and p.startswith("/v1/objects/")]
+        statuses = [
+            s for m, p, s, _ in backend.front.log if m == "GET" and p.startswith("/v1/objects/")
+        ]
         assert len(statuses) == 2 and set(statuses) <= {301, 307}
         assert backend.data.count("GET", backend.obj_re("d/blob.bin")) == 2
-    assert any(h.get("Range") == "bytes=250000-" for h in backend.data.headers) or backend.scheme == "gs"
+    assert (
+        any(h.get("Range") == "bytes=250000-" for h in backend.data.headers)
+        or backend.scheme == "gs"
+    )
 
 
 def test_the_crc32c_a_bucket_keeps(backend):
     """GCS keeps every object's CRC32C; AIS keeps one once the bucket's checksum type is
     crc32c (its default, xxhash, is no CRC32C: None, so a caller reads the bytes)."""
     import google_crc32c
+
     data = _blob(70_000, 2)
     store = get_store(backend.url(), backend.config())
     backend.put("c/before", data)
     backend.keep_crc32c()
     backend.put("c/after", data)
     want = f"{google_crc32c.value(data):08x}"
-    assert store.size_and_crc32c(backend.url("c/before")) == (len(data), None if backend.scheme == "ais" else want)
+    assert store.size_and_crc32c(backend.url("c/before")) == (
+        len(data),
+        None if backend.scheme == "ais" else want,
+    )
     assert store.size_and_crc32c(backend.url("c/after")) == (len(data), want)
     with pytest.raises(FileNotFoundError):
         store.size_and_crc32c(backend.url("c/missing"))
@@ -127,7 +137,9 @@ def test_permanent_errors_are_not_retried(backend):
     assert backend.front.count("GET", backend.obj_re("nope/missing.tar")) <= 1
     backend.put("forbidden.tar", b"secret")
     backend.clear()
-    rule = backend.data.add("status", method="GET", path=backend.obj_re("forbidden.tar"), status=403, times=10)
+    rule = backend.data.add(
+        "status", method="GET", path=backend.obj_re("forbidden.tar"), status=403, times=10
+    )
     with pytest.raises(PermissionError):
         store.open_read(backend.url("forbidden.tar"))
     assert rule.fired == 1
@@ -143,7 +155,9 @@ def test_permanent_errors_are_not_retried(backend):
 def test_retries_are_bounded(backend):
     backend.put("busy.bin", b"abc")
     store = get_store(backend.url(), backend.config(retry_attempts=3))
-    rule = backend.data.add("status", method="GET", path=backend.obj_re("busy.bin"), status=503, times=100)
+    rule = backend.data.add(
+        "status", method="GET", path=backend.obj_re("busy.bin"), status=503, times=100
+    )
     with pytest.raises(Exception) as err:
         store.read_bytes(backend.url("busy.bin"))
     assert not isinstance(err.value, (FileNotFoundError, PermissionError))
@@ -172,7 +186,9 @@ def test_writes_are_atomic_and_retried(backend):
     if backend.scheme == "gs":  # above 8 MiB: a resumable upload, in several requests
         data = _blob(9_000_000, 3)
         store.upload_chunk = 2 << 20
-    backend.data.add("status", method=backend.put_method, path=backend.put_re("w/out.bin"), status=503)
+    backend.data.add(
+        "status", method=backend.put_method, path=backend.put_re("w/out.bin"), status=503
+    )
     backend.data.add("reset", method="PUT", path=backend.put_re("w/out.bin"), after=0)
     with store.open_write(url) as f:
         f.write(data)
@@ -191,12 +207,13 @@ def test_missing_names_and_buckets_are_list_rejects(backend):
     urls, rejects = resolve(backend.url("s/shard-{0..3}.tar"), config=backend.config())
     assert urls == [backend.url(f"s/shard-{i}.tar") for i in (0, 1, 3)]
     assert [(r.shard, r.stage) for r in rejects] == [(backend.url("s/shard-2.tar"), "list")]
-    urls, rejects = resolve("shard-{0..1}.tar", base=f"{backend.scheme}://no-such-bucket-xyz/s",
-                            config=backend.config())
+    urls, rejects = resolve(
+        "shard-{0..1}.tar", base=f"{backend.scheme}://no-such-bucket-xyz/s", config=backend.config()
+    )
     assert urls == [] and len(rejects) == 2 and all("missing shard" in r.reason for r in rejects)
 
 
-def test_ais_token_from_env_is_sent_and_never_shown(ais_cluster, ais_proxies, monkeypatch, caplog):  # noqa: F811
+def test_ais_token_from_env_is_sent_and_never_shown(ais_cluster, ais_proxies, monkeypatch, caplog):
     front, data = ais_proxies
     front.clear()
     secret = "tok-" + os.urandom(8).hex()
@@ -221,6 +238,7 @@ def test_ais_endpoint_resolution(monkeypatch):
 
 def test_retries_spent_mid_stream_keep_earlier_records_and_say_where(backend, tmp_path):
     import shardgen
+
     tar = shardgen.write_tar(str(tmp_path / "s.tar"), shardgen.sample_members(0, 8, size=(32, 24)))
     data = open(tar, "rb").read()
     backend.put("mid/s.tar", data)
@@ -235,15 +253,23 @@ def test_retries_spent_mid_stream_keep_earlier_records_and_say_where(backend, tm
     items = list(read_shard(backend.url("mid/s.tar"), cfg))
     records = [i for i in items if not is_reject(i)]
     rejects = [i for i in items if is_reject(i)]
-    assert 0 < len(records) < 8 and [r["__key__"] for r in records] == [f"{i:06d}" for i in range(len(records))]
+    assert 0 < len(records) < 8 and [r["__key__"] for r in records] == [
+        f"{i:06d}" for i in range(len(records))
+    ]
     # the store gave up, the tar is fine: fetch rejects (the record being read, if the
     # break was inside one, and the shard), naming the object
-    assert rejects and rejects[-1].key is None and [r.stage for r in rejects] == ["fetch"] * len(rejects)
-    assert rejects[-1].reason.startswith(f"fetch failed mid-object: {backend.url('mid/s.tar')}: read failed at byte ")
+    assert (
+        rejects
+        and rejects[-1].key is None
+        and [r.stage for r in rejects] == ["fetch"] * len(rejects)
+    )
+    assert rejects[-1].reason.startswith(
+        f"fetch failed mid-object: {backend.url('mid/s.tar')}: read failed at byte "
+    )
     assert "retries spent" in rejects[-1].reason and "503" in rejects[-1].reason
 
 
-def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais_proxies, tmp_path):  # noqa: F811
+def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais_proxies, tmp_path):
     """A GET cut after N bytes, the object replaced, the resume (``Range: bytes=N-``) would
     return new[N:]: the reader compares the version headers of each response with the
     first one's and fails ("object changed while being read"), without retrying into the
@@ -259,7 +285,9 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
     b = AISBackend(ais_cluster, front, data)
     b.clear()
     old = bytes(range(256)) * 4000
-    new = bytes(255 - (i % 256) for i in range(len(old)))  # same size: only the version says it changed
+    new = bytes(
+        255 - (i % 256) for i in range(len(old))
+    )  # same size: only the version says it changed
     b.put("obj.bin", old)
     obj = b.obj_re("obj.bin")
     data.add("truncate", method="GET", path=obj, after=100_000)
@@ -269,7 +297,9 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
         got += f.raw.read(100_000 - len(got))
     assert got == old[:100_000]
     b.put("obj.bin", new)
-    with pytest.raises(OSError, match="object changed while being read") as err:  # not old[:N] + new[N:]
+    with pytest.raises(
+        OSError, match="object changed while being read"
+    ) as err:  # not old[:N] + new[N:]
         f.raw.read(1 << 20)
     assert type(err.value).__name__ == "ObjectChangedError"
     assert "at byte 100000" in str(err.value) and "Ais-Version 1 -> 2" in str(err.value)
@@ -291,7 +321,9 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
     b.put("s.tar", tar_old)
     obj = b.obj_re("s.tar")
     cut = data.add("truncate", method="GET", path=obj, after=150_000)
-    data.add("slow", method="GET", path=obj, delay=1.0)  # the resume, held while the object is replaced
+    data.add(
+        "slow", method="GET", path=obj, delay=1.0
+    )  # the resume, held while the object is replaced
 
     def replace():
         deadline = time.time() + 20
@@ -315,7 +347,9 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
     # read broke, and the shard's) is a `fetch` one, naming the object and what changed
     assert rejects and rejects[-1].key is None
     assert [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
-    assert rejects[-1].reason.startswith(f"object changed while being read: {b.url('s.tar')} (at byte ")
+    assert rejects[-1].reason.startswith(
+        f"object changed while being read: {b.url('s.tar')} (at byte "
+    )
     assert "Ais-Version 1 -> 2" in rejects[-1].reason and "\n" not in rejects[-1].reason
 
 
@@ -329,6 +363,7 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
     import time
 
     import shardgen
+
     members = [(f"{i:06d}.bin", _blob(40_000, 300 + i)) for i in range(8)]
     tar = open(shardgen.write_tar(str(tmp_path / "s.tar"), members), "rb").read()
     backend.put("s.tar", tar)
@@ -337,7 +372,9 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
     obj = backend.obj_re("s.tar")
     if backend.scheme == "gs":
         store.read_chunk = 150_000
-        held = backend.data.add("slow", method="GET", path=obj, delay=1.0, skip=1)  # the second chunk
+        held = backend.data.add(
+            "slow", method="GET", path=obj, delay=1.0, skip=1
+        )  # the second chunk
 
         def change():
             backend.put("s.tar", tar[::-1])  # a new generation
@@ -362,12 +399,21 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
         t.join()
         if backend.scheme == "gs":  # the store is shared by the tests with the same config
             from transforms.stores.gcs import READ_CHUNK
+
             store.read_chunk = READ_CHUNK
     records = [i for i in items if not is_reject(i)]
     rejects = [i for i in items if is_reject(i)]
-    assert 0 < len(records) < 8 and all(r["bin"] == dict(members)[r["__key__"] + ".bin"] for r in records)
-    assert rejects and rejects[-1].key is None and [r.stage for r in rejects] == ["fetch"] * len(rejects), rejects
-    assert rejects[-1].reason.startswith(f"object changed while being read: {backend.url('s.tar')} (at byte ")
+    assert 0 < len(records) < 8 and all(
+        r["bin"] == dict(members)[r["__key__"] + ".bin"] for r in records
+    )
+    assert (
+        rejects
+        and rejects[-1].key is None
+        and [r.stage for r in rejects] == ["fetch"] * len(rejects)
+    ), rejects
+    assert rejects[-1].reason.startswith(
+        f"object changed while being read: {backend.url('s.tar')} (at byte "
+    )
     assert "gone" in rejects[-1].reason and "HTTP 404" in rejects[-1].reason
 
 
@@ -376,6 +422,7 @@ def test_spooled_upload_parks_and_cleans_up(tmp_path, monkeypatch):
     uploads every byte; a block that raises uploads nothing; no spool file is left."""
     from transforms.stores.retry import RetryPolicy
     from transforms.stores.upload import SPOOL_DIR_ENV, spooled_upload
+
     monkeypatch.setenv(SPOOL_DIR_ENV, str(tmp_path))
     sent = []
 

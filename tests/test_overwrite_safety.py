@@ -20,9 +20,9 @@ import sys
 import time
 
 import pytest
-
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
+
 from transforms.tfrecord import digests
 
 
@@ -66,12 +66,16 @@ def _fresh(named_inputs, tmp_path) -> str:
     return str(d)
 
 
-@pytest.mark.parametrize("output, extra", [
-    ("data-{}.tar", []),                       # the case: shard 1 replaced, 2 and 3 "stale"
-    ("data-{}.tar", ["--dali-index"]),
-    ("data-{}.tar", ["--records-per-shard", "1"]),
-    ("data.tar", []),                          # data-00000-of-00001.tar: no input has that name...
-], ids=["braces", "braces-dali", "braces-9-shards", "plain"])
+@pytest.mark.parametrize(
+    "output, extra",
+    [
+        ("data-{}.tar", []),  # the case: shard 1 replaced, 2 and 3 "stale"
+        ("data-{}.tar", ["--dali-index"]),
+        ("data-{}.tar", ["--records-per-shard", "1"]),
+        ("data.tar", []),  # data-00000-of-00001.tar: no input has that name...
+    ],
+    ids=["braces", "braces-dali", "braces-9-shards", "plain"],
+)
 def test_overwrite_output_named_like_the_inputs_is_refused(named_inputs, tmp_path, output, extra):
     d = _fresh(named_inputs, tmp_path)
     if output == "data.tar":  # ...unless one does: an input named like a planned shard
@@ -80,7 +84,15 @@ def test_overwrite_output_named_like_the_inputs_is_refused(named_inputs, tmp_pat
     else:
         sources = [os.path.join(d, "data-{1..3}.tar")]
     before = _tree(d)
-    p = cli("convert", *sources, "--output", os.path.join(d, output), "--overwrite", "--no-progress", *extra)
+    p = cli(
+        "convert",
+        *sources,
+        "--output",
+        os.path.join(d, output),
+        "--overwrite",
+        "--no-progress",
+        *extra,
+    )
     line = _one_line_error(p)
     assert "would overwrite or delete the input" in line, line
     assert _tree(d) == before  # nothing written, nothing deleted, not even a work directory
@@ -94,21 +106,35 @@ def test_inputs_a_stale_cleanup_would_delete_are_refused(named_inputs, tmp_path)
     shutil.copy(named_inputs / "data-1.tar", d / "data-5.tar")
     shutil.copy(named_inputs / "data-2.tar", d / "data-6.tar")
     before = _tree(d)
-    p = cli("convert", str(d / "data-{5..6}.tar"), "--output", str(d / "data-{}.tar"), "--overwrite",
-            "--no-progress")
+    p = cli(
+        "convert",
+        str(d / "data-{5..6}.tar"),
+        "--output",
+        str(d / "data-{}.tar"),
+        "--overwrite",
+        "--no-progress",
+    )
     assert "would overwrite or delete the input" in _one_line_error(p)
     assert _tree(d) == before
 
 
-@pytest.mark.parametrize("companion", ["out.tar.manifest.json", "out.tar.rejects.jsonl",
-                                       "out-1.tar.idx"])
+@pytest.mark.parametrize(
+    "companion", ["out.tar.manifest.json", "out.tar.rejects.jsonl", "out-1.tar.idx"]
+)
 def test_an_input_named_like_a_companion_file_is_refused(named_inputs, tmp_path, companion):
     d = tmp_path / "in"
     d.mkdir()
     shutil.copy(named_inputs / "data-1.tar", d / companion)
     before = _tree(d)
-    p = cli("convert", str(d / companion), "--output", str(d / "out-{}.tar"), "--dali-index", "--overwrite",
-            "--no-progress")
+    p = cli(
+        "convert",
+        str(d / companion),
+        "--output",
+        str(d / "out-{}.tar"),
+        "--dali-index",
+        "--overwrite",
+        "--no-progress",
+    )
     assert "would overwrite or delete the input" in _one_line_error(p)
     assert _tree(d) == before
 
@@ -117,8 +143,14 @@ def test_an_input_reached_through_a_symlinked_output_directory_is_refused(named_
     d = _fresh(named_inputs, tmp_path)
     os.symlink(d, tmp_path / "link")
     before = _tree(d)
-    p = cli("convert", os.path.join(d, "data-{1..3}.tar"), "--output", str(tmp_path / "link" / "data-{}.tar"),
-            "--overwrite", "--no-progress")
+    p = cli(
+        "convert",
+        os.path.join(d, "data-{1..3}.tar"),
+        "--output",
+        str(tmp_path / "link" / "data-{}.tar"),
+        "--overwrite",
+        "--no-progress",
+    )
     assert "would overwrite or delete the input" in _one_line_error(p)
     assert _tree(d) == before
 
@@ -126,7 +158,13 @@ def test_an_input_reached_through_a_symlinked_output_directory_is_refused(named_
 def test_stale_cleanup_deletes_only_what_the_earlier_manifest_named(named_inputs, tmp_path):
     d = _fresh(named_inputs, tmp_path)
     out = tmp_path / "o"
-    args = ["convert", os.path.join(d, "data-{1..3}.tar"), "--output", str(out / "t-{}.record"), "--no-progress"]
+    args = [
+        "convert",
+        os.path.join(d, "data-{1..3}.tar"),
+        "--output",
+        str(out / "t-{}.record"),
+        "--no-progress",
+    ]
     p = cli(*args, "--records-per-shard", "2")
     assert p.returncode == 0, p.stderr
     first = json.loads((out / "t.record.manifest.json").read_text())
@@ -144,6 +182,7 @@ def test_stale_cleanup_deletes_only_what_the_earlier_manifest_named(named_inputs
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory):
     from PIL import Image
+
     root = tmp_path_factory.mktemp("folder") / "images"
     for c in ("cat", "dog"):
         (root / c).mkdir(parents=True)
@@ -165,6 +204,7 @@ def test_pcr_output_in_the_image_folder_is_refused(image_folder, tmp_path, where
 
 def test_pcr_tar_inputs_named_like_its_records_are_refused(named_inputs, tmp_path):
     from PIL import Image
+
     d = tmp_path / "o"
     d.mkdir()
     src = tmp_path / "src"
@@ -172,10 +212,21 @@ def test_pcr_tar_inputs_named_like_its_records_are_refused(named_inputs, tmp_pat
         (src / str(i)).mkdir(parents=True)
         Image.new("RGB", (8, 8), (i, 2, 3)).save(src / str(i) / "a.jpg")
         (src / str(i) / "a.cls").write_text(str(i))
-        subprocess.run(["tar", "-C", str(src / str(i)), "-cf", str(d / f"PCR_{i}.db"), "a.jpg", "a.cls"], check=True)
+        subprocess.run(
+            ["tar", "-C", str(src / str(i)), "-cf", str(d / f"PCR_{i}.db"), "a.jpg", "a.cls"],
+            check=True,
+        )
     before = _tree(d)
-    p = cli("pcr", str(d / "PCR_{0..1}.db"), "--input-format", "tar", "--output", str(d), "--overwrite",
-            "--no-progress")
+    p = cli(
+        "pcr",
+        str(d / "PCR_{0..1}.db"),
+        "--input-format",
+        "tar",
+        "--output",
+        str(d),
+        "--overwrite",
+        "--no-progress",
+    )
     assert "would overwrite or delete the input" in _one_line_error(p)
     assert _tree(d) == before
 
@@ -193,7 +244,9 @@ def _invariant(out) -> str:
     if not os.path.exists(mpath):
         return "none"
     m = json.loads(open(mpath).read())
-    assert sorted(s["path"] for s in m["shards"]) == on_disk, "the manifest does not list the shards on disk"
+    assert sorted(s["path"] for s in m["shards"]) == on_disk, (
+        "the manifest does not list the shards on disk"
+    )
     for s in m["shards"]:
         assert os.path.getsize(s["path"]) == s["bytes"], f"{s['path']} is not the manifest's"
         crc = digests.new("crc32c")
@@ -213,8 +266,18 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
     src = str(tmp_path / "in" / "train-{0000..0005}.tar")
     out = str(tmp_path / "o")
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.15"}
-    base = ["convert", src, "--output", os.path.join(out, "t-{}.record"), "--type-map", "cls:int64",
-            "--ops", "slow_ops:slow_ops", "--no-progress", "--direct_num_workers=2"]
+    base = [
+        "convert",
+        src,
+        "--output",
+        os.path.join(out, "t-{}.record"),
+        "--type-map",
+        "cls:int64",
+        "--ops",
+        "slow_ops:slow_ops",
+        "--no-progress",
+        "--direct_num_workers=2",
+    ]
     p = cli(*base, "--records-per-shard", "2", env={**env, "TAR2TF_TEST_DELAY": "0"})
     assert p.returncode == 0, p.stderr
     assert _invariant(out) == "exact"
@@ -222,9 +285,15 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
     assert len(old) == N_IN * PER_IN // 2
     mpath = os.path.join(out, "t.record.manifest.json")
     args = base + ["--records-per-shard", "3", "--overwrite"]
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *args], cwd=ROOT, start_new_session=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *args],
+        cwd=ROOT,
+        start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def reached() -> bool:
         if point == "manifest-removed":
@@ -235,9 +304,12 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
             return os.stat(name).st_ino != old[name]
         except FileNotFoundError:
             return False
+
     deadline = time.time() + 240
     while not reached():
-        assert proc.poll() is None, "the overwrite ended before the kill point: " + proc.stderr.read()
+        assert proc.poll() is None, (
+            "the overwrite ended before the kill point: " + proc.stderr.read()
+        )
         assert time.time() < deadline, "the kill point was never reached"
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)

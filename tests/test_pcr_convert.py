@@ -8,13 +8,23 @@ import subprocess
 
 import numpy as np
 import pytest
+from pcr_fixtures import (
+    bad_files,
+    convert_local,
+    decode,
+    encode,
+    make_image_folder,
+    make_tar,
+    photo,
+    requires_jpegtran,
+    sample_images,
+)
 from PIL import Image
 
-from pcr_fixtures import (bad_files, convert_local, decode, encode, make_image_folder, make_tar, photo,
-                          requires_jpegtran, sample_images)
-from transforms.pcr import jpeg_scans as js
 from transforms.pcr import format as fmt
-from transforms.pcr import pcr_pb2, reader as pcr_reader
+from transforms.pcr import jpeg_scans as js
+from transforms.pcr import pcr_pb2
+from transforms.pcr import reader as pcr_reader
 from transforms.pcr.verify import verify_pcr
 
 pytestmark = requires_jpegtran
@@ -51,8 +61,13 @@ def test_image_folder_conversion_accounts_for_every_file(folder_run):
     assert {rel: sha(os.path.join(root, rel)) for rel in files} == before
     # 6 images, 4 per record: the last record is partial and written once
     assert [s["records"] for s in res.manifest["shards"]] == [4, 2]
-    assert sorted(os.listdir(out)) == ["PCR.manifest.json", "PCR.rejects.jsonl", "PCR_0.db", "PCR_1.db",
-                                       "PCR_index.pb"]
+    assert sorted(os.listdir(out)) == [
+        "PCR.manifest.json",
+        "PCR.rejects.jsonl",
+        "PCR_0.db",
+        "PCR_1.db",
+        "PCR_index.pb",
+    ]
     for s in res.manifest["shards"]:
         assert sha(s["path"]) == s["sha256"] and os.path.getsize(s["path"]) == s["bytes"]
     assert verify_pcr(out) == []
@@ -72,12 +87,21 @@ def test_every_level_decodes_and_full_level_is_the_source(folder_run):
             assert img.shape == src.shape
             if k == js.SCAN_GROUPS and not key.endswith(".png"):
                 assert np.array_equal(img, src), key  # lossless for JPEG inputs, CMYK and gray too
-    png = next(j for key, j, _ in pcr_reader.iter_pcr(res.paths, index, 10, with_keys=True) if key.endswith(".png"))
+    png = next(
+        j
+        for key, j, _ in pcr_reader.iter_pcr(res.paths, index, 10, with_keys=True)
+        if key.endswith(".png")
+    )
     diff = decode(png).astype(float) - decode(files["dog/e_png.png"])[..., :3]
-    assert 10 * np.log10(255 ** 2 / np.mean(diff ** 2)) > 30  # encoded once, at quality 90
-    meta = pcr_pb2.MetadataRecord.FromString(open(res.paths[0], "rb").read()[:fmt.read_index(index)[1]["PCR_0.db"].lengths[0]])
+    assert 10 * np.log10(255**2 / np.mean(diff**2)) > 30  # encoded once, at quality 90
+    meta = pcr_pb2.MetadataRecord.FromString(
+        open(res.paths[0], "rb").read()[: fmt.read_index(index)[1]["PCR_0.db"].lengths[0]]
+    )
     info = {im.key: im for im in meta.images}
-    assert info["cat/b_gray.jpg"].scan_map == "gray-6" and info["cat/c_cmyk.jpg"].scan_map == "4comp-18"
+    assert (
+        info["cat/b_gray.jpg"].scan_map == "gray-6"
+        and info["cat/c_cmyk.jpg"].scan_map == "4comp-18"
+    )
     assert info["cat/a_colour.jpg"].lossless and info["cat/c_cmyk.jpg"].components == 4
 
 
@@ -86,16 +110,26 @@ def test_tf_dataset_matches_python_iterator(folder_run):
     index = os.path.join(out, fmt.INDEX_NAME)
     for k in (1, 4, 10, 11):
         py = list(pcr_reader.iter_pcr(res.paths, index, k))
-        tf_items = [(bytes(j), int(label)) for j, label in
-                    pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, k).as_numpy_iterator()]
+        tf_items = [
+            (bytes(j), int(label))
+            for j, label in pcr_reader.ProgressiveCompressedRecordDataset(
+                res.paths, index, k
+            ).as_numpy_iterator()
+        ]
         assert tf_items == py
-    decoded = list(pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, 2, decode=True)
-                   .as_numpy_iterator())
+    decoded = list(
+        pcr_reader.ProgressiveCompressedRecordDataset(
+            res.paths, index, 2, decode=True
+        ).as_numpy_iterator()
+    )
     assert all(img.ndim == 3 and img.shape[2] == 3 for img, _ in decoded)
     # no files (a worker's share of a split with fewer files than workers): no elements
     empty = pcr_reader.ProgressiveCompressedRecordDataset([], index, 3)
     assert list(empty.as_numpy_iterator()) == [] and list(pcr_reader.iter_pcr([], index, 3)) == []
-    assert empty.element_spec == pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, 3).element_spec
+    assert (
+        empty.element_spec
+        == pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, 3).element_spec
+    )
 
 
 def _rchar():
@@ -132,6 +166,7 @@ def test_bytes_read_are_the_index_prefix(folder_run):
     # TensorFlow reads through its own file system: count the process's read bytes
     if not os.path.exists("/proc/self/io"):
         pytest.skip("no /proc/self/io to count TensorFlow's reads")
+
     def iterate(k):
         ds = pcr_reader.ProgressiveCompressedRecordDataset(res.paths, index, k)
         before = _rchar()
@@ -152,15 +187,18 @@ def test_bytes_read_are_the_index_prefix(folder_run):
 def tar_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pcr_tar")
     good = encode(photo("coffee", (48, 32)))
-    bad = make_tar(str(tmp / "bad.tar"), [
-        ("x/ok", {"jpg": good, "cls": b"7"}),
-        ("x/nolabel", {"jpg": good}),
-        ("x/badlabel", {"jpg": good, "cls": b"seven"}),
-        ("x/text", {"jpg": b"hello", "cls": b"1"}),
-        ("x/noimage", {"txt": b"hello", "cls": b"1"}),
-        ("x/cut", {"jpg": good[:len(good) // 2], "cls": b"1"}),
-        ("x/head", {"jpg": good[:40], "cls": b"1"}),
-    ])
+    bad = make_tar(
+        str(tmp / "bad.tar"),
+        [
+            ("x/ok", {"jpg": good, "cls": b"7"}),
+            ("x/nolabel", {"jpg": good}),
+            ("x/badlabel", {"jpg": good, "cls": b"seven"}),
+            ("x/text", {"jpg": b"hello", "cls": b"1"}),
+            ("x/noimage", {"txt": b"hello", "cls": b"1"}),
+            ("x/cut", {"jpg": good[: len(good) // 2], "cls": b"1"}),
+            ("x/head", {"jpg": good[:40], "cls": b"1"}),
+        ],
+    )
     sources = [os.path.join(DEMO, "demo-{0..1}.tar"), bad, str(tmp / "missing.tar")]
     out, res = convert_local(tmp, sources, images_per_record=20, seed=5)
     return bad, out, res, good
@@ -168,14 +206,24 @@ def tar_run(tmp_path_factory):
 
 def test_tar_inputs_labels_and_rejects(tar_run):
     import tarfile
+
     bad, out, res, good = tar_run
     t = res.totals
     assert t["records_read"] == 48 + 7 == t["records_written"] + t["records_rejected"]
     assert t["records_written"] == 49 and t["shards_rejected"] == 1  # missing.tar: a list reject
-    reasons = {r["key"]: r["reason"].split(":")[0] for r in map(__import__("json").loads, open(res.rejects_path))}
-    assert reasons == {None: "missing shard", "x/nolabel": "no label", "x/badlabel": "bad label",
-                       "x/text": "not an image", "x/noimage": "no image", "x/cut": "jpegtran rejected",
-                       "x/head": "undecodable image"}
+    reasons = {
+        r["key"]: r["reason"].split(":")[0]
+        for r in map(__import__("json").loads, open(res.rejects_path))
+    }
+    assert reasons == {
+        None: "missing shard",
+        "x/nolabel": "no label",
+        "x/badlabel": "bad label",
+        "x/text": "not an image",
+        "x/noimage": "no image",
+        "x/cut": "jpegtran rejected",
+        "x/head": "undecodable image",
+    }
     assert [s["records"] for s in res.manifest["shards"]] == [20, 20, 9]
     expect = {"x/ok": (good, 7)}
     for shard in ("demo-0.tar", "demo-1.tar"):
@@ -185,7 +233,9 @@ def test_tar_inputs_labels_and_rejects(tar_run):
             if name.endswith(".jpg"):
                 key = name[:-4]
                 expect[key] = (data, int(members[key + ".cls"]))
-    got = list(pcr_reader.iter_pcr(res.paths, os.path.join(out, fmt.INDEX_NAME), 10, with_keys=True))
+    got = list(
+        pcr_reader.iter_pcr(res.paths, os.path.join(out, fmt.INDEX_NAME), 10, with_keys=True)
+    )
     assert sorted(k for k, _, _ in got) == sorted(expect)
     for key, jpeg, label in got:
         assert label == expect[key][1]
@@ -195,11 +245,21 @@ def test_tar_inputs_labels_and_rejects(tar_run):
 
 def test_seed_orders_images_and_no_seed_keeps_input_order(tar_run, tmp_path):
     _, out, res, _ = tar_run
-    shuffled = [k for k, _, _ in pcr_reader.iter_pcr(res.paths, os.path.join(out, fmt.INDEX_NAME), 1,
-                                                       with_keys=True)]
-    out2, res2 = convert_local(tmp_path, os.path.join(DEMO, "demo-{0..1}.tar"), images_per_record=100)
-    plain = [k for k, _, _ in pcr_reader.iter_pcr(res2.paths, os.path.join(out2, fmt.INDEX_NAME), 1,
-                                                    with_keys=True)]
+    shuffled = [
+        k
+        for k, _, _ in pcr_reader.iter_pcr(
+            res.paths, os.path.join(out, fmt.INDEX_NAME), 1, with_keys=True
+        )
+    ]
+    out2, res2 = convert_local(
+        tmp_path, os.path.join(DEMO, "demo-{0..1}.tar"), images_per_record=100
+    )
+    plain = [
+        k
+        for k, _, _ in pcr_reader.iter_pcr(
+            res2.paths, os.path.join(out2, fmt.INDEX_NAME), 1, with_keys=True
+        )
+    ]
     demo_keys = [k for k in shuffled if not k.startswith("x/")]
     assert sorted(demo_keys) == sorted(plain) and demo_keys != plain
     assert plain == sorted(plain, key=lambda k: int(k.rsplit("img", 1)[1]))  # tar order
@@ -207,20 +267,28 @@ def test_seed_orders_images_and_no_seed_keeps_input_order(tar_run, tmp_path):
 
 def test_overwrite_replaces_and_removes_stale_records(tmp_path):
     from pipelines.beam.convert import OutputExistsError
-    root = make_image_folder(str(tmp_path / "f"), {f"c/{i}.jpg": encode(photo("chelsea", (32, 24 + 8 * i)))
-                                                   for i in range(3)})
+
+    root = make_image_folder(
+        str(tmp_path / "f"),
+        {f"c/{i}.jpg": encode(photo("chelsea", (32, 24 + 8 * i))) for i in range(3)},
+    )
     out, res = convert_local(tmp_path, root, images_per_record=1)
     assert len(res.paths) == 3
     with pytest.raises(OutputExistsError):
         convert_local(tmp_path, root, images_per_record=2)
     out, res = convert_local(tmp_path, root, images_per_record=2, overwrite=True)
-    assert sorted(f for f in os.listdir(out) if f.startswith("PCR_")) == ["PCR_0.db", "PCR_1.db", "PCR_index.pb"]
+    assert sorted(f for f in os.listdir(out) if f.startswith("PCR_")) == [
+        "PCR_0.db",
+        "PCR_1.db",
+        "PCR_index.pb",
+    ]
     assert verify_pcr(out) == []
     assert not os.path.exists(os.path.join(out, ".tar2tf-work"))
 
 
 def test_verify_finds_damage(folder_run, tmp_path):
     import shutil
+
     _, _, _, out, _ = folder_run
     d = str(tmp_path / "copy")
     shutil.copytree(out, d)
@@ -243,9 +311,11 @@ def test_verify_finds_damage(folder_run, tmp_path):
 
 
 def test_exif_orientation_is_applied_losslessly_when_possible():
-    from PIL import ImageOps
     from pcr_fixtures import exif_orientation
+    from PIL import ImageOps
+
     from transforms.pcr.image import to_progressive
+
     aligned = encode(photo("astronaut", (64, 48)), exif=exif_orientation(6))
     p = to_progressive(aligned)
     assert p.orientation == 6 and p.lossless
@@ -254,7 +324,9 @@ def test_exif_orientation_is_applied_losslessly_when_possible():
     assert img.shape == upright.shape == (64, 48, 3)
     # the DCT coefficients were rotated, not re-quantised: rotating back gives the source
     # pixels exactly; the upright decode differs from rotated pixels by IDCT rounding only
-    back = subprocess.run(["jpegtran", "-rotate", "270"], input=p.data, capture_output=True, check=True).stdout
+    back = subprocess.run(
+        ["jpegtran", "-rotate", "270"], input=p.data, capture_output=True, check=True
+    ).stdout
     assert np.array_equal(decode(back), decode(aligned))
     assert np.abs(img.astype(int) - upright).max() <= 3
     assert b"Exif" not in p.data  # -copy none: the orientation is not applied twice by viewers
@@ -264,12 +336,13 @@ def test_exif_orientation_is_applied_losslessly_when_possible():
     img = decode(q.data)
     ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(odd))))
     assert img.shape == ref.shape == (70, 50, 3)
-    assert 10 * np.log10(255 ** 2 / np.mean((img.astype(float) - ref) ** 2)) > 30
+    assert 10 * np.log10(255**2 / np.mean((img.astype(float) - ref) ** 2)) > 30
 
 
 def _damaged_jpeg(orientation):
     """A JPEG whose entropy data jpegtran reports as corrupt (an RST marker mid-scan)."""
     from pcr_fixtures import exif_orientation
+
     src = encode(photo("chelsea", (64, 48)), exif=exif_orientation(orientation))
     sos = src.rfind(b"\xff\xda")
     mid = sos + (len(src) - sos) // 2
@@ -284,6 +357,7 @@ def test_damaged_jpeg_is_rejected_whatever_its_orientation(orientation):
     # with an EXIF turn the -perfect attempt fails on the damage too; the lossy way (Pillow
     # decodes damaged data silently) must not take it
     from transforms.pcr.image import ImageRejected, to_progressive
+
     with pytest.raises(ImageRejected, match="jpegtran rejected: .*Corrupt JPEG data"):
         to_progressive(_damaged_jpeg(orientation))
 
@@ -291,7 +365,9 @@ def test_damaged_jpeg_is_rejected_whatever_its_orientation(orientation):
 def test_jpeg_size_is_not_limited_by_pillows_pixel_guard(monkeypatch):
     # stands in for a >89 MP JPEG: only its header is parsed in Python, jpegtran converts it
     from pcr_fixtures import exif_orientation
+
     from transforms.pcr.image import ImageRejected, to_progressive
+
     data = encode(photo("chelsea", (64, 48)))
     turned = encode(photo("chelsea", (64, 48)), exif=exif_orientation(6))
     png = encode(photo("chelsea", (64, 48)), "PNG")
@@ -304,8 +380,8 @@ def test_jpeg_size_is_not_limited_by_pillows_pixel_guard(monkeypatch):
 
 
 def test_tiff_orientation_is_recorded():
-    from pcr_fixtures import exif_orientation
     from transforms.pcr.image import to_progressive
+
     img = photo("chelsea", (40, 30))
     exif = Image.Exif()
     exif[0x0112] = 6
@@ -318,9 +394,13 @@ def test_tiff_orientation_is_recorded():
 
 def test_cli_exit_codes(tmp_path, capsys):
     from launch.cli import main
+
     root = make_image_folder(str(tmp_path / "f"), dict(sample_images(), **{"dog/x.jpg": b"nope"}))
     out = str(tmp_path / "o")
-    assert main(["pcr", root, "--output", out, "--images-per-record", "3", "--direct_num_workers=2"]) == 3
+    assert (
+        main(["pcr", root, "--output", out, "--images-per-record", "3", "--direct_num_workers=2"])
+        == 3
+    )
     err = capsys.readouterr().err
     assert "1 rejects > --max-rejects 0" in err and "not an image" in err
     assert main(["pcr", root, "--output", out]) == 4

@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 import pytest
+from pcr_fixtures import convert_local, encode, make_image_folder, photo, requires_jpegtran
 from PIL import Image
 
-from pcr_fixtures import convert_local, encode, make_image_folder, photo, requires_jpegtran
 from transforms.pcr import quality as pcr_quality
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,8 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @requires_jpegtran
 def test_report_cli(tmp_path, capsys):
     from launch.cli import main
-    files = {f"c{i % 2}/{n}.jpg": encode(photo(n, (96 + 16 * i, 72)), quality=90)
-             for i, n in enumerate(("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry"))}
+
+    files = {
+        f"c{i % 2}/{n}.jpg": encode(photo(n, (96 + 16 * i, 72)), quality=90)
+        for i, n in enumerate(("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry"))
+    }
     files["c0/gray.jpg"] = encode(photo("camera", (64, 64), "L"))
     files["c1/tiny.jpg"] = encode(photo("coffee", (9, 7)))
     root = make_image_folder(str(tmp_path / "f"), files)

@@ -5,9 +5,9 @@ import os
 
 from pcr_fixtures import requires_jpegtran
 
-from pipelines.job import workfiles
 from pipelines.beam.convert import OutputExistsError
 from pipelines.beam.pcr import PcrConfig, convert_pcr, list_units, work_dir_for
+from pipelines.job import workfiles
 from transforms.pcr import convert as pc
 
 pytestmark = requires_jpegtran
@@ -17,7 +17,11 @@ DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
 
 def _files(d):
     """Every output file; the manifest with this run's directory name normalised."""
-    out = {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)) if f.startswith("PCR")}
+    out = {
+        f: open(os.path.join(d, f), "rb").read()
+        for f in sorted(os.listdir(d))
+        if f.startswith("PCR")
+    }
     out["PCR.manifest.json"] = out["PCR.manifest.json"].replace(d.encode(), b"<out>")
     return out
 
@@ -52,21 +56,31 @@ def test_resume_reuses_verified_units_and_matches_a_clean_run(tmp_path):
         pass
     res = convert_pcr(cfg, ["--direct_num_workers=2"])
     assert res.exit_code == 0
-    assert res.counters["shards_resumed"] == 2          # units 1 and 2; unit 0 was damaged and redone
+    assert res.counters["shards_resumed"] == 2  # units 1 and 2; unit 0 was damaged and redone
     assert res.counters["shards_read"] == len(units) == 4
     assert _files(cfg.output) == _files(ref.output)
-    assert not os.path.exists(work)                      # work dir removed after success
+    assert not os.path.exists(work)  # work dir removed after success
 
 
 def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     from pcr_fixtures import encode, make_image_folder, photo
+
     from transforms.pcr.format import INDEX_NAME, record_files
     from transforms.pcr.reader import iter_pcr
+
     src = str(tmp_path / "src")
-    make_image_folder(src, {f"c{i % 2}/img{i:03d}.jpg": encode(photo("chelsea", (32 + i % 5, 24)))
-                            for i in range(12)})
-    cfg = PcrConfig(sources=src, output=str(tmp_path / "out"), images_per_record=5, files_per_unit=4,
-                    progress=False, resume=True)
+    make_image_folder(
+        src,
+        {f"c{i % 2}/img{i:03d}.jpg": encode(photo("chelsea", (32 + i % 5, 24))) for i in range(12)},
+    )
+    cfg = PcrConfig(
+        sources=src,
+        output=str(tmp_path / "out"),
+        images_per_record=5,
+        files_per_unit=4,
+        progress=False,
+        resume=True,
+    )
     # what a run killed after its first two units (slices of 4 files) leaves behind
     units, _, inputs, _ = list_units(cfg)
     work = work_dir_for(cfg, inputs)
@@ -80,7 +94,10 @@ def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     res = convert_pcr(cfg, ["--direct_num_workers=1"])
     assert res.exit_code == 0 and res.counters["shards_resumed"] == 1
     out = cfg.output
-    keys = [k for k, _, _ in iter_pcr(record_files(out), os.path.join(out, INDEX_NAME), 1, with_keys=True)]
+    keys = [
+        k
+        for k, _, _ in iter_pcr(record_files(out), os.path.join(out, INDEX_NAME), 1, with_keys=True)
+    ]
     tree = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs)
     assert sorted(keys) == tree  # nothing lost, nothing twice
 
@@ -89,11 +106,19 @@ def test_resume_does_not_replace_another_dataset(tmp_path):
     out = str(tmp_path / "out")
     assert convert_pcr(_cfg(out), ["--direct_num_workers=1"]).exit_code == 0
     before = _files(out)
-    other = PcrConfig(sources=DEMO.replace("{0..3}", "0"), output=out, images_per_record=20, seed=3,
-                      progress=False, resume=True)
+    other = PcrConfig(
+        sources=DEMO.replace("{0..3}", "0"),
+        output=out,
+        images_per_record=20,
+        seed=3,
+        progress=False,
+        resume=True,
+    )
     try:
         convert_pcr(other, ["--direct_num_workers=1"])
-        raise AssertionError("--resume must not replace a dataset no interrupted run of this job left")
+        raise AssertionError(
+            "--resume must not replace a dataset no interrupted run of this job left"
+        )
     except OutputExistsError as e:
         assert "no interrupted run of this job" in str(e)
     assert _files(out) == before

@@ -5,8 +5,8 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from pcr_fixtures import decode, encode, photo, requires_jpegtran
+
 from transforms.pcr import jpeg_scans as js
 from transforms.pcr.image import to_progressive
 
@@ -83,11 +83,14 @@ def test_exif_thumbnail_with_sos_bytes_does_not_confuse_the_parser():
 
 def test_restart_markers_and_fill_bytes_stay_inside_scans():
     base = encode(photo("chelsea", (64, 48)))
-    proc = subprocess.run(["jpegtran", "-progressive", "-restart", "1B"], input=base, capture_output=True,
-                          check=True)
+    proc = subprocess.run(
+        ["jpegtran", "-progressive", "-restart", "1B"], input=base, capture_output=True, check=True
+    )
     data = proc.stdout
     layout = js.parse(data)
-    rst_in_scans = sum(data[s.sos:s.end].count(bytes([0xFF, m])) for s in layout.scans for m in range(0xD0, 0xD8))
+    rst_in_scans = sum(
+        data[s.sos : s.end].count(bytes([0xFF, m])) for s in layout.scans for m in range(0xD0, 0xD8)
+    )
     assert rst_in_scans > 0
     assert len(layout.scans) == 10 and layout.scans[-1].end == layout.eoi
     # fill bytes: extra FFs before a marker belong to no segment and must be tolerated
@@ -100,17 +103,20 @@ def test_restart_markers_and_fill_bytes_stay_inside_scans():
 def test_stuffed_bytes_are_data():
     data = progressive(photo("immunohistochemistry", (96, 64)))
     layout = js.parse(data)
-    stuffed = sum(data[s.sos:s.end].count(b"\xff\x00") for s in layout.scans)
+    stuffed = sum(data[s.sos : s.end].count(b"\xff\x00") for s in layout.scans)
     assert stuffed > 0  # a real photo has FF00 in its entropy data, and parsing still works
     assert len(layout.scans) == 10
 
 
-@pytest.mark.parametrize("damage, reason", [
-    (lambda d: d[:len(d) // 2], "truncated"),
-    (lambda d: b"GIF89a" + d, "not a JPEG"),
-    (lambda d: d[:2] + b"\xff\xe0\xff\xff" + d[2:], "truncated"),
-    (lambda d: d[:2] + b"\x12\x34" + d[2:], "corrupt"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda d: d[: len(d) // 2], "truncated"),
+        (lambda d: b"GIF89a" + d, "not a JPEG"),
+        (lambda d: d[:2] + b"\xff\xe0\xff\xff" + d[2:], "truncated"),
+        (lambda d: d[:2] + b"\x12\x34" + d[2:], "corrupt"),
+    ],
+)
 def test_damaged_input_raises_jpeg_error(damage, reason):
     data = progressive(photo("astronaut", (32, 32)))
     with pytest.raises(js.JpegError, match=reason):
@@ -123,10 +129,13 @@ def test_unknown_script_uses_identity_map():
     script = b"0,1,2: 0-0, 0, 0;\n0: 1-63, 0, 0;\n1: 1-63, 0, 0;\n2: 1-63, 0, 0;\n"
     import os
     import tempfile
+
     with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
         f.write(script)
     try:
-        data = subprocess.run(["jpegtran", "-scans", f.name], input=base, capture_output=True, check=True).stdout
+        data = subprocess.run(
+            ["jpegtran", "-scans", f.name], input=base, capture_output=True, check=True
+        ).stdout
     finally:
         os.unlink(f.name)
     pieces, smap, layout = js.group_pieces(data)

@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 import shardgen
 from ops_fixtures import ROOT, cli, output_digest
 
@@ -20,14 +19,35 @@ N_SHARDS = 10
 # one Beam worker converting on its thread (pieces in the work dir), or the default mode's
 # two worker processes (they write into the final shards; Beam only collects), or
 # two threads sharing one worker process (whose pieces must still be converted in order)
-MODES = {"thread": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-         "workers": ["--direct_num_workers=2"],  # the default: Beam collects in_memory
-         "one-worker": ["--direct_running_mode=multi_threading", "--direct_num_workers=2", "--processes", "1"]}
+MODES = {
+    "thread": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    "workers": ["--direct_num_workers=2"],  # the default: Beam collects in_memory
+    "one-worker": [
+        "--direct_running_mode=multi_threading",
+        "--direct_num_workers=2",
+        "--processes",
+        "1",
+    ],
+}
 
 
 def _args(src, out, work, mode="thread"):
-    return ["convert", src, "--output", out, "--work-dir", work, "--records-per-shard", "7",
-            "--type-map", "cls:int64", "--ops", "slow_ops:slow_ops", "--no-progress", *MODES[mode]]
+    return [
+        "convert",
+        src,
+        "--output",
+        out,
+        "--work-dir",
+        work,
+        "--records-per-shard",
+        "7",
+        "--type-map",
+        "cls:int64",
+        "--ops",
+        "slow_ops:slow_ops",
+        "--no-progress",
+        *MODES[mode],
+    ]
 
 
 def _flip(path, at):
@@ -45,12 +65,18 @@ def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
 
-    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", *_args(src, out, work, mode)], cwd=ROOT,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *_args(src, out, work, mode)],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 240
     while time.time() < deadline and len(glob.glob(f"{work}/*/journal-*.json")) < 2:
-        assert proc.poll() is None, "the job ended before it could be killed: " + proc.stderr.read().decode()
+        assert proc.poll() is None, (
+            "the job ended before it could be killed: " + proc.stderr.read().decode()
+        )
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
@@ -62,7 +88,9 @@ def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     # the job recorded what it is (for a --resume with other options to be told which)
     assert [json.load(open(j))["output"] for j in glob.glob(f"{work}/*/job.json")] == [out]
     # the journal's shards are final; the pieces wholly inside them are gone from the work dir
-    assert [e["row"]["path"] for e in entries] == [out.replace("{}", str(i + 1)) for i in range(len(entries))]
+    assert [e["row"]["path"] for e in entries] == [
+        out.replace("{}", str(i + 1)) for i in range(len(entries))
+    ]
     journaled = [p["index"] for e in entries for p in e["pieces"]]
     left = sorted(int(f[-11:-5]) for f in glob.glob(f"{work}/*/piece-*.json"))
     # (the journal entry is written before its pieces are deleted, so a kill between the
@@ -74,7 +102,9 @@ def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     # a damaged final shard is not trusted: it and the ones after it are written again;
     # so is a damaged piece
     _flip(entries[1]["row"]["path"], 20)
-    expect_resumed = len(entries[0]["pieces"]) + len([i for i in left if i >= entries[0]["next"][0]])
+    expect_resumed = len(entries[0]["pieces"]) + len(
+        [i for i in left if i >= entries[0]["next"][0]]
+    )
     if left:
         _flip(glob.glob(f"{work}/*/piece-{left[0]:06d}.tfrecord")[0], 20)
         expect_resumed -= 1
@@ -86,10 +116,12 @@ def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     assert rep["counters"]["shards_resumed"] == expect_resumed > 0
     assert rep["counters"]["shards_read"] == N_SHARDS and rep["counter_mismatches"] == []
     assert "resumed" in p.stderr
-    assert not glob.glob(f"{work}/*/piece-*") and not glob.glob(f"{work}/*/journal-*")  # cleaned after success
+    assert not glob.glob(f"{work}/*/piece-*") and not glob.glob(
+        f"{work}/*/journal-*"
+    )  # cleaned after success
 
     ref_out = str(tmp_path / "ref" / "t-{}.record")
     p = cli(*_args(src, ref_out, str(tmp_path / "work-ref"), mode), env=env)
     assert p.returncode == 0, p.stderr
     got, want = output_digest(str(tmp_path / "o")), output_digest(str(tmp_path / "ref"))
-    assert got == want and len([k for k in got if k.endswith(".record")]) == 5   # 30 records / 7
+    assert got == want and len([k for k in got if k.endswith(".record")]) == 5  # 30 records / 7

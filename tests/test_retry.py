@@ -10,8 +10,16 @@ import time
 import pytest
 import requests
 
-from transforms.stores.retry import (FetchError, ResumableReader, RetryPolicy, ShortBodyError, discard,
-                              is_transient, open_resumable, permanent_error)
+from transforms.stores.retry import (
+    FetchError,
+    ResumableReader,
+    RetryPolicy,
+    ShortBodyError,
+    discard,
+    is_transient,
+    open_resumable,
+    permanent_error,
+)
 
 FAST = RetryPolicy(attempts=8, initial_s=0.001, max_s=0.005, total_s=10)
 
@@ -22,13 +30,26 @@ class _Status(Exception):
         self.status_code = code
 
 
-@pytest.mark.parametrize("exc,transient", [
-    (_Status(500), True), (_Status(503), True), (_Status(429), True), (_Status(408), True),
-    (_Status(404), False), (_Status(403), False), (_Status(400), False),
-    (ConnectionResetError(), True), (TimeoutError(), True), (ShortBodyError("x"), True),
-    (requests.exceptions.ChunkedEncodingError(), True), (requests.exceptions.ReadTimeout(), True),
-    (FileNotFoundError(), False), (PermissionError(), False), (ValueError("bad"), False),
-])
+@pytest.mark.parametrize(
+    "exc,transient",
+    [
+        (_Status(500), True),
+        (_Status(503), True),
+        (_Status(429), True),
+        (_Status(408), True),
+        (_Status(404), False),
+        (_Status(403), False),
+        (_Status(400), False),
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (ShortBodyError("x"), True),
+        (requests.exceptions.ChunkedEncodingError(), True),
+        (requests.exceptions.ReadTimeout(), True),
+        (FileNotFoundError(), False),
+        (PermissionError(), False),
+        (ValueError("bad"), False),
+    ],
+)
 def test_classification(exc, transient):
     assert is_transient(exc) is transient
 
@@ -75,7 +96,7 @@ class _Flaky(io.RawIOBase):
                 raise ConnectionResetError("reset by peer")
             return b""  # short body
         n = len(self.data) - self.pos if n < 0 else n
-        out = self.data[self.pos:min(self.pos + n, self.cut)]
+        out = self.data[self.pos : min(self.pos + n, self.cut)]
         self.pos += len(out)
         return out
 
@@ -92,9 +113,15 @@ def test_resumable_reader_never_repeats_or_drops(strategy, known_size):
         broken = len(opens) <= 6
         if strategy == "range":
             body = data[offset:]
-            stream = _Flaky(body, rng.randrange(1, len(body)) if broken else len(body), rng.choice(["reset", "eof"]))
+            stream = _Flaky(
+                body,
+                rng.randrange(1, len(body)) if broken else len(body),
+                rng.choice(["reset", "eof"]),
+            )
         else:  # no range support: the whole object again, the first ``offset`` bytes skipped
-            stream = _Flaky(data, rng.randrange(offset + 1, len(data)) if broken else len(data), "reset")
+            stream = _Flaky(
+                data, rng.randrange(offset + 1, len(data)) if broken else len(data), "reset"
+            )
             discard(stream, offset)
         if not known_size:  # unknown length: only resets can be noticed
             stream.how = "reset"
@@ -125,9 +152,14 @@ def test_reader_seek_and_failure_reports():
         bad.read(10)
 
 
-@pytest.mark.parametrize("how,says", [("reset", "(retries spent): ConnectionResetError"),
-                                      ("eof", "(retries spent): ShortBodyError"),
-                                      ("denied", "(not retryable): PermissionError")])
+@pytest.mark.parametrize(
+    "how,says",
+    [
+        ("reset", "(retries spent): ConnectionResetError"),
+        ("eof", "(retries spent): ShortBodyError"),
+        ("denied", "(not retryable): PermissionError"),
+    ],
+)
 def test_a_read_failing_mid_object_is_a_fetch_error_whatever_its_type(how, says):
     """OSErrors (a reset, a body cut short at every try, a 403 mid-read) escaped the reader
     as themselves, so the tar reader took them for a damaged archive (`tar` rejects): they
@@ -137,9 +169,15 @@ def test_a_read_failing_mid_object_is_a_fetch_error_whatever_its_type(how, says)
     def open_at(offset):
         if offset and how == "denied":
             raise PermissionError("obj: access denied (HTTP 403)")
-        return _Flaky(data[offset:], 0 if offset else 1000, "eof" if how == "eof" else "reset"), len(data), len(data)
+        return (
+            _Flaky(data[offset:], 0 if offset else 1000, "eof" if how == "eof" else "reset"),
+            len(data),
+            len(data),
+        )
 
-    r = ResumableReader(open_at, RetryPolicy(attempts=3, initial_s=0.001, max_s=0.001, total_s=10), "obj")
+    r = ResumableReader(
+        open_at, RetryPolicy(attempts=3, initial_s=0.001, max_s=0.001, total_s=10), "obj"
+    )
     assert r.read(1000) == data[:1000]
     with pytest.raises(FetchError) as err:
         r.read(10)

@@ -5,11 +5,12 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import settings, strategies as st, given
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
 
 from pipelines.job.config import ConvertConfig
 from pipelines.local.stream import ShardStream
-from shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
 
 
 def _placed(pieces, output, max_bytes, max_records, dali, how, order):
@@ -18,21 +19,27 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     and written by a thread standing in for the worker process, from memory ("held") or
     from the piece file ("spilled"); the threads start in ``order``."""
     import threading
+
     from pipelines.local.messages import Run
     from pipelines.local.stream import PieceFeed
     from pipelines.local.worker import write_runs
+
     feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
     errors = []
 
     def worker(p, kind):
         try:
             runs = feed.place(dict(p)) or []
-            crcs = write_runs([Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
-                              _frames_of(p) if kind == "held" else None, p)
+            crcs = write_runs(
+                [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+                _frames_of(p) if kind == "held" else None,
+                p,
+            )
             for (sh, off, _, _), crc in zip(runs, crcs):
                 sh.filled(off, crc)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
+
     threads = []
     for i in order:
         if how[i] == "file":
@@ -48,16 +55,25 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.integers(min_value=1, max_value=400), max_size=12), max_size=6).flatmap(
-           lambda layout: st.tuples(st.just(layout),
-                                    st.lists(st.sampled_from(["held", "spilled", "file"]),
-                                             min_size=len(layout), max_size=len(layout)),
-                                    st.permutations(range(len(layout))))),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=1500)),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
-       st.booleans())
+@given(
+    st.lists(st.lists(st.integers(min_value=1, max_value=400), max_size=12), max_size=6).flatmap(
+        lambda layout: st.tuples(
+            st.just(layout),
+            st.lists(
+                st.sampled_from(["held", "spilled", "file"]),
+                min_size=len(layout),
+                max_size=len(layout),
+            ),
+            st.permutations(range(len(layout))),
+        )
+    ),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=1500)),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
+    st.booleans(),
+)
 def test_pieces_written_by_workers_where_the_stream_places_them_equal_planned_shards(
-        case, max_bytes, max_records, dali):
+    case, max_bytes, max_records, dali
+):
     """Workers writing their frames into the final shards' reserved ranges, in any order,
     mixed with pieces the stream copies itself: the planned path's bytes, names and rows
     (the rows' CRC-32C combined from the ranges' CRCs)."""
@@ -82,6 +98,7 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     so the feed's thread itself waits in finish() for the last shards), removes every
     shard, and refuses pieces placed later (a waiting one too)."""
     import threading
+
     pieces = _pieces(str(tmp_path), [[300] * 4] * 4)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = _feed(cfg, expect=2 if all_in else 4)
@@ -90,7 +107,9 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     feed.offer(dict(pieces[1]))
     late = []
     if not all_in:  # waits for piece 2, which never comes
-        t = threading.Thread(target=lambda: late.append(_raises(lambda: feed.place(dict(pieces[3])))))
+        t = threading.Thread(
+            target=lambda: late.append(_raises(lambda: feed.place(dict(pieces[3]))))
+        )
         t.start()
     _wait_for(lambda: os.path.isdir(tmp_path / "s") and os.listdir(tmp_path / "s"))
     stopper = threading.Thread(target=feed.abort)
@@ -109,6 +128,7 @@ def _feed(cfg, expect):
     """The feed the in-process driver gives its worker pool (``place``)."""
     from pipelines.local.driver import new_stream
     from pipelines.local.stream import PieceFeed
+
     return PieceFeed(new_stream(cfg), expect)
 
 
@@ -125,6 +145,7 @@ def test_a_piece_placed_twice_is_written_once(tmp_path):
     worker drops its frames) and the shards are those of one conversion."""
     from pipelines.local.messages import Run
     from pipelines.local.worker import write_runs
+
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
@@ -132,8 +153,12 @@ def test_a_piece_placed_twice_is_written_once(tmp_path):
     try:
         for p in pieces:
             runs = feed.place(dict(p))
-            for (sh, off, _, _), crc in zip(runs, write_runs([Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
-                                                             _frames_of(p), p)):
+            for (sh, off, _, _), crc in zip(
+                runs,
+                write_runs(
+                    [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs], _frames_of(p), p
+                ),
+            ):
                 sh.filled(off, crc)
             assert feed.place(dict(p)) is None
         rows = feed.finish(2)

@@ -6,19 +6,22 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from shard_stream_fixtures import _files, _info, _pieces, _planned, _rows, _streamed, _wait_for
 
 from pipelines.job import finalize
 from pipelines.job.config import ConvertConfig
 from pipelines.local.stream import ShardStream, can_stream
-from shard_stream_fixtures import _files, _info, _pieces, _planned, _rows, _streamed, _wait_for
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(min_value=1, max_value=400), max_size=12), max_size=8),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=1500)),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
-       st.booleans())
+@given(
+    st.lists(st.lists(st.integers(min_value=1, max_value=400), max_size=12), max_size=8),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=1500)),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
+    st.booleans(),
+)
 def test_streamed_shards_equal_planned_shards(layout, max_bytes, max_records, dali):
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "w"))
@@ -57,13 +60,16 @@ def test_only_count_free_names_stream():
 
 def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consumed_pieces(tmp_path):
     from pipelines.job import journal as shard_journal
+
     work = str(tmp_path / "work")
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, [[100] * 5, [100] * 5, [100] * 5])]
     out = tmp_path / "o"
     s = ShardStream(str(out / "t-{}.rec"), 250, None, None, False, journal=work)
     s.add(dict(pieces[0]))
-    s.add(dict(pieces[1]))  # 2 records per shard: shards 1-4 finished, 5 open (records 3-4 of piece 1)
+    s.add(
+        dict(pieces[1])
+    )  # 2 records per shard: shards 1-4 finished, 5 open (records 3-4 of piece 1)
     s.abort(RuntimeError("conversion failed"))
     assert sorted(os.listdir(out)) == ["t-1.rec", "t-2.rec", "t-3.rec", "t-4.rec"]
     point = shard_journal.load(work)
@@ -74,16 +80,24 @@ def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consume
 
 
 @settings(max_examples=25, deadline=None)
-@given(layout=st.lists(st.lists(st.integers(1, 400), max_size=6), min_size=1, max_size=6),
-       max_bytes=st.one_of(st.none(), st.integers(50, 900)), max_records=st.one_of(st.none(), st.integers(1, 5)),
-       cut=st.integers(0, 40))
-def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(layout, max_bytes, max_records, cut):
+@given(
+    layout=st.lists(st.lists(st.integers(1, 400), max_size=6), min_size=1, max_size=6),
+    max_bytes=st.one_of(st.none(), st.integers(50, 900)),
+    max_records=st.one_of(st.none(), st.integers(1, 5)),
+    cut=st.integers(0, 40),
+)
+def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
+    layout, max_bytes, max_records, cut
+):
     from pipelines.job import journal as shard_journal
+
     with tempfile.TemporaryDirectory() as d:
         pieces = _pieces(d, layout)
         full = _streamed(pieces, os.path.join(d, "full", "t-{}.rec"), max_bytes, max_records, False)
         work = os.path.join(d, "work")
-        first = ShardStream(os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False, journal=work)
+        first = ShardStream(
+            os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False, journal=work
+        )
         for p in pieces:
             first.add(dict(p))
         rows = first.finish()
@@ -95,9 +109,16 @@ def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(layou
             os.remove(os.path.join(d, "o", f"t-{n}.rec"))
         point = shard_journal.load(work)
         assert (point is None) == (cut == 0)
-        again = ShardStream(os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False,
-                            journal=work, resume=point)
-        for p in pieces[point.next_piece if point else 0:]:
+        again = ShardStream(
+            os.path.join(d, "o", "t-{}.rec"),
+            max_bytes,
+            max_records,
+            None,
+            False,
+            journal=work,
+            resume=point,
+        )
+        for p in pieces[point.next_piece if point else 0 :]:
             again.add(dict(p))
         assert again.finish() == rows
         if rows:
@@ -107,13 +128,20 @@ def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(layou
 
 
 def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
-    for name in (".t-3.record.tmp-0123456789ab", ".t-3.record.idx.tmp-0123456789ab",  # ours
-                 ".t-x.record.tmp-0123456789ab", ".u-3.record.tmp-0123456789ab",      # other names
-                 ".t-3.record.tmp-short", "t-3.record"):
+    for name in (
+        ".t-3.record.tmp-0123456789ab",
+        ".t-3.record.idx.tmp-0123456789ab",  # ours
+        ".t-x.record.tmp-0123456789ab",
+        ".u-3.record.tmp-0123456789ab",  # other names
+        ".t-3.record.tmp-short",
+        "t-3.record",
+    ):
         (tmp_path / name).write_bytes(b"x")
     found = finalize.stale_temporaries(str(tmp_path / "t-{}.record"))
-    assert sorted(map(os.path.basename, found)) == [".t-3.record.idx.tmp-0123456789ab",
-                                                    ".t-3.record.tmp-0123456789ab"]
+    assert sorted(map(os.path.basename, found)) == [
+        ".t-3.record.idx.tmp-0123456789ab",
+        ".t-3.record.tmp-0123456789ab",
+    ]
     assert finalize.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
 
 
@@ -121,6 +149,7 @@ def _work_pieces(tmp_path, layout):
     """Pieces with sidecars in a work dir (as workers leave them), the shards the planned
     path makes of them, and the config of a streamed job writing to ``s/``."""
     from pipelines.job import workfiles
+
     work = str(tmp_path / "work")
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, layout)]
@@ -136,6 +165,7 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
     every piece is in, before anyone calls finish()."""
     from pipelines.local.driver import new_stream
     from pipelines.local.stream import PieceFeed
+
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
@@ -144,7 +174,9 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
         for i in (2, 0, 1):
             feed.offer(pieces[i])
         final = sorted(os.listdir(tmp_path / "p"))
-        _wait_for(lambda: os.path.isdir(tmp_path / "s") and sorted(os.listdir(tmp_path / "s")) == final)
+        _wait_for(
+            lambda: os.path.isdir(tmp_path / "s") and sorted(os.listdir(tmp_path / "s")) == final
+        )
         assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # every shard closed
         rows = feed.finish(3)
     finally:
@@ -157,12 +189,17 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
 def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
     from pipelines.local.driver import new_stream
     from pipelines.local.stream import PieceFeed
+
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = PieceFeed(new_stream(cfg), 2)
     for p in pieces:
         feed.offer(p)
-    _wait_for(lambda: os.path.isdir(tmp_path / "s")
-              and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"])
+    _wait_for(
+        lambda: (
+            os.path.isdir(tmp_path / "s")
+            and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"]
+        )
+    )
     feed.abort()  # the job failed afterwards: finish() was never reached
     assert os.listdir(tmp_path / "s") == []

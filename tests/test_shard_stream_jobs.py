@@ -8,11 +8,11 @@ import os
 import time
 
 import pytest
-
 import shardgen
-from pipelines.local.driver import convert_in_process
+
 from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.setup import work_dir_for
+from pipelines.local.driver import convert_in_process
 from transforms.ops import Func
 
 
@@ -26,18 +26,28 @@ def _crash_in_last_shard(record):
     return record
 
 
-def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(tmp_path, monkeypatch):
+def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
+    tmp_path, monkeypatch
+):
     """A job that fails keeps the shards its stream finished (journaled), and nothing else
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
-    from pipelines.local import driver as cv
     from pipelines.job import journal as shard_journal
+    from pipelines.local import driver as cv
+
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
     def cfg(out, processes=2, **kw):
-        return ConvertConfig(sources=str(tmp_path / "train-{0000..0003}.tar"), output=str(tmp_path / out / "t-{}.record"),
-                             max_shard_size="4KB", sample_stages=(Func(_crash_in_last_shard),), progress=False,
-                             processes=processes, **kw)
+        return ConvertConfig(
+            sources=str(tmp_path / "train-{0000..0003}.tar"),
+            output=str(tmp_path / out / "t-{}.record"),
+            max_shard_size="4KB",
+            sample_stages=(Func(_crash_in_last_shard),),
+            progress=False,
+            processes=processes,
+            **kw,
+        )
+
     monkeypatch.setenv("TAR2TF_TEST_CRASH", "1")
     with pytest.raises(Exception, match="died with exit code 5"):
         convert_in_process(cfg("o"), num_workers=2)
@@ -48,7 +58,9 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     assert point is not None and 0 < point.next_piece < 4
     on_disk = {i for i in range(4) if os.path.exists(os.path.join(work, f"piece-{i:06d}.json"))}
     assert 3 not in on_disk and not on_disk & {p["index"] for p in point.pieces}
-    assert kept == [".tar2tf-work"] + [f"t-{i + 1}.record" for i in range(point.shards)]  # no temp file, no manifest
+    assert kept == [".tar2tf-work"] + [
+        f"t-{i + 1}.record" for i in range(point.shards)
+    ]  # no temp file, no manifest
     with pytest.raises(OutputExistsError, match="resume=True to continue it"):
         convert_in_process(cfg("o"), num_workers=2)
 
@@ -56,34 +68,52 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     real = cv.convert_shard
     monkeypatch.setattr(cv, "convert_shard", lambda *a: (converted.append(a[0]), real(*a))[1])
     res = convert_in_process(cfg("o", processes=0, resume=True), num_workers=2)
-    assert sorted(converted) == sorted(set(range(point.next_piece, 4)) - on_disk)  # nothing journaled is redone
+    assert sorted(converted) == sorted(
+        set(range(point.next_piece, 4)) - on_disk
+    )  # nothing journaled is redone
     ref = convert_in_process(cfg("ref"), num_workers=2)
-    assert res.totals == ref.totals and res.totals["records_written"] == 24 and len(res.paths) > point.shards
+    assert (
+        res.totals == ref.totals
+        and res.totals["records_written"] == 24
+        and len(res.paths) > point.shards
+    )
     assert [open(p, "rb").read() for p in res.paths] == [open(p, "rb").read() for p in ref.paths]
-    assert res.manifest["shards"] == [dict(r, path=r["path"].replace("/ref/", "/o/")) for r in ref.manifest["shards"]]
+    assert res.manifest["shards"] == [
+        dict(r, path=r["path"].replace("/ref/", "/o/")) for r in ref.manifest["shards"]
+    ]
 
 
 @pytest.mark.parametrize("hold", [None, 3000])  # held in memory; spilled to disk past 3 KB
 def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeypatch, hold):
     """Threads of the in-process driver hand their pieces to the stream in memory (each byte
     written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
+    from pipelines.beam.convert import convert
     from pipelines.job import shard as shard_convert
     from pipelines.local import driver as local_convert
-    from pipelines.beam.convert import convert
+
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
     shardgen.make_shards(str(tmp_path / "in"), 5, 4, size=(32, 32))
     src = str(tmp_path / "in" / "train-{0000..0004}.tar")
     written = []
     real = shard_convert._PieceOut._spill
-    monkeypatch.setattr(shard_convert._PieceOut, "_spill", lambda self: (written.append(self.piece), real(self)))
-    cfg = lambda out: ConvertConfig(sources=src, output=str(tmp_path / out / "t-{}.record"),  # noqa: E731
-                                    max_shard_size="5KB", type_map={"cls": "int64"}, progress=False)
+    monkeypatch.setattr(
+        shard_convert._PieceOut, "_spill", lambda self: (written.append(self.piece), real(self))
+    )
+    cfg = lambda out: ConvertConfig(
+        sources=src,
+        output=str(tmp_path / out / "t-{}.record"),
+        max_shard_size="5KB",
+        type_map={"cls": "int64"},
+        progress=False,
+    )
     # on the driver's threads (a local '{}' output would otherwise get worker processes)
     local = convert_in_process(dataclasses.replace(cfg("l"), processes=0), num_workers=2)
-    assert (len(written) == 5) if hold else written == []   # 5 pieces of ~6 KB each
+    assert (len(written) == 5) if hold else written == []  # 5 pieces of ~6 KB each
     written.clear()
-    beam = convert(cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])  # planned path
+    beam = convert(
+        cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    )  # planned path
     assert len(local.paths) == len(beam.paths) > 3
     assert [open(p, "rb").read() for p in local.paths] == [open(p, "rb").read() for p in beam.paths]
     assert local.totals == beam.totals
@@ -92,14 +122,25 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
 def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
     """resume=True continues after the journaled final shards: pieces need not be on disk."""
     from pipelines.job import shard as shard_convert
+
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
     holds = []
     real = shard_convert.convert_shard
-    monkeypatch.setattr("pipelines.convert.convert_shard", lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1])
+    monkeypatch.setattr(
+        "pipelines.convert.convert_shard",
+        lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1],
+    )
     for resume in (False, True):
-        res = convert_in_process(ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0002}.tar"),
-                                               output=str(tmp_path / f"o{resume}" / "t-{}.record"),
-                                               resume=resume, progress=False, processes=0), num_workers=2)
+        res = convert_in_process(
+            ConvertConfig(
+                sources=str(tmp_path / "in" / "train-{0000..0002}.tar"),
+                output=str(tmp_path / f"o{resume}" / "t-{}.record"),
+                resume=resume,
+                progress=False,
+                processes=0,
+            ),
+            num_workers=2,
+        )
         assert res.exit_code == 0 and res.totals["records_written"] == 12
     assert holds == [shard_convert.HOLD_BYTES] * 6
 
@@ -108,8 +149,9 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
 def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, hold):
     """A gzip shard whose CRC trailer fails: every record it gave is rejected, in memory or
     spilled, and the other shards are written as the planned path writes them."""
-    from pipelines.local import driver as local_convert
     from pipelines.beam.convert import convert
+    from pipelines.local import driver as local_convert
+
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
     d = tmp_path / "in"
@@ -118,10 +160,15 @@ def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, 
         shardgen.write_tar(str(d / f"s-{i}.tar.gz"), shardgen.sample_members(i * 10, 10), gz=True)
     data = bytearray((d / "s-1.tar.gz").read_bytes())
     start = len(data) * 2 // 3
-    data[start:start + 4096] = bytes(4096)  # deflate decodes it; the gzip CRC does not match
+    data[start : start + 4096] = bytes(4096)  # deflate decodes it; the gzip CRC does not match
     (d / "s-1.tar.gz").write_bytes(bytes(data))
-    cfg = lambda out: ConvertConfig(sources=str(d / "s-{0..2}.tar.gz"), output=str(tmp_path / out / "t-{}.record"),  # noqa: E731
-                                    max_shard_size="3KB", max_rejects=100, progress=False)
+    cfg = lambda out: ConvertConfig(
+        sources=str(d / "s-{0..2}.tar.gz"),
+        output=str(tmp_path / out / "t-{}.record"),
+        max_shard_size="3KB",
+        max_rejects=100,
+        progress=False,
+    )
     local = convert_in_process(cfg("l"), num_workers=2)
     beam = convert(cfg("b"), ["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     t = local.totals
@@ -134,17 +181,29 @@ def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path,
     """num_workers=1 with a local output: the shards are converted on the caller's thread
     between writes (no converter thread), into the same shards as two threads write."""
     import threading
+
     from pipelines.local import driver as cv
+
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
     threads = []
     real = cv.convert_shard
-    monkeypatch.setattr(cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1])
+    monkeypatch.setattr(
+        cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
+    )
 
     def run(out, n):
         threads.clear()
-        return convert_in_process(ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
-                                                output=str(tmp_path / out / "t-{}.record"), max_shard_size="6KB",
-                                                progress=False, processes=0), num_workers=n)
+        return convert_in_process(
+            ConvertConfig(
+                sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
+                output=str(tmp_path / out / "t-{}.record"),
+                max_shard_size="6KB",
+                progress=False,
+                processes=0,
+            ),
+            num_workers=n,
+        )
+
     one = run("one", 1)
     assert threads == [threading.current_thread()] * 4
     two = run("two", 2)
@@ -158,6 +217,7 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     shards finished before stay (journaled, final names only, no temporary file), and
     resume=True converts only what comes after them, into an uninterrupted run's bytes."""
     from pipelines.local import driver as cv
+
     shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
     real = cv.convert_shard
     seen = []
@@ -169,9 +229,15 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
         return real(*a)
 
     def cfg(out, **kw):
-        return ConvertConfig(sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
-                             output=str(tmp_path / out / "t-{}.record"), max_shard_size="4KB", progress=False,
-                             processes=0, **kw)
+        return ConvertConfig(
+            sources=str(tmp_path / "in" / "train-{0000..0003}.tar"),
+            output=str(tmp_path / out / "t-{}.record"),
+            max_shard_size="4KB",
+            progress=False,
+            processes=0,
+            **kw,
+        )
+
     monkeypatch.setattr(cv, "convert_shard", failing)
     with pytest.raises(OSError, match="disk went away"):
         convert_in_process(cfg("o"), num_workers=1)
@@ -196,16 +262,38 @@ def test_many_small_shards_fit_in_a_small_descriptor_limit(tmp_path, processes):
     import resource
     import subprocess
     import sys
+
     from ops_fixtures import ROOT
+
     shardgen.make_shards(str(tmp_path / "d"), 1, 600, size=(16, 16))
 
     def limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
     out = str(tmp_path / "o" / "t-{}.record")
-    p = subprocess.run([sys.executable, "-m", "launch.cli", "convert", str(tmp_path / "d" / "train-0000.tar"), "-o", out,
-                        "--no-progress", "--records-per-shard", "1", "--processes", processes,
-                        "--ops", '{conversions: ["Resize(jpg, (8, 8))"]}'],
-                       cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True, text=True,
-                       preexec_fn=limit, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.cli",
+            "convert",
+            str(tmp_path / "d" / "train-0000.tar"),
+            "-o",
+            out,
+            "--no-progress",
+            "--records-per-shard",
+            "1",
+            "--processes",
+            processes,
+            "--ops",
+            '{conversions: ["Resize(jpg, (8, 8))"]}',
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-1500:]
     assert len(os.listdir(tmp_path / "o")) == 600 + 2  # the shards, manifest and rejects

@@ -12,8 +12,8 @@ import threading
 import time
 
 import pytest
-
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
+
 from pipelines.local.stream import ShardStream
 from transforms.stores import get_store
 from transforms.stores.upload import SPOOL_DIR_ENV
@@ -83,13 +83,17 @@ def test_slow_uploads_keep_spooled_bytes_under_the_limit(backend, tmp_path, monk
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
-    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1)
+    backend.front.add(
+        "slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1
+    )
     with SpoolWatch(str(spool)) as free:
         ref_rows, ref = _run(backend, "free", 1 << 40, monkeypatch)
     with SpoolWatch(str(spool)) as bounded:
         rows, out = _run(backend, "bounded", LIMIT, monkeypatch)
     assert len(ref) == PIECES * PER_PIECE and out == ref
-    assert [(r["bytes"], r["crc32c"]) for r in rows] == [(r["bytes"], r["crc32c"]) for r in ref_rows]
+    assert [(r["bytes"], r["crc32c"]) for r in rows] == [
+        (r["bytes"], r["crc32c"]) for r in ref_rows
+    ]
     assert free.peak >= 10 * SHARD, free.peak  # the backlog the limit is for
     assert 0 < bounded.peak <= LIMIT + SHARD, bounded.peak
     assert os.listdir(spool) == []
@@ -107,10 +111,14 @@ def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_pat
     cfg = backend.config()
     big = ShardStream(backend.url("big/t-{}.record"), None, 1, cfg)  # one record a shard
     for i in range(3):
-        big.add({"index": i, "piece": None, "sizes": [4 * LIMIT], "frames": [bytes([i]) * (4 * LIMIT)]})
+        big.add(
+            {"index": i, "piece": None, "sizes": [4 * LIMIT], "frames": [bytes([i]) * (4 * LIMIT)]}
+        )
     assert [r["bytes"] for r in big.finish()] == [4 * LIMIT] * 3
 
-    backend.front.add("status", method=backend.put_method, path=_puts(backend), times=10_000, status=403)
+    backend.front.add(
+        "status", method=backend.put_method, path=_puts(backend), times=10_000, status=403
+    )
     s = ShardStream(backend.url("denied/t-{}.record"), SHARD, None, cfg)
     pieces = _pieces()
     with pytest.raises(Exception, match="403|[Ff]orbidden|[Pp]ermission") as e:
@@ -121,7 +129,9 @@ def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_pat
     assert os.listdir(spool) == []
 
     backend.clear()
-    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=3.0)
+    backend.front.add(
+        "slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=3.0
+    )
     s = ShardStream(backend.url("stopped/t-{}.record"), SHARD, None, cfg)
     stop = RuntimeError("stopped")
     threading.Timer(1.0, s.cancel, (stop,)).start()
@@ -135,20 +145,27 @@ def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_pat
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "journal"])
-def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(backend, tmp_path, monkeypatch, journal):
+def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(
+    backend, tmp_path, monkeypatch, journal
+):
     """40 shards queued behind slow uploads, the 3rd upload refused (403: not retried).
     The shards queued behind it are dropped: no upload request for any of them, nothing
     under their names, no spool file left.  The two before it are removed without a
     journal, and kept (journaled, for resume) with one."""
     from pipelines.job import journal as shard_journal
+
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
     backend.front.add("status", method=backend.put_method, path=_puts(backend), skip=2, status=403)
-    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1)
+    backend.front.add(
+        "slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.1
+    )
     cfg = backend.config()
     work = str(tmp_path / "work") if journal else None
-    s = ShardStream(backend.url("failed/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40)
+    s = ShardStream(
+        backend.url("failed/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40
+    )
     try:
         for p in _pieces():
             s.add(p)
@@ -174,25 +191,43 @@ def test_spool_limit_flag_overrides_the_environment(backend, tmp_path, monkeypat
     the flag's 20 KB (plus the shard being written), where without the flag 10 KB shards
     behind 0.2 s uploads pile up; the objects are the same."""
     import shardgen
+
     from launch import cli
+
     src = shardgen.make_shards(str(tmp_path / "in"), 3, 24)
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
     monkeypatch.setenv("TAR2TF_SPOOL_LIMIT", "1TB")
-    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.2)
+    backend.front.add(
+        "slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.2
+    )
     cfg = backend.config()
     shard, limit = 10_000, 20_000
     outs = {}
     for name, flag in (("free", []), ("bounded", ["--spool-limit", "20KB"])):
         with SpoolWatch(str(spool)) as watch:
-            code = cli.main(["convert", str(tmp_path / "in" / "train-{0000..0002}.tar"),
-                             "-o", backend.url(name + "/t-{}.record"), "--max-shard-size", "10KB",
-                             "--work-dir", str(tmp_path / name),  # the pieces: not spooled
-                             "--no-progress", *_store_flags(backend), *flag])
+            code = cli.main(
+                [
+                    "convert",
+                    str(tmp_path / "in" / "train-{0000..0002}.tar"),
+                    "-o",
+                    backend.url(name + "/t-{}.record"),
+                    "--max-shard-size",
+                    "10KB",
+                    "--work-dir",
+                    str(tmp_path / name),  # the pieces: not spooled
+                    "--no-progress",
+                    *_store_flags(backend),
+                    *flag,
+                ]
+            )
         assert code == 0
         store = get_store(backend.url(), cfg)
-        names = sorted(store.list(backend.url(name + "/t-")), key=lambda u: int(u.rsplit("-", 1)[1].split(".")[0]))
+        names = sorted(
+            store.list(backend.url(name + "/t-")),
+            key=lambda u: int(u.rsplit("-", 1)[1].split(".")[0]),
+        )
         outs[name] = ([store.read_bytes(u) for u in names], watch.peak)
     assert len(src) == 3 and len(outs["free"][0]) >= 8 and outs["bounded"][0] == outs["free"][0]
     assert outs["free"][1] > limit + shard, outs["free"][1]  # the backlog the flag is for
@@ -211,13 +246,18 @@ def test_a_stopping_job_does_not_upload_its_queued_shards(backend, tmp_path, mon
     without a journal, deleted again); abort returns after the upload under way, not after
     all of them.  With a journal, the shards uploaded before the stop stay, journaled."""
     from pipelines.job import journal as shard_journal
+
     spool = tmp_path / "spool"
     spool.mkdir()
     monkeypatch.setenv(SPOOL_DIR_ENV, str(spool))
-    backend.front.add("slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.3)
+    backend.front.add(
+        "slow", method=backend.put_method, path=_puts(backend), times=10_000, delay=0.3
+    )
     cfg = backend.config()
     work = str(tmp_path / "work") if journal else None
-    s = ShardStream(backend.url("stopped/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40)
+    s = ShardStream(
+        backend.url("stopped/t-{}.record"), SHARD, None, cfg, journal=work, spool_limit=1 << 40
+    )
     for p in _pieces():
         s.add(p)
     time.sleep(0.5)  # one or two uploads done or under way

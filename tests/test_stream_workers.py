@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-
 import shardgen
+
 from pipelines import Dataset
 from transforms.ops import Decode, Func, Resize
 
@@ -47,12 +47,17 @@ def _dataset(d, pid=False):
 
 
 def _counts(stats):
-    return (stats.records_read, stats.records_yielded, stats.records_filtered,
-            sorted((r.key, r.stage, r.reason) for r in stats.rejects))
+    return (
+        stats.records_read,
+        stats.records_yielded,
+        stats.records_filtered,
+        sorted((r.key, r.stage, r.reason) for r in stats.rejects),
+    )
 
 
 def test_worker_processes_give_the_threads_elements_and_counts(shards):
     from pipelines.tfdata.dataset import LoadStats
+
     runs = {}
     for workers in (1, 2):
         stats = LoadStats()
@@ -105,12 +110,18 @@ def _die_in_worker(parent):
         if os.getpid() != parent and record["__key__"] == "s2r1":
             os._exit(3)
         return record
+
     return f
 
 
 def test_a_worker_that_dies_fails_the_stream_instead_of_hanging(shards):
     from pipelines.local.pool import WorkerDied
-    ds = Dataset(shards, conversions=[Func(_die_in_worker(os.getpid())), Decode("jpg")], selections=["jpg", "cls"])
+
+    ds = Dataset(
+        shards,
+        conversions=[Func(_die_in_worker(os.getpid())), Decode("jpg")],
+        selections=["jpg", "cls"],
+    )
     got = []
     with pytest.raises(WorkerDied, match="exit code 3"):
         for el in ds.elements(TEMPLATE, 2):
@@ -120,12 +131,16 @@ def test_a_worker_that_dies_fails_the_stream_instead_of_hanging(shards):
 
 def test_an_op_that_cannot_be_pickled_streams_on_threads(shards):
     import threading
+
     lock = threading.Lock()  # cloudpickle cannot ship this closure to a worker
 
     def pid_under_lock(record):
         with lock:
             return os.getpid()
-    ds = Dataset(shards, conversions=[Decode("jpg"), Func(pid_under_lock, "pid")], selections=["jpg", "pid"])
+
+    ds = Dataset(
+        shards, conversions=[Decode("jpg"), Func(pid_under_lock, "pid")], selections=["jpg", "pid"]
+    )
     got = list(ds.elements(TEMPLATE, 2))
     assert len(got) == 18 and {int(p) for _, p in got} == {os.getpid()}
 
@@ -135,21 +150,29 @@ def test_script_ending_with_a_worker_stream_open_exits(tmp_path):
     the stream is closed during interpreter shutdown, where no thread can start any more
     (the pool's reaper thread hung the exit for ever)."""
     import textwrap
+
     shardgen.make_shards(str(tmp_path / "d"), 4, 20)
     script = tmp_path / "s.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import time
         from pipelines.tfdata.dataset import Dataset
         from transforms.ops import Decode, Func
         def slow(r):
             time.sleep(0.05)
             return r
-        d = Dataset({str(tmp_path / 'd')!r}, conversions=[Decode("jpg"), Func(slow)], selections=["jpg", "cls"])
+        d = Dataset({str(tmp_path / "d")!r}, conversions=[Decode("jpg"), Func(slow)], selections=["jpg", "cls"])
         g = d.elements("train-{{0000..0003}}.tar", num_workers=2)
         next(g)
         print("ok", flush=True)
-    """))
+    """)
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"))
+    p = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

@@ -9,8 +9,8 @@ import subprocess
 import tarfile
 
 import pytest
-
 import shardgen
+
 from transforms.records import Reject
 from transforms.tar.records import ShardCorrupt, TarStats, iter_records
 
@@ -21,8 +21,17 @@ def _records(path, **kw):
 
 
 def test_duplicate_zero_length_and_oversize(tmp_path):
-    members = [("a.jpg", b"1"), ("a.cls", b"1"), ("b.jpg", b""), ("b.cls", b"2"), ("c.jpg", b"x" * 50),
-               ("c.cls", b"3"), ("d.jpg", b"4"), ("a.jpg", b"again"), ("e.cls", b"5")]
+    members = [
+        ("a.jpg", b"1"),
+        ("a.cls", b"1"),
+        ("b.jpg", b""),
+        ("b.cls", b"2"),
+        ("c.jpg", b"x" * 50),
+        ("c.cls", b"3"),
+        ("d.jpg", b"4"),
+        ("a.jpg", b"again"),
+        ("e.cls", b"5"),
+    ]
     members += [(f"f{i:03d}.cls", b"6") for i in range(70)] + [("e.cls", b"far again")]
     p = shardgen.write_tar(str(tmp_path / "bad.tar"), members)
     recs = _records(p, max_member_size=10)
@@ -58,10 +67,11 @@ def test_tar_cut_at_a_member_boundary_is_reported(tmp_path, gz):
     """A shard that ends exactly after a member (no end-of-archive blocks) is a truncated
     download: the last record may be incomplete and is rejected, the rest is kept."""
     import gzip as gzip_mod
+
     p = shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 6))
     with tarfile.open(p) as tf:
         m = [x for x in tf.getmembers() if x.name == "000004.jpg"][0]
-    end = m.offset_data + -(-m.size // 512) * 512           # just after 000004.jpg's padded data
+    end = m.offset_data + -(-m.size // 512) * 512  # just after 000004.jpg's padded data
     data = open(p, "rb").read()[:end]
     cut = tmp_path / ("cut.tar.gz" if gz else "cut.tar")
     cut.write_bytes(gzip_mod.compress(data, mtime=0) if gz else data)
@@ -94,17 +104,20 @@ def test_corrupt_gzip_keeps_earlier_records(tmp_path):
 def test_gzip_crc_mismatch_is_reported(tmp_path):
     """Damage deflate decodes without error is still caught by the gzip CRC trailer."""
     from transforms.tar.records import ShardCorrupt
+
     p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 10), gz=True)
     data = bytearray(open(p, "rb").read())
     start = len(data) * 2 // 3
-    data[start:start + 4096] = bytes(4096)  # decodes without a deflate error...
+    data[start : start + 4096] = bytes(4096)  # decodes without a deflate error...
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(bytes(data))
     recs = _records(str(bad))
     assert isinstance(recs[-1], ShardCorrupt) and "CRC" in recs[-1].reason  # ...but not the CRC
 
 
-@pytest.mark.parametrize("content", [b"", b"this is not a tar file at all" * 40, b"\x1f\x8b\x08garbage" * 10])
+@pytest.mark.parametrize(
+    "content", [b"", b"this is not a tar file at all" * 40, b"\x1f\x8b\x08garbage" * 10]
+)
 def test_not_a_tar(tmp_path, content):
     p = tmp_path / "x.tar"
     p.write_bytes(content)
@@ -127,7 +140,7 @@ def test_streaming_reads_members_incrementally(tmp_path):
 
         def readinto(self, b):
             n = min(len(b), len(self.data) - self.pos, 65536)
-            b[:n] = self.data[self.pos:self.pos + n]
+            b[:n] = self.data[self.pos : self.pos + n]
             self.pos += n
             self.max_read = max(self.max_read, n)
             return n
@@ -178,22 +191,30 @@ def _tar_bytes(members):
 
 
 def _split(items):
-    return ([r["__key__"] for r in items if not isinstance(r, Reject)],
-            [r for r in items if isinstance(r, Reject)])
+    return (
+        [r["__key__"] for r in items if not isinstance(r, Reject)],
+        [r for r in items if isinstance(r, Reject)],
+    )
 
 
 def test_multimember_gzip_crc_failure_inside_a_member_is_shard_corrupt(tmp_path):
     """A multi-member gzip (bgzip, cat a.gz b.gz) whose first gzip member ends inside a tar
     member's data and fails its CRC there: found while reading that tar member, and, as
     when found at a header, the whole shard is unreliable (ShardCorrupt)."""
-    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 4)), "rb").read()
+    tar = open(
+        shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 4)), "rb"
+    ).read()
     offs = _member_offsets(tar)
-    split = offs["000002.jpg"][1] + 300                      # inside 000002.jpg's data
-    first = bytearray(gzip.compress(tar[:split], compresslevel=0, mtime=0))  # stored blocks: bytes as is
-    first[10 + 5 + offs["000000.jpg"][1] + 200] ^= 0xFF      # damage 000000.jpg; deflate cannot notice
-    recs = list(iter_records(io.BytesIO(bytes(first) + gzip.compress(tar[split:], mtime=0)), "s.tar.gz"))
+    split = offs["000002.jpg"][1] + 300  # inside 000002.jpg's data
+    first = bytearray(
+        gzip.compress(tar[:split], compresslevel=0, mtime=0)
+    )  # stored blocks: bytes as is
+    first[10 + 5 + offs["000000.jpg"][1] + 200] ^= 0xFF  # damage 000000.jpg; deflate cannot notice
+    recs = list(
+        iter_records(io.BytesIO(bytes(first) + gzip.compress(tar[split:], mtime=0)), "s.tar.gz")
+    )
     good, rej = _split(recs)
-    assert good == ["000000", "000001"]                     # taken back by the consumer (ShardCorrupt)
+    assert good == ["000000", "000001"]  # taken back by the consumer (ShardCorrupt)
     assert [(r.key, r.counts_record) for r in rej] == [("000002", True), (None, False)]
     assert "CRC check failed" in rej[0].reason
     assert isinstance(rej[1], ShardCorrupt)
@@ -220,7 +241,9 @@ def test_gzip_trailing_garbage_keeps_crc_checked_records(tmp_path):
     """gzip -d: "decompression OK, trailing garbage ignored".  The records' gzip member
     passed its CRC check before the garbage was found: they are kept, a shard-level reject
     notes the garbage.  A CRC mismatch before the same garbage still condemns the shard."""
-    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb").read()
+    tar = open(
+        shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb"
+    ).read()
     gz = gzip.compress(tar, mtime=0)
     recs = list(iter_records(io.BytesIO(gz + b"junk\n"), "g.tar.gz"))
     good, rej = _split(recs)
@@ -229,9 +252,15 @@ def test_gzip_trailing_garbage_keeps_crc_checked_records(tmp_path):
     assert rej[0].reason.startswith("trailing garbage after the gzip stream ignored")
     assert "b'ju'" in rej[0].reason
     bad_crc = bytearray(gz)
-    bad_crc[-8] ^= 0xFF                                        # the CRC32 field of the trailer
-    rej = [r for r in iter_records(io.BytesIO(bytes(bad_crc) + b"junk\n"), "g.tar.gz") if isinstance(r, Reject)]
-    assert len(rej) == 1 and isinstance(rej[0], ShardCorrupt) and "CRC check failed" in rej[0].reason
+    bad_crc[-8] ^= 0xFF  # the CRC32 field of the trailer
+    rej = [
+        r
+        for r in iter_records(io.BytesIO(bytes(bad_crc) + b"junk\n"), "g.tar.gz")
+        if isinstance(r, Reject)
+    ]
+    assert (
+        len(rej) == 1 and isinstance(rej[0], ShardCorrupt) and "CRC check failed" in rej[0].reason
+    )
 
 
 def _meta_header(kind: bytes, size: int) -> bytes:
@@ -245,19 +274,23 @@ def _meta_header(kind: bytes, size: int) -> bytes:
     return bytes(head)
 
 
-@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
-                                  tarfile.XGLTYPE])
+@pytest.mark.parametrize(
+    "kind", [tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE]
+)
 def test_huge_metadata_header_is_a_shard_reject_not_a_crash(tmp_path, kind):
     """A 2^50-byte long name / pax header would be read into memory (MemoryError ends the
     job): it is a damaged archive like any other, records before it are kept."""
-    tar = open(shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb").read()
-    end = _member_offsets(tar)["000002.cls"][1] + 512       # after the last member's one data block
+    tar = open(
+        shardgen.write_tar(str(tmp_path / "t.tar"), shardgen.sample_members(0, 3)), "rb"
+    ).read()
+    end = _member_offsets(tar)["000002.cls"][1] + 512  # after the last member's one data block
     data = tar[:end] + _meta_header(kind, 1 << 50) + b"x" * 4096
     good, rej = _split(list(iter_records(io.BytesIO(data), "h.tar")))
     assert good == ["000000", "000001"]
     assert [(r.key, r.counts_record) for r in rej] == [("000002", True), (None, False)]
     assert rej[1].reason.startswith(
-        "truncated or corrupt archive after 6 members: TarFormatError: oversized metadata header")
+        "truncated or corrupt archive after 6 members: TarFormatError: oversized metadata header"
+    )
 
 
 def test_hard_link_member_rejects_its_record():
@@ -265,11 +298,21 @@ def test_hard_link_member_rejects_its_record():
     would lack that member, so it is rejected with the link named; others are kept."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
-        for name, data in [("x/0.jpg", b"jpeg bytes"), ("x/0.cls", b"0"), ("x/1.jpg", None), ("x/1.cls", b"1"),
-                           ("x/2.jpg", b"more jpeg"), ("x/2.cls", b"2"), ("x/" + "L" * 120 + ".jpg", None)]:
+        for name, data in [
+            ("x/0.jpg", b"jpeg bytes"),
+            ("x/0.cls", b"0"),
+            ("x/1.jpg", None),
+            ("x/1.cls", b"1"),
+            ("x/2.jpg", b"more jpeg"),
+            ("x/2.cls", b"2"),
+            ("x/" + "L" * 120 + ".jpg", None),
+        ]:
             ti = tarfile.TarInfo(name)
             if data is None:  # as GNU tar writes the second name of a hard link
-                ti.type, ti.linkname = tarfile.LNKTYPE, "x/0.jpg" if "1" in name else "x/2" + "/" * 100 + "2.jpg"
+                ti.type, ti.linkname = (
+                    tarfile.LNKTYPE,
+                    "x/0.jpg" if "1" in name else "x/2" + "/" * 100 + "2.jpg",
+                )
             else:
                 ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data or b""))
@@ -278,7 +321,9 @@ def test_hard_link_member_rejects_its_record():
     assert good == ["x/0", "x/2"]
     assert [(r.key, r.counts_record) for r in rej] == [("x/1", True), ("x/" + "L" * 120, True)]
     assert rej[0].reason == "hard link member x/1.jpg -> x/0.jpg: links are not followed"
-    assert rej[1].reason.endswith(" -> x/2" + "/" * 100 + "2.jpg: links are not followed")  # GNU 'K' long link
+    assert rej[1].reason.endswith(
+        " -> x/2" + "/" * 100 + "2.jpg: links are not followed"
+    )  # GNU 'K' long link
     assert stats.members == 7 and stats.skipped_members == 0
 
 
@@ -289,13 +334,18 @@ def test_hard_link_written_by_gnu_tar(tmp_path):
     for i in range(3):
         (src / f"{i}.cls").write_bytes(str(i).encode())
     (src / "0.jpg").write_bytes(shardgen.jpeg(0))
-    os.link(src / "0.jpg", src / "1.jpg")                   # the same image under two records
+    os.link(src / "0.jpg", src / "1.jpg")  # the same image under two records
     (src / "2.jpg").write_bytes(shardgen.jpeg(2))
     p = str(tmp_path / "gnu.tar")
-    subprocess.run(["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(tmp_path / "src"), "x"], check=True)
+    subprocess.run(
+        ["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(tmp_path / "src"), "x"],
+        check=True,
+    )
     good, rej = _split(_records(p))
     assert good == ["x/0", "x/2"]
-    assert [(r.key, r.reason) for r in rej] == [("x/1", "hard link member x/1.jpg -> x/0.jpg: links are not followed")]
+    assert [(r.key, r.reason) for r in rej] == [
+        ("x/1", "hard link member x/1.jpg -> x/0.jpg: links are not followed")
+    ]
 
 
 class _ChangesAt(io.RawIOBase):
@@ -310,10 +360,11 @@ class _ChangesAt(io.RawIOBase):
 
     def readinto(self, b):
         from transforms.stores.retry import ObjectChangedError
+
         if self.pos >= self.cut:
             raise ObjectChangedError("ais://b/s.tar", f"at byte {self.pos}: Ais-Version 1 -> 2")
         n = min(len(b), self.cut - self.pos)
-        b[:n] = self.data[self.pos:self.pos + n]
+        b[:n] = self.data[self.pos : self.pos + n]
         self.pos += n
         return n
 
@@ -325,15 +376,19 @@ def test_object_changed_mid_read_is_a_fetch_reject(where):
     ones ("not a tar archive", "truncated shard"); the records before the break stand."""
     tar = _tar_bytes(shardgen.sample_members(0, 4))
     offs = _member_offsets(tar)
-    cut = {"start": 0, "header": offs["000002.jpg"][0] + 100, "data": offs["000002.jpg"][1] + 100}[where]
+    cut = {"start": 0, "header": offs["000002.jpg"][0] + 100, "data": offs["000002.jpg"][1] + 100}[
+        where
+    ]
     good, rej = _split(list(iter_records(_ChangesAt(tar, cut), "ais://b/s.tar")))
     # at a header, the record read last may have lost members that came after it
     lost = {"start": [], "header": ["000001"], "data": ["000002"]}[where]
-    assert good == ["000000", "000001"][:{"start": 0, "header": 1, "data": 2}[where]]
+    assert good == ["000000", "000001"][: {"start": 0, "header": 1, "data": 2}[where]]
     assert [r.stage for r in rej] == ["fetch"] * len(rej)
     assert [(r.key, r.counts_record) for r in rej] == [(k, True) for k in lost] + [(None, False)]
     for r in rej:
-        assert r.reason.startswith("object changed while being read: ais://b/s.tar (at byte "), r.reason
+        assert r.reason.startswith("object changed while being read: ais://b/s.tar (at byte "), (
+            r.reason
+        )
         assert "Ais-Version 1 -> 2" in r.reason
     if where == "data":
         assert rej[0].reason.endswith("member 000002.jpg is incomplete")
@@ -348,5 +403,7 @@ def test_object_changed_after_the_end_marker(gz):
     data = gzip.compress(tar, compresslevel=0, mtime=0) if gz else tar
     good, rej = _split(list(iter_records(_ChangesAt(data, len(data) - 1000), "ais://b/s.tar")))
     assert good == ["000000", "000001"]
-    assert [(r.key, r.stage, type(r)) for r in rej] == [(None, "fetch", ShardCorrupt if gz else Reject)]
+    assert [(r.key, r.stage, type(r)) for r in rej] == [
+        (None, "fetch", ShardCorrupt if gz else Reject)
+    ]
     assert rej[0].reason.startswith("object changed while being read: ais://b/s.tar (at byte ")

@@ -7,15 +7,22 @@ import subprocess
 import tarfile
 
 import pytest
-
 import shardgen
+
 from transforms.records import Reject
 from transforms.tar.records import TarStats, iter_records, split_key
 
 TRICKY = [
-    "n01/img7.jpg", "n01/img7.cls", "n01/a.seg.png", "n01/a.seg.PNG.json", "dir.with.dots/x.JPG",
-    "dir.with.dots/x.cls", "UPPER/Case.JPEG", "UPPER/Case.Txt",
-    "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".tar.gz", "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".cls",
+    "n01/img7.jpg",
+    "n01/img7.cls",
+    "n01/a.seg.png",
+    "n01/a.seg.PNG.json",
+    "dir.with.dots/x.JPG",
+    "dir.with.dots/x.cls",
+    "UPPER/Case.JPEG",
+    "UPPER/Case.Txt",
+    "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".tar.gz",
+    "deep/" + "d" * 120 + "/" + "long_name_" * 12 + ".cls",
 ]
 
 
@@ -28,10 +35,17 @@ def _tricky_members():
     return [(n, f"payload of {n}".encode()) for n in TRICKY]
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("n01/img7.jpg", ("n01/img7", "jpg")), ("n01/a.seg.png", ("n01/a.seg", None)),
-    ("a.tar.gz", ("a", "tar.gz")), ("x/y/Z.JPG", ("x/y/Z", "jpg")), ("noext", None), (".hidden", None),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("n01/img7.jpg", ("n01/img7", "jpg")),
+        ("n01/a.seg.png", ("n01/a.seg", None)),
+        ("a.tar.gz", ("a", "tar.gz")),
+        ("x/y/Z.JPG", ("x/y/Z", "jpg")),
+        ("noext", None),
+        (".hidden", None),
+    ],
+)
 def test_split_key(name, expected):
     got = split_key(name)
     if expected is None:
@@ -43,11 +57,13 @@ def test_split_key(name, expected):
 
 
 def _wds_samples(path):
-    import webdataset as wds
     from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
+
     out = []
     for s in group_by_keys(tar_file_expander(url_opener([{"url": path}]))):
-        out.append({k: v for k, v in s.items() if not k.startswith("__")} | {"__key__": s["__key__"]})
+        out.append(
+            {k: v for k, v in s.items() if not k.startswith("__")} | {"__key__": s["__key__"]}
+        )
     return out
 
 
@@ -77,17 +93,27 @@ def test_grouping_matches_webdataset_gnu_tar(tmp_path):
         (src / name).write_bytes(data)
     p = str(tmp_path / "gnu.tar")
     # GNU tar writes directory entries too, and sorts names: both must be handled
-    subprocess.run(["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(src), "."], check=True)
+    subprocess.run(
+        ["tar", "--sort=name", "--format=gnu", "-cf", p, "-C", str(src), "."], check=True
+    )
     stats = TarStats()
     with open(p, "rb") as f:
-        ours = [{k: v for k, v in r.items() if k != "__shard__"} for r in iter_records(f, p, stats=stats)]
+        ours = [
+            {k: v for k, v in r.items() if k != "__shard__"}
+            for r in iter_records(f, p, stats=stats)
+        ]
     assert ours == _wds_samples(p)
     assert stats.skipped_members >= 4  # ./ and the directories
     assert sum(len(r) - 1 for r in ours) == len(TRICKY)
 
 
 def test_compat_golden_shards(compat_dir):
-    expect = {"small-10.tar": 10, "small-10.tar.gz": 10, "small-mnist-21.tar": 21, "ais-small-mnist-3.tar": 3}
+    expect = {
+        "small-10.tar": 10,
+        "small-10.tar.gz": 10,
+        "small-mnist-21.tar": 21,
+        "ais-small-mnist-3.tar": 3,
+    }
     for name, n in expect.items():
         path = os.path.join(compat_dir, name)
         recs = _records(path)
@@ -103,8 +129,10 @@ def test_compat_golden_shards(compat_dir):
     gz = _records(os.path.join(compat_dir, "small-10.tar.gz"))
     plain = _records(os.path.join(compat_dir, "small-10.tar"))
     # same records (the two archives list members in different orders)
-    key = lambda r: r["__key__"]  # noqa: E731
-    assert [dict(r, __shard__="") for r in sorted(gz, key=key)] == [dict(r, __shard__="") for r in sorted(plain, key=key)]
+    key = lambda r: r["__key__"]
+    assert [dict(r, __shard__="") for r in sorted(gz, key=key)] == [
+        dict(r, __shard__="") for r in sorted(plain, key=key)
+    ]
 
 
 def test_strict_window_is_webdataset_rule(compat_dir):

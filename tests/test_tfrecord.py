@@ -5,15 +5,25 @@ import io
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from transforms.tfrecord.framing import (FRAME_OVERHEAD, CorruptRecordError, TFRecordWriter, frame, frame_parts,
-                                 iter_frames, pack,
-                                 read_records, record_index)
+from transforms.tfrecord.framing import (
+    FRAME_OVERHEAD,
+    CorruptRecordError,
+    TFRecordWriter,
+    frame,
+    frame_parts,
+    iter_frames,
+    pack,
+    read_records,
+    record_index,
+)
 
 
 def test_framing_is_byte_identical_to_tf(tmp_path):
     import tensorflow as tf
+
     payloads = [b"", b"x", os.urandom(1000), bytes(range(256)) * 300]
     ours = io.BytesIO()
     w = TFRecordWriter(ours)
@@ -36,7 +46,11 @@ def test_framing_parts_equals_framing_their_concatenation(parts):
 
 def test_compat_records_read_by_ours_and_tf(compat_dir):
     import tensorflow as tf
-    files = sorted(glob.glob(os.path.join(compat_dir, "*.record")) + glob.glob(os.path.join(compat_dir, "*.tfrecord")))
+
+    files = sorted(
+        glob.glob(os.path.join(compat_dir, "*.record"))
+        + glob.glob(os.path.join(compat_dir, "*.tfrecord"))
+    )
     assert len(files) == 4
     for f in files:
         ours = list(read_records(f))
@@ -58,9 +72,11 @@ def test_corruption_detected():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(min_value=17, max_value=5000), max_size=200),
-       st.one_of(st.none(), st.integers(min_value=17, max_value=20000)),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=50)))
+@given(
+    st.lists(st.integers(min_value=17, max_value=5000), max_size=200),
+    st.one_of(st.none(), st.integers(min_value=17, max_value=20000)),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=50)),
+)
 def test_pack_properties(sizes, max_bytes, max_records):
     spans = pack(sizes, max_bytes, max_records)
     # covers every record once, in order, no empty shard

@@ -7,9 +7,9 @@ import shutil
 
 import numpy as np
 import pytest
+from ops_fixtures import cli, copy_dataset
 from PIL import Image
 
-from ops_fixtures import cli, copy_dataset
 from pipelines.job.verify import verify
 from transforms.tfrecord.framing import frame, read_records, record_index
 
@@ -43,7 +43,7 @@ def test_flipped_byte_is_caught(demo_output, tmp_path):
     rep = verify(os.path.join(d, "demo.record.manifest.json"))
     checks = _checks(rep)
     assert ("crc", "demo-2.record") in checks and ("crc32c", "demo-2.record") in checks
-    assert all(shard == "demo-2.record" for _, shard in checks)   # the other shards are fine
+    assert all(shard == "demo-2.record" for _, shard in checks)  # the other shards are fine
 
 
 def test_truncated_shard_is_caught(demo_output, tmp_path):
@@ -54,8 +54,12 @@ def test_truncated_shard_is_caught(demo_output, tmp_path):
         f.truncate(size - 100)
     rep = verify(os.path.join(d, "demo.record.manifest.json"))
     checks = _checks(rep)
-    assert {("crc", "demo-3.record"), ("size", "demo-3.record"), ("count", "demo-3.record"),
-            ("index", "demo-3.record")} <= set(checks)
+    assert {
+        ("crc", "demo-3.record"),
+        ("size", "demo-3.record"),
+        ("count", "demo-3.record"),
+        ("index", "demo-3.record"),
+    } <= set(checks)
     assert any("truncated" in p.detail for p in rep.problems)
 
 
@@ -77,19 +81,26 @@ def test_missing_shard_and_rejects_mismatch(demo_output, tmp_path):
         f.write('{"shard": "x", "key": null, "stage": "fetch", "reason": "gone"}\n')
     checks = _checks(verify(os.path.join(d, "demo.record.manifest.json")))
     assert ("file", "demo-1.record") in checks and ("rejects", "manifest") in checks
-    shutil.copy(os.path.join(d, "demo-2.record"), os.path.join(d, "demo-7.record"))  # not the manifest's
+    shutil.copy(
+        os.path.join(d, "demo-2.record"), os.path.join(d, "demo-7.record")
+    )  # not the manifest's
     rep = verify(os.path.join(d, "demo.record.manifest.json"))
-    assert [(p.check, os.path.basename(p.shard)) for p in rep.problems if "not in the manifest" in p.detail] == [
-        ("file", "demo-7.record")]
+    assert [
+        (p.check, os.path.basename(p.shard))
+        for p in rep.problems
+        if "not in the manifest" in p.detail
+    ] == [("file", "demo-7.record")]
     from launch.cli import main
+
     assert main(["verify", str(tmp_path / "nowhere.manifest.json")]) == 2
     assert main(["verify", os.path.join(d, "demo.record.manifest.json")]) == 5
 
 
 def _rewrite_first_record(d, change):
     """Re-frame shard 1 with record 0 changed (valid CRCs), update manifest + DALI index."""
-    from tensorflow.core.example import example_pb2
     from ops_fixtures import crc32c_file
+    from tensorflow.core.example import example_pb2
+
     path = os.path.join(d, "demo-1.record")
     recs = list(read_records(path))
     ex = example_pb2.Example.FromString(recs[0])
@@ -113,12 +124,14 @@ def test_undecodable_image_needs_decode_images(demo_output, tmp_path):
 
     def damage(feats):
         jpg = feats["jpg"].bytes_list.value[0]
-        feats["jpg"].bytes_list.value[0] = jpg[: len(jpg) // 3]   # a cut-off JPEG
+        feats["jpg"].bytes_list.value[0] = jpg[: len(jpg) // 3]  # a cut-off JPEG
+
     mpath = _rewrite_first_record(d, damage)
-    assert verify(mpath).ok                       # framing, sums and schema are all consistent
+    assert verify(mpath).ok  # framing, sums and schema are all consistent
     rep = verify(mpath, decode_images=True)
     assert [(p.check, p.record, p.key) for p in rep.problems] == [("image", 0, "class0/img0000")]
     from launch.cli import main
+
     assert main(["verify", mpath, "--decode-images", "--json", str(tmp_path / "r.json")]) == 5
     assert "does not decode" in json.load(open(tmp_path / "r.json"))["problems"][0]["detail"]
 
@@ -130,6 +143,7 @@ def test_schema_mismatch_is_caught(demo_output, tmp_path):
         feats["cls"].ClearField("int64_list")
         feats["cls"].bytes_list.value.append(b"zero")
         feats["bogus"].float_list.value.append(1.0)
+
     rep = verify(_rewrite_first_record(d, retype))
     details = sorted(p.detail for p in rep.problems)
     assert [p.check for p in rep.problems] == ["schema", "schema"]
@@ -140,6 +154,7 @@ def test_schema_mismatch_is_caught(demo_output, tmp_path):
 def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp_path):
     from launch.cmd_inspect import inspect
     from transforms.tfrecord.example import parse_example
+
     shard = os.path.join(demo_output[0], "demo-1.record")
     sheet = str(tmp_path / "sheet.png")
     p = cli("inspect", shard, "-n", "2", "--images", "10", "--sheet", sheet)
@@ -154,17 +169,20 @@ def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp
     assert "cls                      large_list<item: int64>" in p.stdout
     assert "jpg                      large_list<item: large_binary>" in p.stdout
     assert f"'{first[0]['__key__']}'" in p.stdout and f"'{first[1]['__key__']}'" in p.stdout
-    assert f"'{first[2]['__key__']}'" not in p.stdout           # only -n records are printed
+    assert f"'{first[2]['__key__']}'" not in p.stdout  # only -n records are printed
     im = Image.open(sheet)
-    assert im.format == "PNG" and im.size == (8 * 132 + 4, 2 * 148 + 4)   # 10 thumbs: 8 columns, 2 rows
+    assert im.format == "PNG" and im.size == (
+        8 * 132 + 4,
+        2 * 148 + 4,
+    )  # 10 thumbs: 8 columns, 2 rows
     # the first thumbnail is the first record's image (scaled), not a blank tile
-    thumb = np.asarray(im.convert("RGB"))[4:4 + 128, 4:4 + 128].astype(float)
+    thumb = np.asarray(im.convert("RGB"))[4 : 4 + 128, 4 : 4 + 128].astype(float)
     ref = Image.open(io.BytesIO(first[0]["jpg"])).convert("RGB")
     ref.thumbnail((128, 128))
     ref = np.asarray(ref).astype(float)
     y0 = (128 - ref.shape[0]) // 2
     x0 = (128 - ref.shape[1]) // 2
-    assert np.abs(thumb[y0:y0 + ref.shape[0], x0:x0 + ref.shape[1]] - ref).mean() < 2
+    assert np.abs(thumb[y0 : y0 + ref.shape[0], x0 : x0 + ref.shape[1]] - ref).mean() < 2
     assert thumb.std() > 10
     # captions carry the labels
     items = inspect(shard, records=0, images=3, out=io.StringIO())
@@ -180,11 +198,16 @@ def test_verify_pcr_dataset_through_the_cli(tmp_path):
     """``tar2tf verify DIR`` on a PCR output directory: the record files against the
     manifest and, through the PCR verifier, against the index."""
     from pcr_fixtures import JPEGTRAN_MISSING, convert_local, make_image_folder, sample_images
+
     if JPEGTRAN_MISSING:
-        pytest.skip("!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!")
+        pytest.skip(
+            "!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!"
+        )
     from launch.cli import main
-    out, res = convert_local(tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()),
-                             images_per_record=4)
+
+    out, res = convert_local(
+        tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()), images_per_record=4
+    )
     assert res.manifest["kind"] == "pcr"
     rep = verify(out)
     assert rep.ok and rep.kind == "pcr" and rep.shards_checked == 2, rep.text()
@@ -203,12 +226,17 @@ def test_verify_pcr_index_edits_are_caught(tmp_path):
     """The index's int32 ``offsets`` (what readers of the reference schema use) must agree
     with ``offsets64``, and the index must be the one the manifest recorded."""
     from pcr_fixtures import JPEGTRAN_MISSING, convert_local, make_image_folder, sample_images
+
     if JPEGTRAN_MISSING:
-        pytest.skip("!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!")
+        pytest.skip(
+            "!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!"
+        )
     from transforms.pcr import pcr_pb2
     from transforms.pcr.format import INDEX_NAME
-    out, _ = convert_local(tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()),
-                           images_per_record=4)
+
+    out, _ = convert_local(
+        tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()), images_per_record=4
+    )
     rep = verify(out)
     assert rep.ok and rep.records_checked == len(sample_images()), rep.text()
     path = os.path.join(out, INDEX_NAME)
@@ -221,7 +249,9 @@ def test_verify_pcr_index_edits_are_caught(tmp_path):
     open(path, "wb").write(idx.SerializeToString())
     problems = verify(out).problems
     assert any(p.check == "pcr" and "differ from offsets64" in p.detail for p in problems)
-    assert any(p.check == "index" and "sha256 differs from the manifest" in p.detail for p in problems)
+    assert any(
+        p.check == "index" and "sha256 differs from the manifest" in p.detail for p in problems
+    )
     # an index that still parses but no longer describes the scan maps the images name
     idx = pcr_pb2.DatasetOffsetsIndex.FromString(original)
     del idx.scan_maps[:]
@@ -233,12 +263,19 @@ def test_feature_appearing_late_is_in_the_schema(tmp_path):
     """The manifest schema covers every record, so verify does not flag a feature that
     only the 20th record of a shard has."""
     import shardgen
+
     from pipelines.beam.convert import ConvertConfig, convert
+
     members = shardgen.sample_members(0, 20, size=(16, 12))
     members.append(("000019.txt", b"a late caption"))
     shardgen.write_tar(str(tmp_path / "late.tar"), members)
-    res = convert(ConvertConfig(sources=str(tmp_path / "late.tar"), output=str(tmp_path / "o/x-{}.record"),
-                                type_map={"cls": "int64"}))
+    res = convert(
+        ConvertConfig(
+            sources=str(tmp_path / "late.tar"),
+            output=str(tmp_path / "o/x-{}.record"),
+            type_map={"cls": "int64"},
+        )
+    )
     assert res.manifest["schema"]["txt"] == {"dtype": "bytes", "shape": [1], "optional": True}
     rep = verify(res.manifest_path)
     assert rep.ok and rep.records_checked == 20, rep.text()
@@ -247,6 +284,7 @@ def test_feature_appearing_late_is_in_the_schema(tmp_path):
 def test_manifests_with_sha256_rows_still_verify(demo_output, tmp_path):
     """Manifests written before shards carried crc32c (sha256 rows) verify as before."""
     from ops_fixtures import sha256_file
+
     d = copy_dataset(demo_output[0], str(tmp_path / "d"))
     mpath = os.path.join(d, "demo.record.manifest.json")
     m = json.load(open(mpath))
@@ -265,14 +303,25 @@ def test_decode_images_checks_pixel_arrays_as_arrays(tmp_path):
     (``jpg``, ``jpg/dtype``, ``jpg/shape``): --decode-images checks it as one, not as a
     JPEG; an array whose bytes do not fill its shape is still caught."""
     import shardgen
+
     from transforms.tfrecord.example import parse_example
+
     shardgen.make_shards(str(tmp_path / "in"), 2, 3, size=(40, 30))
     out = str(tmp_path / "o" / "t-{}.record")
-    p = cli("convert", str(tmp_path / "in" / "train-{0000..0001}.tar"), "-o", out, "--no-progress",
-            "--ops", '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"]}')
+    p = cli(
+        "convert",
+        str(tmp_path / "in" / "train-{0000..0001}.tar"),
+        "-o",
+        out,
+        "--no-progress",
+        "--ops",
+        '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"]}',
+    )
     assert p.returncode == 0, p.stderr
     manifest = str(tmp_path / "o" / "t.manifest.json")
-    manifest = manifest if os.path.exists(manifest) else str(tmp_path / "o" / "t.record.manifest.json")
+    manifest = (
+        manifest if os.path.exists(manifest) else str(tmp_path / "o" / "t.record.manifest.json")
+    )
     p = cli("verify", manifest, "--decode-images", "--json", "-")
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads(p.stdout)
@@ -283,14 +332,19 @@ def test_decode_images_checks_pixel_arrays_as_arrays(tmp_path):
 
     # an array cut short: its bytes no longer fill the shape it states
     from transforms.tfrecord.example import record_to_example
+
     rec = {"__key__": "cut", "cls": b"1", "jpg": np.zeros((32, 32, 3), np.uint8)}
     payload = bytearray(record_to_example(rec).SerializeToString())
-    ex_pb = __import__("transforms.tfrecord.example_wire_pb2", fromlist=["x"]).Example.FromString(bytes(payload))
+    ex_pb = __import__("transforms.tfrecord.example_wire_pb2", fromlist=["x"]).Example.FromString(
+        bytes(payload)
+    )
     ex_pb.features.feature["jpg"].bytes_list.value[0] = b"\0" * 100
     from pipelines.job.verify import _decode_images
+
     done, bad = _decode_images(ex_pb.features.feature)
-    assert done == 0 and bad == ["array feature 'jpg' (uint8, shape [32, 32, 3]) holds 100 bytes, "
-                                 "its shape needs 3072"]
+    assert done == 0 and bad == [
+        "array feature 'jpg' (uint8, shape [32, 32, 3]) holds 100 bytes, its shape needs 3072"
+    ]
 
 
 def test_mixed_schema_fails_verify(demo_output, tmp_path):
@@ -301,4 +355,5 @@ def test_mixed_schema_fails_verify(demo_output, tmp_path):
     json.dump(m, open(mpath, "w"))
     rep = verify(mpath)
     assert not rep.ok and [p.detail for p in rep.problems if p.check == "schema"] == [
-        "feature 'cls' has mixed types across records (schema dtype 'mixed'): no parser reads them all"]
+        "feature 'cls' has mixed types across records (schema dtype 'mixed'): no parser reads them all"
+    ]

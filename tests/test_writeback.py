@@ -20,9 +20,16 @@ def calls(monkeypatch):
 
     def spy(fd, offset, length):
         ok = real(fd, offset, length)
-        seen.append((os.readlink(f"/proc/self/fd/{fd}") if sys.platform.startswith("linux") else fd,
-                     offset, length, ok))
+        seen.append(
+            (
+                os.readlink(f"/proc/self/fd/{fd}") if sys.platform.startswith("linux") else fd,
+                offset,
+                length,
+                ok,
+            )
+        )
         return ok
+
     monkeypatch.setattr(writeback, "start", spy)
     return seen
 
@@ -73,7 +80,7 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
     src.write_bytes(b"".join(frames))
     shard = finalize.ShardFile(out)
     for i in range(0, 21, 3):  # runs of 3 frames, as the stream writes a piece's run
-        shard.write(frames[i:i + 3], [1_000] * 3)
+        shard.write(frames[i : i + 3], [1_000] * 3)
     with open(src, "rb") as f:
         shard.copy(f, 21_000, 19_000, [1_000] * 19)
     temp = shard.local_path
@@ -92,13 +99,17 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
 
 def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
     from pipelines.local.worker import write_runs
+
     frames = _frames(6, 500)
     path = tmp_path / "shard.tmp"
     path.write_bytes(b"\0" * 4_000)
     info = {"sizes": [500] * 6, "piece": str(tmp_path / "unused")}
     crcs = write_runs([(str(path), 1_000, 0, 2), (str(path), 3_000, 4, 6)], frames, info)
     assert [(o, n) for _, o, n, _ in calls] == [(1_000, 1_000), (3_000, 1_000)]
-    assert crcs == [digests.crc32c_of(_crc(b"".join(frames[0:2]))), digests.crc32c_of(_crc(b"".join(frames[4:6])))]
+    assert crcs == [
+        digests.crc32c_of(_crc(b"".join(frames[0:2]))),
+        digests.crc32c_of(_crc(b"".join(frames[4:6]))),
+    ]
     assert path.read_bytes()[1_000:2_000] == b"".join(frames[0:2])
 
 

@@ -46,6 +46,7 @@ class Reject:
         # a reason may quote a URL with a password or a signed query (an endpoint that
         # could not be listed): every place a reject goes gets it redacted
         from transforms.redact import redact
+
         for name in ("shard", "reason"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -59,8 +60,13 @@ class Reject:
         return self.reason.split(":", 1)[0].strip()
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"shard": self.shard, "key": self.key, "stage": self.stage,
-                "reason": self.reason, "record": self.counts_record}
+        return {
+            "shard": self.shard,
+            "key": self.key,
+            "stage": self.stage,
+            "reason": self.reason,
+            "record": self.counts_record,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

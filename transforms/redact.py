@@ -35,11 +35,13 @@ _SECRET_NAMES = (
     r"secret_key|sessiontoken|session_token|credential|credentials|"
     r"security-token"
 )
-_SECRET_PARAM = re.compile(r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")=(?P<value>[^&#\s\"'<>]*)",
-                           re.IGNORECASE)
+_SECRET_PARAM = re.compile(
+    r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")=(?P<value>[^&#\s\"'<>]*)", re.IGNORECASE
+)
 # "Authorization: Bearer xyz" / "token=xyz" said in an SDK's exception text
-_HEADER = re.compile(r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)(?P<value>[^\s\"',;]+)",
-                     re.IGNORECASE)
+_HEADER = re.compile(
+    r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)(?P<value>[^\s\"',;]+)", re.IGNORECASE
+)
 
 
 def redact(text: str) -> str:
@@ -78,7 +80,9 @@ def printable(text: str) -> str:
     bytes as ``\\xNN`` too; secrets redacted (:func:`redact`)."""
     text = redact(text)
     if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
-        text = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text)
+        text = "".join(
+            f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text
+        )
     return _CONTROL.sub(_escape, text)
 
 

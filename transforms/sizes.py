@@ -26,6 +26,7 @@ def parse_size(value: Union[None, int, str]) -> Optional[int]:
         if plain is not None and not (math.isfinite(plain) and plain == int(plain)):
             raise ValueError(f"invalid size {value!r}: not a whole number of bytes")
         import humanfriendly  # imported when a size string is parsed: workers get numbers (~8 ms)
+
         try:
             n = humanfriendly.parse_size(str(value).strip(), binary=False)
         except humanfriendly.InvalidSize as e:

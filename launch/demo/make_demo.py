@@ -20,6 +20,7 @@ SHARDS, PER_SHARD, SIZE = 4, 24, (160, 120)
 
 def main(out_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "shards")):
     import skimage.data
+
     photos = [getattr(skimage.data, n)() for n in PHOTOS]
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(2020)
@@ -33,12 +34,15 @@ def main(out_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "shard
                 h, w = src.shape[:2]
                 ch, cw = int(rng.integers(h // 2, h)), int(rng.integers(w // 2, w))
                 y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-                img = Image.fromarray(src[y:y + ch, x:x + cw]).resize(SIZE, Image.BILINEAR)
+                img = Image.fromarray(src[y : y + ch, x : x + cw]).resize(SIZE, Image.BILINEAR)
                 buf = io.BytesIO()
                 img.save(buf, "JPEG", quality=85)
                 meta = {"source": PHOTOS[cls], "box": [x, y, cw, ch]}
-                for ext, data in (("jpg", buf.getvalue()), ("cls", str(cls).encode()),
-                                  ("json", json.dumps(meta, sort_keys=True).encode())):
+                for ext, data in (
+                    ("jpg", buf.getvalue()),
+                    ("cls", str(cls).encode()),
+                    ("json", json.dumps(meta, sort_keys=True).encode()),
+                ):
                     ti = tarfile.TarInfo(f"class{cls}/img{n:04d}.{ext}")
                     ti.size, ti.mtime, ti.mode = len(data), 0, 0o644
                     tf.addfile(ti, io.BytesIO(data))

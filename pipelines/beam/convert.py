@@ -33,7 +33,7 @@ from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
 from pipelines.job import finalize, progress
-from pipelines.job.config import ConvertConfig, OutputExistsError  # noqa: F401  (re-exported)
+from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.element_coding import Pickled
 from pipelines.job.setup import (
     ConvertResult,
@@ -52,8 +52,18 @@ __all__ = ["ConvertConfig", "ConvertResult", "OutputExistsError", "build", "conv
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
-COUNTERS = ("shards_read", "shards_resumed", "records_read", "records_written", "records_rejected",
-            "records_filtered", "shards_rejected", "bytes_written", "member_bytes_read", "members_skipped")
+COUNTERS = (
+    "shards_read",
+    "shards_resumed",
+    "records_read",
+    "records_written",
+    "records_rejected",
+    "records_filtered",
+    "shards_rejected",
+    "bytes_written",
+    "member_bytes_read",
+    "members_skipped",
+)
 
 
 class ConvertShardFn(beam.DoFn):
@@ -77,25 +87,34 @@ class ConvertShardFn(beam.DoFn):
         for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        yield Pickled(info)  # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
+        yield Pickled(
+            info
+        )  # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
 
 
-def build(p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject], work: str):
+def build(
+    p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject], work: str
+):
     """The job's graph (see the module docstring); its last step writes the manifest."""
-    tasks = spread(p | "Shards" >> beam.Create(list(enumerate(urls)), reshuffle=False),
-                   "SpreadShards", itemgetter(0))
+    tasks = spread(
+        p | "Shards" >> beam.Create(list(enumerate(urls)), reshuffle=False),
+        "SpreadShards",
+        itemgetter(0),
+    )
     pieces = tasks | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work))
     all_pieces = gather(pieces, "GatherPieces")
     if cfg.shuffle:
         from pipelines.beam.shuffle import shuffled_shards
+
         shards = shuffled_shards(pieces, all_pieces, cfg)
     else:
         plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
-        shards = (spread(plan, "SpreadWrites", itemgetter("index"))
-                  | "WriteShard" >> beam.Map(finalize.write_shard, cfg.store, cfg.dali_index))
-    return (gather(shards, "GatherShards")
-            | "Manifest" >> beam.FlatMap(finish_job, beam.pvalue.AsSingleton(all_pieces), cfg,
-                                         list_rejects, urls, work))
+        shards = spread(plan, "SpreadWrites", itemgetter("index")) | "WriteShard" >> beam.Map(
+            finalize.write_shard, cfg.store, cfg.dali_index
+        )
+    return gather(shards, "GatherShards") | "Manifest" >> beam.FlatMap(
+        finish_job, beam.pvalue.AsSingleton(all_pieces), cfg, list_rejects, urls, work
+    )
 
 
 def counters_of(result) -> Dict[str, int]:
@@ -105,13 +124,16 @@ def counters_of(result) -> Dict[str, int]:
         for c in result.metrics().query(MetricsFilter().with_namespace(NS))["counters"]:
             val = c.committed if c.committed is not None else c.attempted
             out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(val or 0)
-    except Exception as e:  # noqa: BLE001 - some runners do not report metrics
+    except Exception as e:
         log.warning("runner reported no metrics: %s", e)
     return out
 
 
-def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None,
-            flag_names: Tuple[str, str] = ("--overwrite", "--resume")) -> ConvertResult:
+def convert(
+    cfg: ConvertConfig,
+    beam_args: Optional[Sequence[str]] = None,
+    flag_names: Tuple[str, str] = ("--overwrite", "--resume"),
+) -> ConvertResult:
     """Run the conversion as a Beam job (see the module docstring); ``beam_args`` choose
     the runner (default: Beam's local runner, one worker process per core,
     ``pipelines.beam.options``).  Raises ``OutputExistsError``, whose message names the

@@ -28,9 +28,11 @@ def _as_list(_, items):
 
 def gather(pcoll: beam.PCollection, label: str) -> beam.PCollection:
     """``pcoll`` as a single list element, under the step name ``label``."""
-    return (pcoll.pipeline
-            | f"{label}Start" >> beam.Create([None], reshuffle=False)
-            | label >> beam.Map(_as_list, beam.pvalue.AsList(pcoll)))
+    return (
+        pcoll.pipeline
+        | f"{label}Start" >> beam.Create([None], reshuffle=False)
+        | label >> beam.Map(_as_list, beam.pvalue.AsList(pcoll))
+    )
 
 
 def _values(kv):
@@ -41,7 +43,9 @@ def spread(pcoll: beam.PCollection, label: str, key: Callable[[Any], int]) -> be
     """The elements of ``pcoll`` regrouped by ``key`` (a distinct int per element, e.g.
     ``operator.itemgetter(0)`` of an ``(index, url)`` task; picklable), so that the next
     steps run in parallel over them."""
-    return (pcoll
-            | f"{label}Key" >> beam.WithKeys(key)
-            | f"{label}Group" >> beam.GroupByKey()
-            | label >> beam.FlatMap(_values))
+    return (
+        pcoll
+        | f"{label}Key" >> beam.WithKeys(key)
+        | f"{label}Group" >> beam.GroupByKey()
+        | label >> beam.FlatMap(_values)
+    )

@@ -32,7 +32,9 @@ def _has(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[int] = None) -> List[str]:
+def effective_args(
+    beam_args: Optional[Sequence[str]] = None, workers: Optional[int] = None
+) -> List[str]:
     """``beam_args`` with tar2tf's local defaults; ``workers`` (default: the core count) is
     the local runner's worker count unless ``--direct_num_workers`` is given."""
     args = list(beam_args or [])
@@ -41,17 +43,13 @@ def effective_args(beam_args: Optional[Sequence[str]] = None, workers: Optional[
     runner = runner_name(args)
     if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
         # in_memory runs one worker whatever the count (Beam warns about any other count)
-        n = 1 if _value(args, "--direct_running_mode") == "in_memory" else int(workers or 0) or os.cpu_count() or 1
+        n = (
+            1
+            if _value(args, "--direct_running_mode") == "in_memory"
+            else int(workers or 0) or os.cpu_count() or 1
+        )
         args.append(f"--direct_num_workers={n}")
     return args
-
-
-
-
-
-
-
-
 
 
 def runner_name(args: Sequence[str]) -> str:
@@ -64,11 +62,13 @@ def runner_name(args: Sequence[str]) -> str:
     return name
 
 
-
-
 def is_local(args: Sequence[str]) -> bool:
-    return runner_name(args) in ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
-                                 "SwitchingDirectRunner")
+    return runner_name(args) in (
+        "FnApiRunner",
+        "DirectRunner",
+        "BundleBasedDirectRunner",
+        "SwitchingDirectRunner",
+    )
 
 
 def _value(args: Sequence[str], flag: str) -> Optional[str]:
@@ -81,8 +81,7 @@ def _value(args: Sequence[str], flag: str) -> Optional[str]:
     return val
 
 
-
-
 def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
     from apache_beam.options.pipeline_options import PipelineOptions
+
     return PipelineOptions(effective_args(beam_args))

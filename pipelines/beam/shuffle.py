@@ -27,7 +27,9 @@ from transforms.tfrecord.framing import iter_frames, pack
 
 def sort_key(seed: int, shard: int, key: str) -> bytes:
     # the key's own bytes, also where they are no UTF-8 (pipelines.job.element_coding)
-    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[:12]
+    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[
+        :12
+    ]
 
 
 def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:
@@ -61,6 +63,7 @@ def _write(item, plan: Dict[str, Any], cfg):
     ranked = sorted(ranked, key=lambda rp: rp[0])
     path = plan["names"][shard]
     from transforms.tfrecord.framing import frame
+
     shard = finalize.ShardFile(path, cfg.store, cfg.dali_index)
     try:
         for _, p in ranked:
@@ -75,7 +78,9 @@ def _write(item, plan: Dict[str, Any], cfg):
 def shuffled_shards(pieces, all_pieces, cfg):
     plan = all_pieces | "ShufflePlan" >> beam.Map(assignment, cfg)
     side = beam.pvalue.AsSingleton(plan)
-    return (pieces
-            | "Scatter" >> beam.FlatMap(_scatter, side, cfg)
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShuffled" >> beam.Map(_write, side, cfg))
+    return (
+        pieces
+        | "Scatter" >> beam.FlatMap(_scatter, side, cfg)
+        | "GroupByShard" >> beam.GroupByKey()
+        | "WriteShuffled" >> beam.Map(_write, side, cfg)
+    )

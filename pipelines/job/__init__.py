@@ -1,1 +1,2 @@
-"""What both drivers share: the job's options, the per-shard work, its work directory and journal, finalization, the report and verification."""
+"""What both drivers share: the job's options, the per-shard work, its work directory and
+journal, finalization, the report and verification."""

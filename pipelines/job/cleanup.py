@@ -16,7 +16,8 @@ import logging
 import os
 from typing import Optional
 
-from pipelines.job import finalize, record as job_record, workfiles
+from pipelines.job import finalize, workfiles
+from pipelines.job import record as job_record
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
 log = logging.getLogger("tar2tf")
@@ -37,8 +38,12 @@ def _unlink(path: str) -> None:
         pass
 
 
-def after_failure(exc: Optional[BaseException], work: str, output: Optional[str] = None,
-                  config: Optional[StoreConfig] = None) -> int:
+def after_failure(
+    exc: Optional[BaseException],
+    work: str,
+    output: Optional[str] = None,
+    config: Optional[StoreConfig] = None,
+) -> int:
     """Delete a failed job's partial files (local work directory and output directory;
     object stores publish objects whole, or not at all) and return the bytes of verified
     work kept.  When some are kept, ``exc`` carries a note saying how much and where
@@ -53,8 +58,9 @@ def after_failure(exc: Optional[BaseException], work: str, output: Optional[str]
         for dirpath, _, files in os.walk(work):
             for fn in files:
                 path = os.path.join(dirpath, fn)
-                if LOCAL_TEMP.match(fn) or (not fn.endswith(".json")
-                                            and not os.path.exists(workfiles.sidecar_of(path))):
+                if LOCAL_TEMP.match(fn) or (
+                    not fn.endswith(".json") and not os.path.exists(workfiles.sidecar_of(path))
+                ):
                     _unlink(path)
                     continue
                 if fn == job_record.JOB_FILE:
@@ -68,8 +74,10 @@ def after_failure(exc: Optional[BaseException], work: str, output: Optional[str]
         return held
     if held and exc is not None:
         try:
-            exc.tar2tf_held = (f"{_human(held)} of verified work kept in {work} "
-                               f"(rerun with --resume to use it, or delete it)")
+            exc.tar2tf_held = (
+                f"{_human(held)} of verified work kept in {work} "
+                f"(rerun with --resume to use it, or delete it)"
+            )
         except (AttributeError, TypeError):  # an exception type without a __dict__
             pass
     return held
@@ -82,5 +90,9 @@ def remove_work(work: str, config: Optional[StoreConfig] = None) -> None:
         finalize.delete_tree(get_store(work, config), work)
     except OSError as e:
         where = getattr(e, "filename", None) or work
-        log.warning("the output is complete, but its work directory could not be removed: %s (%s); "
-                    "delete it by hand", e.strerror or e, where)
+        log.warning(
+            "the output is complete, but its work directory could not be removed: %s (%s); "
+            "delete it by hand",
+            e.strerror or e,
+            where,
+        )

@@ -56,8 +56,12 @@ class ConvertConfig:
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
 
         image_limits.set_max_pixels(self.max_image_pixels)  # in every process that runs the stages
-        return Stages(tuple(as_stage(s) for s in self.sample_stages), self.record_to_example,
-                      tuple(as_stage(s) for s in self.example_stages), exs.parse_type_map(self.type_map))
+        return Stages(
+            tuple(as_stage(s) for s in self.sample_stages),
+            self.record_to_example,
+            tuple(as_stage(s) for s in self.example_stages),
+            exs.parse_type_map(self.type_map),
+        )
 
     def has_heavy_ops(self) -> bool:
         """Whether records go through ops that do real work per record (decode, resize,
@@ -67,14 +71,24 @@ class ConvertConfig:
 
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""
-        return {"max_shard_size": parse_size(self.max_shard_size), "records_per_shard": self.records_per_shard,
-                "type_map": exs.parse_type_map(self.type_map),
-                "sample_stages": [stage_name(s) for s in self.sample_stages],
-                "record_to_example": stage_name(self.record_to_example) if self.record_to_example else None,
-                "example_stages": [stage_name(s) for s in self.example_stages],
-                "max_member_size": parse_size(self.max_member_size), "max_rejects": self.max_rejects,
-                "dali_index": self.dali_index, "shuffle": self.shuffle,
-                "seed": self.seed if self.shuffle else None,
-                # only when set: the manifests (and work directories) of jobs at the default stay as they were
-                **({"max_image_pixels": self.max_image_pixels}
-                   if self.max_image_pixels not in (None, image_limits.DEFAULT_MAX_IMAGE_PIXELS) else {})}
+        return {
+            "max_shard_size": parse_size(self.max_shard_size),
+            "records_per_shard": self.records_per_shard,
+            "type_map": exs.parse_type_map(self.type_map),
+            "sample_stages": [stage_name(s) for s in self.sample_stages],
+            "record_to_example": stage_name(self.record_to_example)
+            if self.record_to_example
+            else None,
+            "example_stages": [stage_name(s) for s in self.example_stages],
+            "max_member_size": parse_size(self.max_member_size),
+            "max_rejects": self.max_rejects,
+            "dali_index": self.dali_index,
+            "shuffle": self.shuffle,
+            "seed": self.seed if self.shuffle else None,
+            # only when set: the manifests (and work directories) of jobs at the default stay as they were
+            **(
+                {"max_image_pixels": self.max_image_pixels}
+                if self.max_image_pixels not in (None, image_limits.DEFAULT_MAX_IMAGE_PIXELS)
+                else {}
+            ),
+        }

@@ -20,10 +20,17 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from transforms.stores import writeback
-from transforms.tfrecord import digests
 from transforms.records import Reject
-from transforms.stores import LOCAL_TEMP, Store, StoreConfig, basename, get_store, split_url
+from transforms.stores import (
+    LOCAL_TEMP,
+    Store,
+    StoreConfig,
+    basename,
+    get_store,
+    split_url,
+    writeback,
+)
+from transforms.tfrecord import digests
 from transforms.tfrecord.framing import pack
 
 log = logging.getLogger("tar2tf")
@@ -34,6 +41,7 @@ WRITEBACK_CHUNK = 8 << 20
 
 
 # -- names ------------------------------------------------------------------------------
+
 
 def _split_ext(url: str) -> Tuple[str, str]:
     base = basename(url)
@@ -79,7 +87,7 @@ def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List
         m = LOCAL_TEMP.match(fn)
         if m:
             name = m.group("name")
-            name = name[:-len(".idx")] if name.endswith(".idx") else name
+            name = name[: -len(".idx")] if name.endswith(".idx") else name
             if pat.match(os.path.join(os.path.dirname(output), name)):
                 out.append(os.path.join(os.path.dirname(output), fn))
     return out
@@ -94,8 +102,13 @@ def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[
 
 # -- plan -------------------------------------------------------------------------------
 
-def make_plan(pieces: Sequence[Dict[str, Any]], output: str, max_bytes: Optional[int],
-              max_records: Optional[int]) -> List[Dict[str, Any]]:
+
+def make_plan(
+    pieces: Sequence[Dict[str, Any]],
+    output: str,
+    max_bytes: Optional[int],
+    max_records: Optional[int],
+) -> List[Dict[str, Any]]:
     """Final shard tasks: ``{index, path, ranges: [[piece, offset, length]], sizes}``."""
     pieces = sorted(pieces, key=lambda p: p["index"])
     flat: List[Tuple[int, int]] = []  # (piece position, record size)
@@ -116,13 +129,18 @@ def make_plan(pieces: Sequence[Dict[str, Any]], output: str, max_bytes: Optional
             offsets[pi] += size
         sizes = [s for _, s in flat[a:b]]
         if max_bytes is not None and len(sizes) == 1 and sizes[0] > max_bytes:
-            log.warning("record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                        sizes[0], max_bytes, path)
+            log.warning(
+                "record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                sizes[0],
+                max_bytes,
+                path,
+            )
         tasks.append({"index": n, "path": path, "ranges": ranges, "sizes": sizes})
     return tasks
 
 
 # -- writing ----------------------------------------------------------------------------
+
 
 def copy_range(src, dst, offset: int, length: int, digest) -> None:
     """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, feeding ``digest``.
@@ -254,7 +272,10 @@ class ShardFile:
         """The bytes appended since the last reserved range become a range of their own."""
         if self.bytes > self._start:
             with self._cv:
-                self._ranges[self._start] = (self.bytes - self._start, digests.crc32c_of(self.digest))
+                self._ranges[self._start] = (
+                    self.bytes - self._start,
+                    digests.crc32c_of(self.digest),
+                )
             self.digest = digests.new("crc32c")
             self._start = self.bytes
 
@@ -296,8 +317,9 @@ class ShardFile:
         self._cm.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def write_shard(task: Dict[str, Any], config: Optional[StoreConfig] = None,
-                dali_index: bool = False) -> Dict[str, Any]:
+def write_shard(
+    task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
+) -> Dict[str, Any]:
     """Copy the task's byte ranges into its final name, atomically; return its manifest row."""
     shard = ShardFile(task["path"], config, dali_index)
     try:
@@ -330,13 +352,22 @@ def delete_tree(store: Store, prefix: str) -> None:
 
 # -- manifest ---------------------------------------------------------------------------
 
+
 def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
     """What one converted input shard (its piece description) adds to the job's counts:
     the Beam counters of the ``tar2tf`` namespace, ``reject:<stage>:<kind>`` included."""
-    c = {"shards_read": 1, "records_read": info["records_read"], "records_written": len(info["sizes"]),
-         "records_filtered": info["filtered"], "bytes_written": info.get("bytes", 0),
-         "member_bytes_read": info.get("member_bytes", 0), "members_skipped": info.get("skipped_members", 0),
-         "members_duplicate": info.get("duplicate_members", 0), "records_rejected": 0, "shards_rejected": 0}
+    c = {
+        "shards_read": 1,
+        "records_read": info["records_read"],
+        "records_written": len(info["sizes"]),
+        "records_filtered": info["filtered"],
+        "bytes_written": info.get("bytes", 0),
+        "member_bytes_read": info.get("member_bytes", 0),
+        "members_skipped": info.get("skipped_members", 0),
+        "members_duplicate": info.get("duplicate_members", 0),
+        "records_rejected": 0,
+        "shards_rejected": 0,
+    }
     for r in info["rejects"]:
         c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
         name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
@@ -346,16 +377,31 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
     return c
 
 
-_PIECE_TOTALS = ("shards_read", "records_read", "records_written", "records_rejected", "records_filtered",
-                 "shards_rejected", "members_skipped", "members_duplicate")
+_PIECE_TOTALS = (
+    "shards_read",
+    "records_read",
+    "records_written",
+    "records_rejected",
+    "records_filtered",
+    "shards_rejected",
+    "members_skipped",
+    "members_duplicate",
+)
 
 
-def totals_of(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject],
-              shards: Sequence[Dict[str, Any]]) -> Dict[str, int]:
+def totals_of(
+    pieces: Sequence[Dict[str, Any]],
+    list_rejects: Sequence[Reject],
+    shards: Sequence[Dict[str, Any]],
+) -> Dict[str, int]:
     """The manifest totals: the pieces' counts (:func:`piece_counts`), the listing's
     rejected shards, and the bytes and number of the final shards."""
     t = dict.fromkeys(_PIECE_TOTALS, 0)
-    t.update(shards_rejected=len(list_rejects), bytes_written=sum(s["bytes"] for s in shards), shards=len(shards))
+    t.update(
+        shards_rejected=len(list_rejects),
+        bytes_written=sum(s["bytes"] for s in shards),
+        shards=len(shards),
+    )
     for p in pieces:
         c = piece_counts(p)
         for k in _PIECE_TOTALS:
@@ -383,7 +429,9 @@ def duplicate_keys(pieces: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return {"count": count, "examples": examples}
 
 
-def all_rejects(pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]) -> List[Dict[str, Any]]:
+def all_rejects(
+    pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]
+) -> List[Dict[str, Any]]:
     out = [r.to_dict() for r in list_rejects]
     for p in sorted(pieces, key=lambda p: p["index"]):
         out.extend(p["rejects"])
@@ -408,12 +456,19 @@ def rejects_by_reason(rejects: Sequence[Dict[str, Any]]) -> Dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def write_manifest(output: str, manifest: Dict[str, Any], rejects: List[Dict[str, Any]],
-                   config: Optional[StoreConfig] = None) -> Tuple[str, str]:
+def write_manifest(
+    output: str,
+    manifest: Dict[str, Any],
+    rejects: List[Dict[str, Any]],
+    config: Optional[StoreConfig] = None,
+) -> Tuple[str, str]:
     mpath, rpath = companion(output, ".manifest.json"), companion(output, ".rejects.jsonl")
     store = get_store(mpath, config)
     from transforms.redact import redact_obj  # no credential in a file tar2tf writes
+
     manifest, rejects = redact_obj(manifest), redact_obj(rejects)
-    store.write_bytes(rpath, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode())
+    store.write_bytes(
+        rpath, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode()
+    )
     store.write_bytes(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return mpath, rpath

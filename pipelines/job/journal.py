@@ -26,8 +26,8 @@ import json
 import logging
 from typing import Any, Dict, List, Optional
 
-from transforms.tfrecord import digests
 from transforms.stores import StoreConfig, get_store, join
+from transforms.tfrecord import digests
 
 log = logging.getLogger("tar2tf")
 VERIFY_CHUNK = 4 << 20
@@ -39,7 +39,9 @@ def entry_url(work: str, n: int) -> str:
 
 
 def write(work: str, n: int, entry: Dict[str, Any], config: Optional[StoreConfig] = None) -> None:
-    get_store(work, config).write_bytes(entry_url(work, n), json.dumps(entry, sort_keys=True).encode())
+    get_store(work, config).write_bytes(
+        entry_url(work, n), json.dumps(entry, sort_keys=True).encode()
+    )
 
 
 @dataclasses.dataclass
@@ -47,6 +49,7 @@ class ResumePoint:
     """What the journal of an interrupted run holds: its shards (manifest rows, in order),
     the pieces they contain, and where the next shard starts.  ``ResumePoint()``: nothing
     done yet (a job that starts from its first input shard)."""
+
     rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     pieces: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     next_piece: int = 0
@@ -93,7 +96,10 @@ def load(work: str, config: Optional[StoreConfig] = None) -> Optional[ResumePoin
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             break
         if not _intact(row, config):
-            log.warning("resume: final shard %s does not match the journal: it is written again", row["path"])
+            log.warning(
+                "resume: final shard %s does not match the journal: it is written again",
+                row["path"],
+            )
             break
         rows.append(row)
         pieces.extend(more)

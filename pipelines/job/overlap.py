@@ -63,12 +63,15 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _refuse(what: str, path: str, inp: str) -> None:
-    raise OutputOverlapsInput(f"{what} {path} would overwrite or delete the input {inp}: "
-                              f"choose an output (and work directory) apart from the inputs")
+    raise OutputOverlapsInput(
+        f"{what} {path} would overwrite or delete the input {inp}: "
+        f"choose an output (and work directory) apart from the inputs"
+    )
 
 
-def check_convert(output: str, inputs: Sequence[str], work: str,
-                  companions: Iterable[str] = ()) -> None:
+def check_convert(
+    output: str, inputs: Sequence[str], work: str, companions: Iterable[str] = ()
+) -> None:
     """Refuse a TFRecord job whose outputs collide with one of ``inputs`` (see the module
     docstring); ``companions``: the other files it writes beside its shards (manifest,
     rejects file, and the like)."""
@@ -78,7 +81,7 @@ def check_convert(output: str, inputs: Sequence[str], work: str,
     for inp in inputs:
         for f in _forms(inp):
             for pat in patterns:
-                if pat.match(f) or (f.endswith(".idx") and pat.match(f[:-len(".idx")])):
+                if pat.match(f) or (f.endswith(".idx") and pat.match(f[: -len(".idx")])):
                     _refuse("output shard name", output, inp)
             if f in named:
                 _refuse("output file", named[f], inp)
@@ -87,8 +90,13 @@ def check_convert(output: str, inputs: Sequence[str], work: str,
                     _refuse("work directory", work, inp)
 
 
-def check_pcr(output: str, inputs: Sequence[str], work: str, files: Sequence[str],
-              record_re: "re.Pattern[str]") -> None:
+def check_pcr(
+    output: str,
+    inputs: Sequence[str],
+    work: str,
+    files: Sequence[str],
+    record_re: "re.Pattern[str]",
+) -> None:
     """Refuse a PCR job whose outputs collide with one of ``inputs`` (files, or an
     ImageFolder root): the output directory or work directory inside (or equal to) an
     input, an input inside the work directory, or an input named like one of the
@@ -119,4 +127,3 @@ def inputs_named(inputs: Sequence[str], paths: Iterable[str]) -> List[str]:
     for inp in inputs:
         forms |= _forms(inp)
     return [p for p in paths if _forms(p) & forms]
-

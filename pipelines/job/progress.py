@@ -31,8 +31,15 @@ class Progress:
         enabled = sys.stderr.isatty() if enabled is None else enabled
         # a terminal that reports 0 columns (some ptys, CI consoles) would get an empty bar
         sized = enabled and _columns() > 0
-        self._bar = tqdm(total=total_shards, unit="shard", disable=not enabled, dynamic_ncols=sized,
-                         ncols=None if sized else 100, nrows=None if sized else 24, desc="tar2tf")
+        self._bar = tqdm(
+            total=total_shards,
+            unit="shard",
+            disable=not enabled,
+            dynamic_ncols=sized,
+            ncols=None if sized else 100,
+            nrows=None if sized else 24,
+            desc="tar2tf",
+        )
         self.enabled = enabled
         self._records = 0
         self._bytes = 0
@@ -43,8 +50,9 @@ class Progress:
             self._records += records
             self._bytes += nbytes
             elapsed = max(self._bar.format_dict.get("elapsed", 0.0), 1e-6)
-            self._bar.set_postfix(records=self._records, MBps=f"{self._bytes / 1e6 / elapsed:.1f}",
-                                  refresh=False)
+            self._bar.set_postfix(
+                records=self._records, MBps=f"{self._bytes / 1e6 / elapsed:.1f}", refresh=False
+            )
             self._bar.update(1)
 
     def close(self) -> None:
@@ -75,8 +83,13 @@ def _sidecar_counts(path: str):
 
 
 @contextlib.contextmanager
-def watch(work: str, store: StoreConfig, total_shards: int, enabled: Optional[bool] = None,
-          pattern: str = ".json") -> Iterator[Optional[Progress]]:
+def watch(
+    work: str,
+    store: StoreConfig,
+    total_shards: int,
+    enabled: Optional[bool] = None,
+    pattern: str = ".json",
+) -> Iterator[Optional[Progress]]:
     """A bar for the block, fed by the sidecars that appear in the local work directory
     ``work`` (one per finished input shard, ``pattern`` their name's end)."""
     enabled = sys.stderr.isatty() if enabled is None else enabled
@@ -90,8 +103,11 @@ def watch(work: str, store: StoreConfig, total_shards: int, enabled: Optional[bo
     def poll() -> None:
         while True:
             try:
-                names = [n for n in os.listdir(work)
-                         if n.endswith(pattern) and n != "job.json" and n not in seen]
+                names = [
+                    n
+                    for n in os.listdir(work)
+                    if n.endswith(pattern) and n != "job.json" and n not in seen
+                ]
             except OSError:
                 names = []
             for name in sorted(names):

@@ -28,7 +28,15 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import phase as job_phase, record as job_record, overlap, journal as shard_journal
+from pipelines.job import (
+    overlap,
+)
+from pipelines.job import (
+    phase as job_phase,
+)
+from pipelines.job import (
+    record as job_record,
+)
 from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, get_store, join
 
@@ -38,7 +46,11 @@ LEDGER_SUFFIX = ".replacing.json"
 
 def ledger_of(manifest_url: str) -> str:
     """``out/t.record.manifest.json`` -> ``out/t.record.replacing.json``."""
-    stem = manifest_url[:-len(".manifest.json")] if manifest_url.endswith(".manifest.json") else manifest_url
+    stem = (
+        manifest_url[: -len(".manifest.json")]
+        if manifest_url.endswith(".manifest.json")
+        else manifest_url
+    )
     return stem + LEDGER_SUFFIX
 
 
@@ -85,8 +97,14 @@ def _journaled(work: str, output: str, config: Optional[StoreConfig]) -> Set[str
     return out
 
 
-def begin(manifest_url: str, config: Optional[StoreConfig] = None, *, also_delete: Sequence[str] = (),
-          output: Optional[str] = None, work: Optional[str] = None) -> None:
+def begin(
+    manifest_url: str,
+    config: Optional[StoreConfig] = None,
+    *,
+    also_delete: Sequence[str] = (),
+    output: Optional[str] = None,
+    work: Optional[str] = None,
+) -> None:
     """Step 1 of the protocol (module docstring): the earlier manifest's outputs into the
     ledger, then the manifest (and ``also_delete``: a PCR index) deleted.  ``output`` +
     ``work``: a TFRecord job, whose interrupted runs' journals are read as well.  Marks
@@ -114,9 +132,14 @@ def begin(manifest_url: str, config: Optional[StoreConfig] = None, *, also_delet
             store.delete(url)
 
 
-def remove_stale(existing: Iterable[str], keep: Set[str], manifest_url: str, inputs: Sequence[str],
-                 config: Optional[StoreConfig] = None,
-                 extra: Callable[[str], List[str]] = lambda url: []) -> List[str]:
+def remove_stale(
+    existing: Iterable[str],
+    keep: Set[str],
+    manifest_url: str,
+    inputs: Sequence[str],
+    config: Optional[StoreConfig] = None,
+    extra: Callable[[str], List[str]] = lambda url: [],
+) -> List[str]:
     """Step 3: delete the ``existing`` files under the output's names that the new output
     does not ``keep`` and the ledger holds (with ``extra(url)``: a shard's DALI index);
     returns what was deleted.  Never an input, whatever the ledger says."""
@@ -133,8 +156,12 @@ def remove_stale(existing: Iterable[str], keep: Set[str], manifest_url: str, inp
         else:
             unknown.append(url)
     if unknown:
-        log.warning("%d file(s) under the output's names are not outputs of an earlier run that a "
-                    "manifest names: left in place (e.g. %s)", len(unknown), unknown[0])
+        log.warning(
+            "%d file(s) under the output's names are not outputs of an earlier run that a "
+            "manifest names: left in place (e.g. %s)",
+            len(unknown),
+            unknown[0],
+        )
     return deleted
 
 

@@ -12,15 +12,27 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-COMPARED = ("shards_read", "records_read", "records_written", "records_rejected", "records_filtered",
-            "shards_rejected", "bytes_written", "members_skipped", "members_duplicate")
+COMPARED = (
+    "shards_read",
+    "records_read",
+    "records_written",
+    "records_rejected",
+    "records_filtered",
+    "shards_rejected",
+    "bytes_written",
+    "members_skipped",
+    "members_duplicate",
+)
 
 
 def mismatches(counters: Dict[str, int], totals: Dict[str, int]) -> List[str]:
     if not counters:
         return []
-    return [f"{k}: counters say {counters.get(k, 0)}, manifest says {totals[k]}"
-            for k in COMPARED if k in totals and counters.get(k, 0) != totals[k]]
+    return [
+        f"{k}: counters say {counters.get(k, 0)}, manifest says {totals[k]}"
+        for k in COMPARED
+        if k in totals and counters.get(k, 0) != totals[k]
+    ]
 
 
 def build(res) -> Dict[str, Any]:
@@ -28,16 +40,26 @@ def build(res) -> Dict[str, Any]:
     t, c = res.totals, dict(res.counters)
     secs = max(res.seconds, 1e-9)
     return {
-        "exit_code": res.exit_code, "seconds": round(res.seconds, 3), "paths": res.paths,
-        "manifest": res.manifest_path, "rejects_path": res.rejects_path,
-        "totals": t, "counters": c, "counters_reported": bool(c),
+        "exit_code": res.exit_code,
+        "seconds": round(res.seconds, 3),
+        "paths": res.paths,
+        "manifest": res.manifest_path,
+        "rejects_path": res.rejects_path,
+        "totals": t,
+        "counters": c,
+        "counters_reported": bool(c),
         "counter_mismatches": mismatches(c, t),
         "shards_resumed": c.get("shards_resumed", 0),
-        "rejects": {"count": res.manifest["rejects"]["count"], "by_reason": res.manifest["rejects"]["by_reason"]},
+        "rejects": {
+            "count": res.manifest["rejects"]["count"],
+            "by_reason": res.manifest["rejects"]["by_reason"],
+        },
         "duplicate_keys": res.manifest.get("duplicate_keys", {"count": 0, "examples": []}),
-        "rates": {"records_per_s": round(t["records_written"] / secs, 2),
-                  "mb_written_per_s": round(t["bytes_written"] / 1e6 / secs, 3),
-                  "mb_read_per_s": round(c.get("member_bytes_read", 0) / 1e6 / secs, 3)},
+        "rates": {
+            "records_per_s": round(t["records_written"] / secs, 2),
+            "mb_written_per_s": round(t["bytes_written"] / 1e6 / secs, 3),
+            "mb_read_per_s": round(c.get("member_bytes_read", 0) / 1e6 / secs, 3),
+        },
     }
 
 
@@ -47,7 +69,8 @@ def text(report: Dict[str, Any]) -> str:
         f"records: {t['records_read']} read, {t['records_written']} written, "
         f"{t['records_rejected']} rejected, {t['records_filtered']} filtered"
         f" ({t.get('members_skipped', 0)} non-file/extensionless members skipped"
-        + (f", {t['members_duplicate']} duplicate members" if t.get("members_duplicate") else "") + ")",
+        + (f", {t['members_duplicate']} duplicate members" if t.get("members_duplicate") else "")
+        + ")",
         f"shards:  {t['shards_read']} input ({t['shards_rejected']} rejected"
         + (f", {report['shards_resumed']} resumed" if report["shards_resumed"] else "")
         + f") -> {t['shards']} output, {t['bytes_written']} bytes ({r['mb_written_per_s']:.1f} MB/s)",
@@ -61,8 +84,10 @@ def text(report: Dict[str, Any]) -> str:
     dups = report.get("duplicate_keys") or {}
     if dups.get("count"):
         e = dups["examples"][0]
-        lines.append(f"WARNING {dups['count']} records have a key an earlier input shard had "
-                     f"(e.g. {e['key']!r} in {e['again']}, first in {e['first']}); both are written")
+        lines.append(
+            f"WARNING {dups['count']} records have a key an earlier input shard had "
+            f"(e.g. {e['key']!r} in {e['again']}, first in {e['first']}); both are written"
+        )
     for m in report["counter_mismatches"]:
         lines.append(f"WARNING counters disagree with the manifest: {m}")
     lines.append(f"manifest: {report['manifest']}")

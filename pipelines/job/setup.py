@@ -17,14 +17,14 @@ import hashlib
 import json
 import logging
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import transforms
-from pipelines.job.element_coding import Pickled
 from pipelines.job import cleanup, finalize, overlap, replace
+from pipelines.job import journal as shard_journal
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
-from pipelines.job import journal as shard_journal
+from pipelines.job.element_coding import Pickled
 from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.stores import dirname, get_store, join
@@ -61,7 +61,9 @@ def prepare(cfg: ConvertConfig, flag_names: Tuple[str, str] = ("--overwrite", "-
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
     check_outputs(cfg, work, *flag_names, inputs=urls)
-    overlap.check_convert(cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS])
+    overlap.check_convert(
+        cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS]
+    )
     return Job(cfg, urls, list_rejects, work, t0)
 
 
@@ -81,11 +83,16 @@ def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     rejected = manifest["rejects"]["count"]
-    return ConvertResult(paths=[s["path"] for s in manifest["shards"]], manifest=manifest,
-                         manifest_path=manifest_path,
-                         rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
-                         totals=manifest["totals"], counters=counters, seconds=time.time() - job.started,
-                         exit_code=finalize.exit_code(manifest["totals"], rejected, cfg.max_rejects))
+    return ConvertResult(
+        paths=[s["path"] for s in manifest["shards"]],
+        manifest=manifest,
+        manifest_path=manifest_path,
+        rejects_path=finalize.companion(cfg.output, ".rejects.jsonl"),
+        totals=manifest["totals"],
+        counters=counters,
+        seconds=time.time() - job.started,
+        exit_code=finalize.exit_code(manifest["totals"], rejected, cfg.max_rejects),
+    )
 
 
 def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
@@ -98,9 +105,11 @@ def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertCon
         return None
     given = exs.parse_type_map(cfg.type_map)
     added = ", ".join(f"{n}:{t}" for n, t in sorted(types.items()) if n not in given)
-    log.warning("features with values of several types across records; converting again with the type "
-                "of the first record that has each (as --type-map %s); values that do not fit are rejected",
-                added)
+    log.warning(
+        "features with values of several types across records; converting again with the type "
+        "of the first record that has each (as --type-map %s); values that do not fit are rejected",
+        added,
+    )
     return dataclasses.replace(cfg, type_map=types, overwrite=True, resume=False)
 
 
@@ -123,10 +132,14 @@ class ConvertResult:
 def plan_shards(pieces, cfg: ConvertConfig):
     """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
     in-process driver when output names need the shard count)."""
-    return finalize.make_plan(pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard)
+    return finalize.make_plan(
+        pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard
+    )
 
 
-def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str):
+def finish_job(
+    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str
+):
     """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
@@ -139,21 +152,42 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
-        log.warning("type map names %s, which no written feature has (features: %s): they typed nothing",
-                    ", ".join(unmatched), ", ".join(sorted(schema)))
+        log.warning(
+            "type map names %s, which no written feature has (features: %s): they typed nothing",
+            ", ".join(unmatched),
+            ", ".join(sorted(schema)),
+        )
     rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
     by_reason = finalize.rejects_by_reason(rejects)
     dups = finalize.duplicate_keys(pieces)
     if dups["count"]:
         e = dups["examples"][0]
-        log.warning("%d records have a key that an earlier input shard had (e.g. %r in %s, first in %s); "
-                    "both are written", dups["count"], e["key"], e["again"], e["first"])
-    manifest = {"tool": "tar2tf", "version": transforms.__version__, "kind": "tfrecord",
-                "inputs": inputs, "output": cfg.output, "options": cfg.describe(), "schema": schema,
-                "shards": shards, "totals": totals, "duplicate_keys": dups,
-                "rejects": {"count": len(rejects), "by_reason": by_reason,
-                            "path": finalize.companion(cfg.output, ".rejects.jsonl")}}
+        log.warning(
+            "%d records have a key that an earlier input shard had (e.g. %r in %s, first in %s); "
+            "both are written",
+            dups["count"],
+            e["key"],
+            e["again"],
+            e["first"],
+        )
+    manifest = {
+        "tool": "tar2tf",
+        "version": transforms.__version__,
+        "kind": "tfrecord",
+        "inputs": inputs,
+        "output": cfg.output,
+        "options": cfg.describe(),
+        "schema": schema,
+        "shards": shards,
+        "totals": totals,
+        "duplicate_keys": dups,
+        "rejects": {
+            "count": len(rejects),
+            "by_reason": by_reason,
+            "path": finalize.companion(cfg.output, ".rejects.jsonl"),
+        },
+    }
     # stale shards of an earlier run (overwrite was checked before the job started): only
     # those an earlier manifest named (pipelines.job.replace), never an input
     keep = {s["path"] for s in shards}
@@ -163,7 +197,9 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
     for kept in keep if not cfg.dali_index else ():
         if store.exists(kept + ".idx"):
-            store.delete(kept + ".idx")  # an earlier run's DALI index: its offsets are not this shard's
+            store.delete(
+                kept + ".idx"
+            )  # an earlier run's DALI index: its offsets are not this shard's
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
@@ -172,7 +208,9 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     yield Pickled(manifest)
 
 
-def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]) -> None:
+def check_outputs(
+    cfg: ConvertConfig, work: str, overwrite: str, resume: str, *, inputs: List[str]
+) -> None:
     """Raise :class:`OutputExistsError` if outputs exist and neither ``overwrite`` nor
     ``resume`` was asked for (the flags' names as the caller spells them).  ``resume``
     accepts them only if an interrupted run of this very job (same inputs, options and
@@ -183,7 +221,11 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *,
     existing = finalize.existing_outputs(cfg.output, cfg.store)
     if cfg.overwrite:
         return
-    msg = f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})" if existing else ""
+    msg = (
+        f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"
+        if existing
+        else ""
+    )
     if cfg.resume:
         if finalize.has_files(get_store(work, cfg.store), work):
             return
@@ -191,30 +233,45 @@ def check_outputs(cfg: ConvertConfig, work: str, overwrite: str, resume: str, *,
         # output with other options is refused, naming them -- also before any output
         # exists (planned shards are written at the end), as by `tar2tf pcr --resume`,
         # rather than left behind while the job starts afresh
-        found = job_record.find_conflict(work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"))
+        found = job_record.find_conflict(
+            work, job_of(cfg, inputs), cfg.store, same=("inputs", "output")
+        )
         if found is not None and not existing:
-            raise ValueError(f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
-                             f"other options ({found.describe()}); rerun with its options to resume it, or "
-                             f"without {resume} to start afresh")
+            raise ValueError(
+                f"{resume}: the interrupted run of these inputs and this output in {found.work} had "
+                f"other options ({found.describe()}); rerun with its options to resume it, or "
+                f"without {resume} to start afresh"
+            )
         if found is not None:
-            raise OutputExistsError(f"{msg}, but the interrupted run of these inputs and this output in "
-                                    f"{found.work} had other options ({found.describe()}); rerun with its "
-                                    f"options to resume it, or pass {overwrite} to replace them")
+            raise OutputExistsError(
+                f"{msg}, but the interrupted run of these inputs and this output in "
+                f"{found.work} had other options ({found.describe()}); rerun with its "
+                f"options to resume it, or pass {overwrite} to replace them"
+            )
         if existing:
-            raise OutputExistsError(f"{msg}, but no interrupted run of this job (same inputs, options and "
-                                    f"output) left work to resume in {work}; pass {overwrite} to replace them")
+            raise OutputExistsError(
+                f"{msg}, but no interrupted run of this job (same inputs, options and "
+                f"output) left work to resume in {work}; pass {overwrite} to replace them"
+            )
     if not existing:
         return
     # a journal exists only where the in-process driver streamed final shards
     if get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
-        raise OutputExistsError(f"{msg}: an interrupted run of this job left them; pass {resume} to "
-                                f"continue it, or {overwrite} to start over")
+        raise OutputExistsError(
+            f"{msg}: an interrupted run of this job left them; pass {resume} to "
+            f"continue it, or {overwrite} to start over"
+        )
     raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
 
 
 def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
     """What the job is: its work directory's fingerprint and record (``pipelines.job.record``)."""
-    return {"inputs": inputs, "options": cfg.describe(), "output": cfg.output, "v": transforms.__version__}
+    return {
+        "inputs": inputs,
+        "options": cfg.describe(),
+        "output": cfg.output,
+        "v": transforms.__version__,
+    }
 
 
 def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
@@ -222,7 +279,9 @@ def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
     and an earlier run's manifest replaced by the ledger of its shards (the new manifest is
     the commit point: ``pipelines.job.replace``)."""
     job_record.write(work, job_of(cfg, inputs), cfg.store)
-    replace.begin(finalize.companion(cfg.output, ".manifest.json"), cfg.store, output=cfg.output, work=work)
+    replace.begin(
+        finalize.companion(cfg.output, ".manifest.json"), cfg.store, output=cfg.output, work=work
+    )
 
 
 def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:

@@ -8,19 +8,19 @@ run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process dri
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional
 
 from pipelines.job import workfiles
 from pipelines.job.config import ConvertConfig
-from transforms.tfrecord import digests, schema as exs
-from transforms.tar.fetch import read_shard
+from transforms.ops.stages import FILTERED, Stages
 from transforms.records import Reject, is_reject
 from transforms.sizes import parse_size
-from transforms.ops.stages import FILTERED, Stages, stage_name
 from transforms.stores import StoreConfig, get_store, join
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, ShardCorrupt, TarStats
+from transforms.tar.fetch import read_shard
+from transforms.tar.records import ShardCorrupt, TarStats
+from transforms.tfrecord import digests
+from transforms.tfrecord import schema as exs
 from transforms.tfrecord.framing import frame_parts
-
 
 # A piece kept in memory (``hold``) spills to its scratch file beyond this many bytes, so
 # memory stays bounded by (threads + pieces waiting for their turn) x HOLD_BYTES.
@@ -79,8 +79,9 @@ class _PieceOut:
             self.frames, self.held = [], 0
 
 
-def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages,
-                  hold: int = 0) -> Dict[str, Any]:
+def convert_shard(
+    index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages, hold: int = 0
+) -> Dict[str, Any]:
     """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.
 
     ``hold`` > 0 (the in-process driver, when the job does not ask for ``resume``): keep
@@ -139,11 +140,23 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
         sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
-    info = {"index": index, "shard": url, "piece": piece, "sizes": sizes, "keys": keys, "bytes": sum(sizes),
-            "records_read": read, "filtered": filtered,
-            "rejects": rejects, "schema": schema, "first_types": first_types, "members": stats.members,
-            "skipped_members": stats.skipped_members, "duplicate_members": stats.duplicate_members,
-            "member_bytes": stats.member_bytes}
+    info = {
+        "index": index,
+        "shard": url,
+        "piece": piece,
+        "sizes": sizes,
+        "keys": keys,
+        "bytes": sum(sizes),
+        "records_read": read,
+        "filtered": filtered,
+        "rejects": rejects,
+        "schema": schema,
+        "first_types": first_types,
+        "members": stats.members,
+        "skipped_members": stats.skipped_members,
+        "duplicate_members": stats.duplicate_members,
+        "member_bytes": stats.member_bytes,
+    }
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)
         workfiles.write_sidecar(piece, info, cfg.store)
@@ -155,5 +168,3 @@ def convert_shard(index: int, url: str, work: str, cfg: ConvertConfig, stages: S
 def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
     """A finished piece from an earlier run, if its sidecar exists and its bytes match."""
     return workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
-
-

@@ -28,8 +28,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from pipelines.job import finalize
-from transforms.tfrecord import digests
 from transforms.stores import StoreConfig, basename, dirname, get_store, join
+from transforms.tfrecord import digests
 from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
 IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
@@ -38,10 +38,10 @@ _KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
 
 @dataclasses.dataclass
 class Problem:
-    check: str            # file, size, crc32c/sha256/digest, crc, count, schema, image, index, totals, rejects, pcr
+    check: str  # file, size, crc32c/sha256/digest, crc, count, schema, image, index, totals, rejects, pcr
     detail: str
     shard: Optional[str] = None
-    record: Optional[int] = None   # record number inside the shard, from 0
+    record: Optional[int] = None  # record number inside the shard, from 0
     key: Optional[str] = None
 
     def line(self) -> str:
@@ -74,9 +74,11 @@ class VerifyReport:
         return d
 
     def text(self) -> str:
-        lines = [f"{'OK' if self.ok else 'MISMATCH'}: {self.manifest} ({self.kind}): "
-                 f"{self.shards_checked} shards, {self.records_checked} records, {self.bytes_checked} bytes"
-                 + (f", {self.images_decoded} images decoded" if self.images_decoded else "")]
+        lines = [
+            f"{'OK' if self.ok else 'MISMATCH'}: {self.manifest} ({self.kind}): "
+            f"{self.shards_checked} shards, {self.records_checked} records, {self.bytes_checked} bytes"
+            + (f", {self.images_decoded} images decoded" if self.images_decoded else "")
+        ]
         if self.problems:
             lines.append(f"{len(self.problems)} problem(s):")
             lines.extend("  " + p.line() for p in self.problems)
@@ -108,7 +110,7 @@ class _HashingReader:
         return None if got == row[self.kind] else f"{got}, manifest says {row[self.kind]}"
 
     def drain(self):
-        for chunk in iter(lambda: self.read(4 << 20), b""):
+        for _chunk in iter(lambda: self.read(4 << 20), b""):
             pass
 
 
@@ -165,11 +167,14 @@ def _check_example(payload: bytes, schema: Dict[str, Dict[str, Any]], example_pb
 
 def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
     from PIL import Image
+
     done, problems = 0, []
     for name in sorted(feats):
         if name.lower() not in limit_names or feats[name].WhichOneof("kind") != "bytes_list":
             continue
-        if f"{name}/dtype" in feats:  # a pixel array stored under the image's name: checked as an array
+        if (
+            f"{name}/dtype" in feats
+        ):  # a pixel array stored under the image's name: checked as an array
             bad = _check_array(feats, name)
             done += bad is None
             problems += [bad] if bad else []
@@ -179,7 +184,7 @@ def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
                 with Image.open(io.BytesIO(value)) as im:
                     im.load()
                 done += 1
-            except Exception as e:  # noqa: BLE001 - any decoder error is the finding
+            except Exception as e:
                 problems.append(f"feature {name!r} does not decode: {type(e).__name__}: {e}")
     return done, problems
 
@@ -195,6 +200,7 @@ def _check_array(feats, name: str) -> Optional[str]:
     if dtype[0] in (b"string", b"bool"):
         return None  # elements, not a buffer: the schema check covers their count
     import numpy as np
+
     try:
         itemsize = np.dtype(dtype[0].decode()).itemsize
     except (TypeError, ValueError, UnicodeDecodeError):
@@ -202,15 +208,27 @@ def _check_array(feats, name: str) -> Optional[str]:
     want = itemsize * int(np.prod(shape, dtype=np.int64))
     got = sum(len(v) for v in data)
     if len(data) != 1 or got != want:
-        return (f"array feature {name!r} ({dtype[0].decode()}, shape {shape}) holds {got} bytes, "
-                f"its shape needs {want}")
+        return (
+            f"array feature {name!r} ({dtype[0].decode()}, shape {shape}) holds {got} bytes, "
+            f"its shape needs {want}"
+        )
     return None
 
 
-def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, config: StoreConfig,
-                 decode_images: bool = False, dali_index: bool = False) -> int:
+def verify_shard(
+    row: Dict[str, Any],
+    path: str,
+    schema,
+    report: VerifyReport,
+    config: StoreConfig,
+    decode_images: bool = False,
+    dali_index: bool = False,
+) -> int:
     """Check one shard; append problems to the report; return the records read."""
-    from transforms.tfrecord import example_wire_pb2 as example_pb2  # tf.train.Example's wire format, no TF import
+    from transforms.tfrecord import (
+        example_wire_pb2 as example_pb2,
+    )  # tf.train.Example's wire format, no TF import
+
     store = get_store(path, config)
     shown = 0
 
@@ -220,7 +238,9 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
         if shown <= report.max_listed_per_shard:
             report.problems.append(Problem(check, detail, path, record, key))
         elif shown == report.max_listed_per_shard + 1:
-            report.problems.append(Problem(check, "... further problems in this shard not listed", path))
+            report.problems.append(
+                Problem(check, "... further problems in this shard not listed", path)
+            )
 
     if not store.exists(path):
         add("file", "shard is missing")
@@ -233,7 +253,7 @@ def verify_shard(row: Dict[str, Any], path: str, schema, report: VerifyReport, c
                 offsets.append((offset, len(payload) + FRAME_OVERHEAD))
                 try:
                     key, feats, bad = _check_example(payload, schema, example_pb2)
-                except Exception as e:  # noqa: BLE001 - a payload that is not an Example
+                except Exception as e:
                     add("schema", f"not a tf.train.Example: {type(e).__name__}: {e}", n)
                     continue
                 for b in bad:
@@ -287,49 +307,74 @@ def _check_index(path: str, offsets, store, add) -> None:
         add("index", "DALI index file is missing")
         return
     try:
-        rows = [tuple(int(x) for x in line.split()) for line in store.read_bytes(idx).decode().splitlines()
-                if line.strip()]
+        rows = [
+            tuple(int(x) for x in line.split())
+            for line in store.read_bytes(idx).decode().splitlines()
+            if line.strip()
+        ]
     except ValueError as e:
         add("index", f"DALI index is not 'offset size' lines: {e}")
         return
     if rows != [tuple(o) for o in offsets]:
-        first = next((i for i, (a, b) in enumerate(zip(rows, offsets)) if tuple(a) != tuple(b)),
-                     min(len(rows), len(offsets)))
-        add("index", f"DALI index differs from the records from entry {first} "
-                     f"({len(rows)} entries, {len(offsets)} records)")
+        first = next(
+            (i for i, (a, b) in enumerate(zip(rows, offsets)) if tuple(a) != tuple(b)),
+            min(len(rows), len(offsets)),
+        )
+        add(
+            "index",
+            f"DALI index differs from the records from entry {first} "
+            f"({len(rows)} entries, {len(offsets)} records)",
+        )
 
 
-def _check_totals(m: Dict[str, Any], report: VerifyReport, config: StoreConfig, manifest_path: str) -> None:
+def _check_totals(
+    m: Dict[str, Any], report: VerifyReport, config: StoreConfig, manifest_path: str
+) -> None:
     t, shards = m.get("totals", {}), m.get("shards", [])
 
     def want(name, actual):
         if name in t and t[name] != actual:
-            report.problems.append(Problem("totals", f"{name} is {t[name]} but the shards give {actual}"))
+            report.problems.append(
+                Problem("totals", f"{name} is {t[name]} but the shards give {actual}")
+            )
 
     want("shards", len(shards))
     want("records_written", sum(s["records"] for s in shards))
     want("bytes_written", sum(s["bytes"] for s in shards))
-    if all(k in t for k in ("records_read", "records_written", "records_rejected", "records_filtered")):
-        if t["records_read"] != t["records_written"] + t["records_rejected"] + t["records_filtered"]:
-            report.problems.append(Problem("totals", "records read != written + rejected + filtered"))
+    if all(
+        k in t for k in ("records_read", "records_written", "records_rejected", "records_filtered")
+    ):
+        if (
+            t["records_read"]
+            != t["records_written"] + t["records_rejected"] + t["records_filtered"]
+        ):
+            report.problems.append(
+                Problem("totals", "records read != written + rejected + filtered")
+            )
     rej = m.get("rejects", {})
     rpath = rej.get("path")
     if rpath:
-        rpath = _locate(rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json"))
+        rpath = _locate(
+            rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json")
+        )
         store = get_store(rpath, config)
         if not store.exists(rpath):
             report.problems.append(Problem("rejects", f"rejects file {rpath} is missing"))
         else:
             n = sum(1 for line in store.read_bytes(rpath).splitlines() if line.strip())
             if n != rej.get("count", n):
-                report.problems.append(Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}"))
+                report.problems.append(
+                    Problem("rejects", f"rejects file has {n} lines, manifest says {rej['count']}")
+                )
 
 
-def _verify_pcr(m: Dict[str, Any], manifest_path: str, recorded: str, report: VerifyReport,
-                config: StoreConfig) -> None:
+def _verify_pcr(
+    m: Dict[str, Any], manifest_path: str, recorded: str, report: VerifyReport, config: StoreConfig
+) -> None:
     """``recorded``: where the manifest was written (files beside it are looked for beside
     ``manifest_path`` now, :func:`_locate`)."""
     from transforms.pcr.verify import verify_pcr
+
     directory = dirname(manifest_path) or "."
     index = m.get("index") or {}
     if index.get("sha256"):
@@ -338,13 +383,19 @@ def _verify_pcr(m: Dict[str, Any], manifest_path: str, recorded: str, report: Ve
         if store.exists(index_path):
             data = store.read_bytes(index_path)
             if hashlib.sha256(data).hexdigest() != index["sha256"]:
-                report.problems.append(Problem("index", "PCR index's sha256 differs from the manifest's "
-                                                        f"({len(data)} bytes, manifest says "
-                                                        f"{index.get('bytes')})", index_path))
+                report.problems.append(
+                    Problem(
+                        "index",
+                        "PCR index's sha256 differs from the manifest's "
+                        f"({len(data)} bytes, manifest says "
+                        f"{index.get('bytes')})",
+                        index_path,
+                    )
+                )
     counts: Dict[str, int] = {}
     try:
         found = verify_pcr(directory, config=config, counts=counts)
-    except Exception as e:  # noqa: BLE001 - the verifier's failure is the finding
+    except Exception as e:
         report.problems.append(Problem("pcr", f"verify_pcr failed: {type(e).__name__}: {e}"))
         return
     report.records_checked += counts.get("images", 0)
@@ -352,7 +403,9 @@ def _verify_pcr(m: Dict[str, Any], manifest_path: str, recorded: str, report: Ve
         report.problems.append(Problem("pcr", str(p)))
 
 
-def verify(target: str, decode_images: bool = False, config: Optional[StoreConfig] = None) -> VerifyReport:
+def verify(
+    target: str, decode_images: bool = False, config: Optional[StoreConfig] = None
+) -> VerifyReport:
     """Verify the dataset whose manifest is ``target`` (or belongs to output template ``target``)."""
     config = config or StoreConfig()
     mpath = manifest_path_for(target)
@@ -367,8 +420,13 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
     schema = m.get("schema", {})
     for name, spec in sorted(schema.items()):
         if spec.get("dtype") == "mixed":  # a reader's one parser cannot take every record
-            report.problems.append(Problem("schema", f"feature {name!r} has mixed types across records "
-                                                     "(schema dtype 'mixed'): no parser reads them all"))
+            report.problems.append(
+                Problem(
+                    "schema",
+                    f"feature {name!r} has mixed types across records "
+                    "(schema dtype 'mixed'): no parser reads them all",
+                )
+            )
     dali = bool(m.get("options", {}).get("dali_index"))
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
     listed = set()
@@ -382,8 +440,8 @@ def verify(target: str, decode_images: bool = False, config: Optional[StoreConfi
         # file of another run, or a shard copied in; a reader globbing the names would take it
         for extra in finalize.existing_outputs(_locate(output, mpath, recorded), config):
             if extra not in listed:
-                report.problems.append(Problem("file", "matches the output template but is not in the manifest",
-                                               extra))
+                report.problems.append(
+                    Problem("file", "matches the output template but is not in the manifest", extra)
+                )
     _check_totals(m, report, config, mpath)
     return report
-

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from transforms.tfrecord import digests
 from transforms.stores import StoreConfig, get_store
+from transforms.tfrecord import digests
 
 HASH_CHUNK = 4 << 20
 
@@ -25,8 +25,12 @@ def sidecar_of(data_url: str) -> str:
     return (head if dot and "/" not in ext else data_url) + ".json"
 
 
-def write_sidecar(data_url: str, info: Dict[str, Any], config: Optional[StoreConfig] = None) -> None:
-    get_store(data_url, config).write_bytes(sidecar_of(data_url), json.dumps(info, sort_keys=True).encode())
+def write_sidecar(
+    data_url: str, info: Dict[str, Any], config: Optional[StoreConfig] = None
+) -> None:
+    get_store(data_url, config).write_bytes(
+        sidecar_of(data_url), json.dumps(info, sort_keys=True).encode()
+    )
 
 
 def load_verified(data_url: str, config: Optional[StoreConfig] = None) -> Optional[Dict[str, Any]]:

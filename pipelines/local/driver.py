@@ -18,10 +18,9 @@ rerun with ``resume=True`` after a crash continues after the shards the stream f
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
-
-import logging
 
 from pipelines.job import finalize
 from pipelines.job import journal as shard_journal
@@ -39,7 +38,8 @@ from pipelines.job.setup import (
     retyped,
 )
 from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
-from pipelines.local import pool as shard_pool, stream as shard_stream
+from pipelines.local import pool as shard_pool
+from pipelines.local import stream as shard_stream
 from transforms.sizes import parse_size
 from transforms.stores import split_url
 
@@ -63,16 +63,26 @@ def streams(cfg: ConvertConfig) -> bool:
     return not cfg.shuffle and shard_stream.can_stream(cfg.output)
 
 
-def new_stream(cfg: ConvertConfig, work: Optional[str] = None,
-               resume: Optional[shard_journal.ResumePoint] = None) -> Optional[shard_stream.ShardStream]:
+def new_stream(
+    cfg: ConvertConfig,
+    work: Optional[str] = None,
+    resume: Optional[shard_journal.ResumePoint] = None,
+) -> Optional[shard_stream.ShardStream]:
     """A shard stream for the job when its output names allow one (:func:`streams`), else
     None; ``work``: the work directory its journal goes to; ``resume``: the journal of an
     interrupted run to continue (see ``pipelines.job.journal``)."""
     if not streams(cfg):
         return None
-    return shard_stream.ShardStream(cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard,
-                                    cfg.store, cfg.dali_index, journal=work, resume=resume,
-                                    spool_limit=parse_size(cfg.spool_limit))
+    return shard_stream.ShardStream(
+        cfg.output,
+        parse_size(cfg.max_shard_size),
+        cfg.records_per_shard,
+        cfg.store,
+        cfg.dali_index,
+        journal=work,
+        resume=resume,
+        spool_limit=parse_size(cfg.spool_limit),
+    )
 
 
 def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
@@ -81,21 +91,27 @@ def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
     if cfg.resume and streams(cfg):
         point = shard_journal.load(work, cfg.store)
         if point is not None:
-            log.info("resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
-                     point.shards, point.next_piece)
+            log.info(
+                "resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
+                point.shards,
+                point.next_piece,
+            )
             return point
     else:
         shard_journal.clear(work, cfg.store)
     return shard_journal.ResumePoint()
 
 
-def convert_in_process(cfg: ConvertConfig, num_workers: int = 1,
-                       flag_names=("overwrite=True", "resume=True")) -> ConvertResult:
+def convert_in_process(
+    cfg: ConvertConfig, num_workers: int = 1, flag_names=("overwrite=True", "resume=True")
+) -> ConvertResult:
     """Like :func:`pipelines.beam.convert.convert`, with ``num_workers`` threads and no Beam
     (and ``cfg.processes`` worker processes converting the shards, if set)."""
     if cfg.shuffle:
-        raise ValueError("a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
-                         "or no --runner local)")
+        raise ValueError(
+            "a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
+            "or no --runner local)"
+        )
     job = prepare(cfg, flag_names)
     with cleaned_on_failure(job):
         return _convert(job, num_workers)
@@ -110,13 +126,16 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (auto_processes)
     placed = shard_stream.can_stream(cfg.output) and split_url(cfg.output)[0] == ""
-    procs = auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed) if auto \
+    procs = (
+        auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed)
+        if auto
         else int(cfg.processes)
+    )
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
     record_job(cfg, urls, work)
     stream = new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
-    tasks = list(enumerate(urls))[resumed.next_piece:]
+    tasks = list(enumerate(urls))[resumed.next_piece :]
     if blob is not None and stream is not None and split_url(cfg.output)[0] == "":
         # local final shards: the workers write their frames into them where the stream
         # places them, converting in input order, as in a local Beam job (pipelines.beam.convert)
@@ -157,8 +176,12 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
                 with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
-                    shards = list(pool.map(lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
-                                           plan_shards(pieces, cfg)))
+                    shards = list(
+                        pool.map(
+                            lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
+                            plan_shards(pieces, cfg),
+                        )
+                    )
         except BaseException as e:
             converted.close()  # cancels the conversions not started
             if stream is not None:
@@ -172,8 +195,14 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     return _result(job, shards, pieces, num_workers)
 
 
-def _placed(job: Job, blob: bytes, procs: int, feed: "shard_stream.PieceFeed", tasks: Sequence,
-            resumed: shard_journal.ResumePoint) -> ConvertResult:
+def _placed(
+    job: Job,
+    blob: bytes,
+    procs: int,
+    feed: "shard_stream.PieceFeed",
+    tasks: Sequence,
+    resumed: shard_journal.ResumePoint,
+) -> ConvertResult:
     """The job whose ``procs`` worker processes write into the final shards where ``feed``
     places their pieces; the pool converts ``tasks`` in order, this thread takes the results."""
     cfg = job.cfg
@@ -223,9 +252,11 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
     cancels the conversions not started (and waits for the running ones)."""
     futures: List[Future] = []
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
+
         def submit_until(n: int) -> None:
             while len(futures) < min(n, len(tasks)):
                 futures.append(pool.submit(one, tasks[len(futures)]))
+
         try:
             submit_until(2 * threads)
             for i in range(len(tasks)):

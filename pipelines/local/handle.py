@@ -66,8 +66,12 @@ class Worker:
     directory; it imports while the caller goes on."""
 
     def __init__(self, blob: bytes, work: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=worker_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=worker_env(),
+        )
         try:
             self._send(Job(blob, work))
         except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
@@ -87,14 +91,16 @@ class Worker:
             raise failed(url, reply.trace)
         return reply.info
 
-    def send_runs(self, info: Dict[str, Any], place: Callable, doing: str) -> Tuple[list, Optional[BaseException]]:
+    def send_runs(
+        self, info: Dict[str, Any], place: Callable, doing: str
+    ) -> Tuple[list, Optional[BaseException]]:
         """Wait for ``place`` to settle where the piece the worker holds goes, and send the
         worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
         and what ``place`` raised.  The worker's answer is :meth:`report_written`'s.
         ``doing``: what the worker is busy with, for the message if it is found dead."""
         try:
             runs, error = place(info) or [], None
-        except BaseException as e:  # noqa: BLE001 - raised by report_written
+        except BaseException as e:
             runs, error = [], e
         try:
             runs_of = [Run(shard.local_path, offset, lo, hi) for shard, offset, lo, hi in runs]
@@ -104,14 +110,16 @@ class Worker:
             raise
         return runs, error
 
-    def report_written(self, url: str, runs: list, error: Optional[BaseException],
-                       reply: Written | WriteFailed) -> None:
+    def report_written(
+        self, url: str, runs: list, error: Optional[BaseException], reply: Written | WriteFailed
+    ) -> None:
         """The worker's answer (``reply``) to :meth:`send_runs`: each run reported to its
         shard."""
         try:
             if isinstance(reply, WriteFailed):
-                raise RuntimeError(f"writing the piece of {url} failed in a shard worker "
-                                   f"process:\n{reply.trace}")
+                raise RuntimeError(
+                    f"writing the piece of {url} failed in a shard worker process:\n{reply.trace}"
+                )
             crcs = reply.crcs
         except BaseException as e:
             cancel(runs, e)
@@ -123,8 +131,10 @@ class Worker:
 
     def died(self, doing: str, e: BaseException) -> WorkerDied:
         code = self.proc.wait()
-        return WorkerDied(f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
-                          f"while {doing} ({e.__class__.__name__})")
+        return WorkerDied(
+            f"shard worker process (pid {self.proc.pid}) died with exit code {code} "
+            f"while {doing} ({e.__class__.__name__})"
+        )
 
     def post(self, message: Any, doing: str) -> None:
         """Send a message; a worker that is gone raises :class:`WorkerDied` (``doing``:
@@ -155,8 +165,9 @@ class Worker:
                     note(*n)
                 if isinstance(reply, StreamFailed):
                     settled = True
-                    raise RuntimeError(f"streaming {url} failed in a shard worker process:\n"
-                                       f"{reply.trace}")
+                    raise RuntimeError(
+                        f"streaming {url} failed in a shard worker process:\n{reply.trace}"
+                    )
                 if isinstance(reply, End):
                     settled = True
                     yield from reply.elements

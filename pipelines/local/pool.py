@@ -77,9 +77,15 @@ class Pool:
     converts its next shard meanwhile: :meth:`_pipeline`), so such a pool must be given
     every task (converting in input order, no piece can wait for one nobody converts)."""
 
-    def __init__(self, blob: bytes, work: str, n: int, tasks: Sequence[Tuple[int, str]] = (),
-                 on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
-                 place: Optional[Callable] = None):
+    def __init__(
+        self,
+        blob: bytes,
+        work: str,
+        n: int,
+        tasks: Sequence[Tuple[int, str]] = (),
+        on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
+        place: Optional[Callable] = None,
+    ):
         self._all: List[Worker] = []
         self._idle: "queue.Queue[Optional[Worker]]" = queue.Queue()  # None: broken
         self._broken: Optional[WorkerDied] = None
@@ -94,7 +100,9 @@ class Pool:
         self._place = place
         self._closed = False
         for i in range(min(int(n), len(self._todo))):
-            threading.Thread(target=self._dispatch, daemon=True, name=f"tar2tf-dispatch-{i}").start()
+            threading.Thread(
+                target=self._dispatch, daemon=True, name=f"tar2tf-dispatch-{i}"
+            ).start()
 
     @property
     def places(self) -> bool:
@@ -120,7 +128,7 @@ class Pool:
             index, url, fut = task
             try:
                 info = self._run(index, url)
-            except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
+            except BaseException as e:
                 fut.set_exception(e)
             else:
                 fut.set_result(info)
@@ -147,7 +155,9 @@ class Pool:
                             w.post(Convert(index, url, True), f"converting {url}")
                         if held is not None:
                             # a worker found dead here died in the task just posted, if any
-                            doing = f"converting {url}" if task is not None else f"writing {held[0]}"
+                            doing = (
+                                f"converting {url}" if task is not None else f"writing {held[0]}"
+                            )
                             sent = w.send_runs(held[2], self._place, doing)
                         sized, converting = None, task is not None
                         while converting or sent is not None:  # the two answers, in either order
@@ -168,7 +178,7 @@ class Pool:
                 except BaseException as e:  # a bug here: the worker's answers would be out of step
                     w.proc.kill()
                     raise w.died("placing pieces", e) from e
-        except BaseException as e:  # noqa: BLE001 - the worker died: the pool is broken
+        except BaseException as e:
             if sent is not None:
                 cancel(sent[0], e)  # runs it will never write: their shards fail
             for fut in taken:
@@ -182,7 +192,7 @@ class Pool:
             w.report_written(url, *sent, reply)
             if self._on_done is not None:
                 self._on_done(info)
-        except BaseException as e:  # noqa: BLE001 - raised to whoever asks for this shard
+        except BaseException as e:
             fut.set_exception(e)
         else:
             fut.set_result(info)
@@ -279,12 +289,14 @@ def pack(cfg, required: bool = True) -> Optional[bytes]:
     ops cannot be pickled raises, or with ``required=False`` gives None (the caller then
     converts on its threads)."""
     import cloudpickle
+
     from transforms.sizes import parse_size
+
     # the member limit as a number: a worker then never imports the size parser
     cfg = dataclasses.replace(cfg, max_member_size=parse_size(cfg.max_member_size))
     try:
         return cloudpickle.dumps(cfg)
-    except Exception:  # noqa: BLE001 - whatever pickling raises
+    except Exception:
         if required:
             raise
         return None

@@ -24,8 +24,8 @@ writer finishing a shard waits while more than the spool limit (``spool_limit``:
 job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LIMIT``, else
 1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
 (a shard larger than the limit goes alone).  Once an upload has failed, or the job stops
-(:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A piece the in-process driver held in memory
-(``frames``) is written once, here.
+(:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A
+piece the in-process driver held in memory (``frames``) is written once, here.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import finalize, journal as shard_journal, workfiles
+from pipelines.job import finalize, workfiles
+from pipelines.job import journal as shard_journal
 from pipelines.job.finalize import ShardFile
-from transforms.stores import upload
-from transforms.stores import StoreConfig, get_store, split_url
+from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
 
 
@@ -62,10 +62,17 @@ class ShardStream:
     bytes of finished shards that may wait for the closer thread's upload before the
     writer waits too (:meth:`_make_room`)."""
 
-    def __init__(self, output: str, max_bytes: Optional[int], max_records: Optional[int],
-                 config: Optional[StoreConfig] = None, dali_index: bool = False,
-                 journal: Optional[str] = None, resume: Optional[shard_journal.ResumePoint] = None,
-                 spool_limit: Optional[int] = None):
+    def __init__(
+        self,
+        output: str,
+        max_bytes: Optional[int],
+        max_records: Optional[int],
+        config: Optional[StoreConfig] = None,
+        dali_index: bool = False,
+        journal: Optional[str] = None,
+        resume: Optional[shard_journal.ResumePoint] = None,
+        spool_limit: Optional[int] = None,
+    ):
         if not can_stream(output):
             raise ValueError(f"streamed shards need a '{{}}' output template, not {output!r}")
         self.output, self.config, self.dali_index = output, config, dali_index
@@ -111,7 +118,9 @@ class ShardStream:
         """Close the current shard and open the next, whose first record is ``position``."""
         self._close_current(position)
         self.count += 1
-        self.current = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
+        self.current = ShardFile(
+            self.output.replace("{}", str(self.count)), self.config, self.dali_index
+        )
 
     def _make_room(self, size: int) -> None:
         """Before a finished shard of ``size`` bytes is handed to the closer of a remote
@@ -122,8 +131,12 @@ class ShardStream:
         if self.spool_limit is None:
             return
         with self._cv:
-            while (self._waiting and self._waiting + size > self.spool_limit
-                   and self._close_error is None and self._stopped is None):
+            while (
+                self._waiting
+                and self._waiting + size > self.spool_limit
+                and self._close_error is None
+                and self._stopped is None
+            ):
                 self._cv.wait()
             if self._close_error is not None:
                 raise self._close_error
@@ -144,7 +157,11 @@ class ShardStream:
                 # shard may wait for ranges worker processes still write into its temp
                 # file: it is closed as before.)
                 self._open.remove(shard)
-                why = f"an earlier shard failed ({failed})" if failed is not None else f"the job stopped ({stopped})"
+                why = (
+                    f"an earlier shard failed ({failed})"
+                    if failed is not None
+                    else f"the job stopped ({stopped})"
+                )
                 skipped = RuntimeError(f"{shard.path} not written: {why}")
                 shard.abort(skipped)
                 raise skipped from (failed or stopped)
@@ -182,8 +199,12 @@ class ShardStream:
                 self._next_shard((index, r))
                 lo = r
                 if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
-                    finalize.log.warning("record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                                         sizes[r], self.packer.max_bytes, self.current.path)
+                    finalize.log.warning(
+                        "record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                        sizes[r],
+                        self.packer.max_bytes,
+                        self.current.path,
+                    )
         if len(sizes) > lo:
             yield lo, len(sizes)
 
@@ -209,7 +230,9 @@ class ShardStream:
                 self.current.write(frames[lo:hi], sizes[lo:hi])
         elif len(sizes) > skip:
             url = piece["piece"]
-            ends = list(itertools.accumulate(sizes, initial=0))  # record r is bytes [ends[r], ends[r + 1])
+            ends = list(
+                itertools.accumulate(sizes, initial=0)
+            )  # record r is bytes [ends[r], ends[r + 1])
             with get_store(url, self.config).open_read(url) as src:
                 for lo, hi in self._runs(index, sizes, skip):
                     self.current.copy(src, ends[lo], ends[hi] - ends[lo], sizes[lo:hi])
@@ -343,10 +366,10 @@ class PieceFeed:
                 if self._next == self._expect:  # every piece is in: close the last shard now
                     try:
                         self._rows = self.stream.finish()
-                    except BaseException as e:  # noqa: BLE001 - raised by finish() (the stream cleaned up)
+                    except BaseException as e:
                         self._finish_error = e
                     return
-        except BaseException as e:  # noqa: BLE001 - raised by finish()
+        except BaseException as e:
             self._error = e
             self._fail_pending(e)
 
@@ -366,7 +389,9 @@ class PieceFeed:
                 raise self._finish_error
             if self._next != count:
                 self.stream.abort()
-                raise MissingPieces(f"{count - self._next} of {count} pieces never reached the shard stream")
+                raise MissingPieces(
+                    f"{count - self._next} of {count} pieces never reached the shard stream"
+                )
             return self._rows if self._rows is not None else self.stream.finish()
         finally:
             self.settled = True

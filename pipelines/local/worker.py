@@ -36,9 +36,18 @@ def _task_loop(inp, out) -> None:
     import gc
     import threading
     import traceback
+
     from pipelines.job.shard import HOLD_BYTES, convert_shard
-    from pipelines.local.messages import (Converted, Failed, Runs, Sized, Stream, WriteFailed,
-                                          Written)
+    from pipelines.local.messages import (
+        Converted,
+        Failed,
+        Runs,
+        Sized,
+        Stream,
+        WriteFailed,
+        Written,
+    )
+
     job = pickle.load(inp)
     work = job.work
     cfg = pickle.loads(job.blob)
@@ -73,7 +82,7 @@ def _task_loop(inp, out) -> None:
                 frames, info = held.popleft()
                 try:
                     send(Written(write_runs(msg.runs, frames, info, cfg.store)))
-                except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+                except Exception:
                     send(WriteFailed(traceback.format_exc()))
                 continue
             with arrived:
@@ -108,7 +117,7 @@ def _task_loop(inp, out) -> None:
         try:
             hold = HOLD_BYTES if task.place else 0
             info = convert_shard(task.index, task.url, work, cfg, stages, hold)
-        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        except Exception:
             send(Failed(traceback.format_exc()))
             continue
         if not task.place:
@@ -124,12 +133,15 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
     :class:`End`, or :class:`StreamFailed`.  ``notes``: the counts since the last message.
     False: the input closed (the worker exits)."""
     import traceback
+
     from pipelines.local.messages import End, Items, Next, StreamFailed
     from pipelines.tfdata.elements import shard_elements
+
     notes, batch = [], []
 
     def note(what, reject=None):
         notes.append((what, reject))
+
     try:
         for el in shard_elements(url, cfg.store, cfg.max_member_size, stages, note):
             batch.append(el)
@@ -143,7 +155,7 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
             if not isinstance(reply, Next):  # STOP: the consumer is gone
                 send(End([], notes))
                 return True
-    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+    except Exception:
         send(StreamFailed(traceback.format_exc(), notes))
         return True
     send(End(batch, notes))
@@ -156,12 +168,17 @@ def write_runs(runs, frames, info, config=None) -> list:
     the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
     piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
     import itertools
-    from transforms.stores import writeback
+
+    from transforms.stores import get_store, writeback
     from transforms.tfrecord import digests
-    from transforms.stores import get_store
+
     ends = list(itertools.accumulate(info["sizes"], initial=0))
     crcs = []
-    src = get_store(info["piece"], config).open_read(info["piece"]) if frames is None and runs else None
+    src = (
+        get_store(info["piece"], config).open_read(info["piece"])
+        if frames is None and runs
+        else None
+    )
     try:
         for path, offset, lo, hi in runs:
             digest = digests.new("crc32c")
@@ -173,6 +190,7 @@ def write_runs(runs, frames, info, config=None) -> list:
                         digest.update(fr)
                 else:
                     from pipelines.job.finalize import copy_range  # only for spilled pieces
+
                     copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
                 f.flush()  # the shard's fsync, when it closes, then finds these bytes written
                 writeback.start(f.fileno(), offset, ends[hi] - ends[lo])
@@ -193,6 +211,7 @@ def serve() -> None:
     too (one process group): they ignore it, and the interrupted parent ends them
     (:meth:`pipelines.shard_pool.Pool.close`), without a traceback from each."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp = os.fdopen(os.dup(0), "rb")
     out = os.fdopen(os.dup(1), "wb")

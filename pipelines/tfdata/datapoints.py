@@ -18,6 +18,7 @@ from transforms.ops.base import OpError
 
 # -- element specs ----------------------------------------------------------------------
 
+
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
@@ -44,12 +45,16 @@ def fixed_shapes(spec) -> bool:
     component (an empty JSON list) cannot: ``unbatch`` of a ``from_generator`` batch with
     a zero-size component crashes the process (segmentation fault, TensorFlow 2.x)."""
     import tensorflow as tf
-    return all(s.shape.is_fully_defined() and s.shape.num_elements() > 0 for s in tf.nest.flatten(spec))
+
+    return all(
+        s.shape.is_fully_defined() and s.shape.num_elements() > 0 for s in tf.nest.flatten(spec)
+    )
 
 
 def batched_spec(spec):
     """``spec`` with a leading batch dimension of unknown size."""
     import tensorflow as tf
+
     return tf.nest.map_structure(lambda s: tf.TensorSpec([None] + s.shape.as_list(), s.dtype), spec)
 
 
@@ -58,6 +63,7 @@ def stacked(elements: Iterator[Any], spec, size: int) -> Iterator[Any]:
     shorter), each component as ``spec`` types it.  The elements fit ``spec``: the element
     stage rejects a record whose shapes do not."""
     import tensorflow as tf
+
     flat = tf.nest.flatten(spec)
     dtypes = [object if s.dtype == tf.string else s.dtype.as_numpy_dtype for s in flat]
     shapes = [tuple(s.shape.as_list()) for s in flat]
@@ -69,7 +75,9 @@ def stacked(elements: Iterator[Any], spec, size: int) -> Iterator[Any]:
             if dt is object:
                 arr = np.empty((len(col),) + shape, dtype=object)  # of bytes, as tf.string takes
                 for j, v in enumerate(col):
-                    arr[j] = np.asarray(v, dtype=object) if shape else np.asarray(v, dtype=object).item()
+                    arr[j] = (
+                        np.asarray(v, dtype=object) if shape else np.asarray(v, dtype=object).item()
+                    )
                 cols.append(arr)
             else:
                 cols.append(np.asarray(np.stack(col), dtype=dt))
@@ -89,7 +97,9 @@ def _zip_struct(el, shapes, types, fn):
     if isinstance(el, dict):
         return {k: _zip_struct(el[k], _pick(shapes, k), _pick(types, k), fn) for k in el}
     if isinstance(el, tuple):
-        return tuple(_zip_struct(e, _pick(shapes, i), _pick(types, i), fn) for i, e in enumerate(el))
+        return tuple(
+            _zip_struct(e, _pick(shapes, i), _pick(types, i), fn) for i, e in enumerate(el)
+        )
     return fn(el, shapes, types)
 
 
@@ -111,13 +121,16 @@ def _is_shape(x) -> bool:
 class LeafSpec:
     """One ``tf.TensorSpec`` as plain Python (what :func:`fit` needs): an element stage
     holding these pickles into a worker process that never imports TensorFlow."""
-    dtype: str                                  # TensorFlow's dtype name: "string", "uint8", ...
-    numpy: Optional[np.dtype]                   # None for strings
+
+    dtype: str  # TensorFlow's dtype name: "string", "uint8", ...
+    numpy: Optional[np.dtype]  # None for strings
     shape: Optional[Tuple[Optional[int], ...]]  # None: any rank
 
     def fits(self, shape: Tuple[int, ...]) -> bool:
-        return self.shape is None or (len(shape) == len(self.shape)
-                                      and all(d is None or d == n for d, n in zip(self.shape, shape)))
+        return self.shape is None or (
+            len(shape) == len(self.shape)
+            and all(d is None or d == n for d, n in zip(self.shape, shape))
+        )
 
     def shape_text(self) -> str:
         if self.shape is None:
@@ -154,7 +167,9 @@ def fit(element: Any, spec: Any) -> Any:
         if arr.dtype.kind in "biufU":
             # each element's own text: a float32 0.2 is b"0.2" (np.vectorize would hand str
             # Python floats, widened: b"0.20000000298023224"), a bool b"True", an int its digits
-            arr = np.array([str(v).encode() for v in arr.reshape(-1)] or [], dtype=object).reshape(arr.shape)
+            arr = np.array([str(v).encode() for v in arr.reshape(-1)] or [], dtype=object).reshape(
+                arr.shape
+            )
         else:
             arr = np.asarray(element, dtype=object)
     else:
@@ -165,6 +180,7 @@ def fit(element: Any, spec: Any) -> Any:
             # pixels asked for as floats: scaled to [0, 1] as tf.image.convert_image_dtype
             # (what make_record_parser gives for the same load written with path=)
             from transforms.ops.images import convert_dtype
+
             arr = convert_dtype(arr, spec.numpy)
         else:
             if arr.dtype.kind == "f" and spec.numpy.kind in "iu":
@@ -172,8 +188,12 @@ def fit(element: Any, spec: Any) -> Any:
                 # to files (transforms.tfrecord.example), never numpy's cast to -2**31
                 with np.errstate(invalid="ignore"):
                     if not np.all(np.isfinite(arr) & np.equal(np.mod(arr, 1), 0)):
-                        raise OpError(f"value {str(element)[:40]} is not {spec.dtype} (no whole finite number)")
-            arr = arr.astype(spec.numpy, copy=False)  # any other dtype: a cast (as from_generator's)
+                        raise OpError(
+                            f"value {str(element)[:40]} is not {spec.dtype} (no whole finite number)"
+                        )
+            arr = arr.astype(
+                spec.numpy, copy=False
+            )  # any other dtype: a cast (as from_generator's)
     if not spec.fits(arr.shape):
         raise OpError(f"shape {tuple(arr.shape)} does not fit the output shape {spec.shape_text()}")
     return arr

@@ -25,26 +25,37 @@ import logging
 import os
 import tempfile
 import threading
-import uuid
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from pipelines.tfdata import datapoints as dp
 from pipelines.beam import options as opts
+from pipelines.tfdata import datapoints as dp
 from pipelines.tfdata import recast
+from pipelines.tfdata.elements import ElementStage, shard_elements
+from pipelines.tfdata.elements import describe as describe_reject
 from pipelines.tfdata.inmemory import ordered_stream
 from pipelines.tfdata.parsers import make_record_parser
 from pipelines.tfdata.pathgen import run_with_path_generator
-from pipelines.tfdata.elements import ElementStage, describe as describe_reject, shard_elements
-from transforms.ops import leaves
+from transforms.ops import (
+    Convert,
+    Decode,
+    Resize,
+    Rotate,
+    Select,
+    SelectDict,
+    SelectList,
+    fuse,
+    leaves,
+    walk,
+    with_seed,
+)
 from transforms.ops.gostages import as_stage
-from transforms.ops import Convert, Decode, Resize, Rotate, Select, SelectDict, SelectList, fuse, walk, with_seed
 from transforms.ops.selections import as_selection
-from transforms.records import Reject
-from transforms.tar.sources import resolve
 from transforms.ops.stages import Stages, stage_name
+from transforms.records import Reject
 from transforms.stores import StoreConfig, split_url
 from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
+from transforms.tar.sources import resolve
 
 log = logging.getLogger("tar2tf")
 selection_stage = leaves.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
@@ -68,6 +79,7 @@ def _scratch_dir() -> str:
     if not _SCRATCH:
         import atexit
         import shutil
+
         atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _SCRATCH])
     _SCRATCH.append(tempfile.mkdtemp(prefix="tar2tf-remote-"))
     return _SCRATCH[-1]
@@ -101,8 +113,10 @@ def location(source: str, proxy_url: Optional[str]) -> str:
         return os.path.abspath(os.path.expanduser(source))
     if proxy_url or os.environ.get("AIS_ENDPOINT"):
         return "ais://" + source.strip("/")
-    raise ValueError(f"{source!r} is not a directory; give proxy_url for an AIS bucket, or a URL "
-                     f"(ais://bucket, gs://bucket)")
+    raise ValueError(
+        f"{source!r} is not a directory; give proxy_url for an AIS bucket, or a URL "
+        f"(ais://bucket, gs://bucket)"
+    )
 
 
 class Dataset:
@@ -117,18 +131,30 @@ class Dataset:
     in-memory load writes its TFRecords (default: a local temp directory).
     """
 
-    def __init__(self, bucket_or_source: str, proxy_url: Optional[str] = None,
-                 conversions: Sequence[Any] = (), selections: Optional[Sequence[Any]] = None,
-                 remote_exec: Optional[bool] = None, *, seed: int = 0, beam_args: Sequence[str] = (),
-                 sample_stages: Sequence[Any] = (), example_stages: Sequence[Any] = (),
-                 max_member_size=DEFAULT_MAX_MEMBER_SIZE, remote_output: Optional[str] = None,
-                 store: Optional[StoreConfig] = None):
+    def __init__(
+        self,
+        bucket_or_source: str,
+        proxy_url: Optional[str] = None,
+        conversions: Sequence[Any] = (),
+        selections: Optional[Sequence[Any]] = None,
+        remote_exec: Optional[bool] = None,
+        *,
+        seed: int = 0,
+        beam_args: Sequence[str] = (),
+        sample_stages: Sequence[Any] = (),
+        example_stages: Sequence[Any] = (),
+        max_member_size=DEFAULT_MAX_MEMBER_SIZE,
+        remote_output: Optional[str] = None,
+        store: Optional[StoreConfig] = None,
+    ):
         self.base = location(bucket_or_source, proxy_url)
         self.store = store or StoreConfig(ais_endpoint=proxy_url)
         self.conversions = fuse(with_seed(list(conversions or ()), seed))
         self.defaulted = selections is None
         if selections is None:
-            selections = ["jpg", DEFAULT_LABEL] if self.conversions else [DEFAULT_VALUE, DEFAULT_LABEL]
+            selections = (
+                ["jpg", DEFAULT_LABEL] if self.conversions else [DEFAULT_VALUE, DEFAULT_LABEL]
+            )
         self.selections = leaves.normalize_selections(with_seed(list(selections), seed))
         self.remote_exec, self.seed, self.beam_args = remote_exec, seed, list(beam_args)
         self.sample_stages = [as_stage(s) for s in sample_stages]
@@ -147,13 +173,19 @@ class Dataset:
     def unshippable(self, extra: Sequence[Any] = ()) -> Optional[str]:
         """Why the stages cannot be pickled for Beam workers, or None if they can."""
         from apache_beam.internal import pickler
-        things = list(self.sample_stages) + list(self.conversions) + list(self.selections) + \
-            list(self.example_stages) + [x for x in extra if x is not None]
+
+        things = (
+            list(self.sample_stages)
+            + list(self.conversions)
+            + list(self.selections)
+            + list(self.example_stages)
+            + [x for x in extra if x is not None]
+        )
         for thing in things:
-            for part in (list(walk(thing)) or [thing]):
+            for part in list(walk(thing)) or [thing]:
                 try:
                     pickler.dumps(part)
-                except Exception as e:  # noqa: BLE001 - any pickling failure means "cannot ship"
+                except Exception as e:
                     return f"{stage_name(part)} cannot be pickled ({e.__class__.__name__}: {e})"
         return None
 
@@ -166,57 +198,108 @@ class Dataset:
             return False
         why = self.unshippable(extra)
         if why is not None:
-            warnings.warn(f"tar2tf: running the ops in this process, not on Beam workers: {why}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tar2tf: running the ops in this process, not on Beam workers: {why}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             log.warning("remote execution disabled: %s", why)
             return False
         return True
 
     # -- load -------------------------------------------------------------------------------
-    def load(self, template, num_workers: int = 1, output_types=None, output_shapes=None,
-             output_signature=None, path=None, record_to_example: Optional[Callable] = None,
-             max_shard_size=None, remote_exec=_UNSET, prefetch: int = 64, **convert_options):
+    def load(
+        self,
+        template,
+        num_workers: int = 1,
+        output_types=None,
+        output_shapes=None,
+        output_signature=None,
+        path=None,
+        record_to_example: Optional[Callable] = None,
+        max_shard_size=None,
+        remote_exec=_UNSET,
+        prefetch: int = 64,
+        **convert_options,
+    ):
         """See the module docstring.  ``convert_options`` go to ``ConvertConfig``
         (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...)."""
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, not {num_workers!r}")
         if path is not None and path != "":  # seed 000: an empty path means in memory
-            return self._to_tfrecords(template, path, num_workers, record_to_example, max_shard_size,
-                                      remote_exec, convert_options)
+            return self._to_tfrecords(
+                template,
+                path,
+                num_workers,
+                record_to_example,
+                max_shard_size,
+                remote_exec,
+                convert_options,
+            )
         if self._use_beam(remote_exec, in_memory=True):
-            return self._remote_dataset(template, num_workers, output_types, output_shapes, output_signature)
-        return self._stream_dataset(template, num_workers, output_types, output_shapes, output_signature,
-                                    prefetch)
+            return self._remote_dataset(
+                template, num_workers, output_types, output_shapes, output_signature
+            )
+        return self._stream_dataset(
+            template, num_workers, output_types, output_shapes, output_signature, prefetch
+        )
 
     def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
         from pipelines.beam.convert import ConvertConfig
+
         sels = self._stored_selections() if stored else self.selections
         # read back by _remote_dataset (stored=False), a single bool must say it is one
-        stages = list(self.sample_stages) + list(self.conversions) + [leaves.selection_stage(sels, not stored)]
-        if record_to_example is not None:  # the seed's record_to_example sees the raw converted record
+        stages = (
+            list(self.sample_stages)
+            + list(self.conversions)
+            + [leaves.selection_stage(sels, not stored)]
+        )
+        if (
+            record_to_example is not None
+        ):  # the seed's record_to_example sees the raw converted record
             stages = stages[:-1]
-        return ConvertConfig(sources=template, output=output, base=self.base, max_shard_size=max_shard_size,
-                             sample_stages=tuple(stages), record_to_example=record_to_example,
-                             example_stages=tuple(self.example_stages), max_member_size=self.max_member_size,
-                             store=self.store, seed=self.seed, progress=False, **options)
+        return ConvertConfig(
+            sources=template,
+            output=output,
+            base=self.base,
+            max_shard_size=max_shard_size,
+            sample_stages=tuple(stages),
+            record_to_example=record_to_example,
+            example_stages=tuple(self.example_stages),
+            max_member_size=self.max_member_size,
+            store=self.store,
+            seed=self.seed,
+            progress=False,
+            **options,
+        )
 
     def _convert(self, cfg, num_workers, remote_exec, extra=()):
         if self._use_beam(remote_exec, in_memory=False, extra=extra):
             from pipelines.beam.convert import convert
+
             args = list(self.beam_args)
-            if opts.is_local(opts.effective_args(args)) and not any(a.startswith("--direct_num_workers") for a in args):
+            if opts.is_local(opts.effective_args(args)) and not any(
+                a.startswith("--direct_num_workers") for a in args
+            ):
                 args.append(f"--direct_num_workers={max(1, int(num_workers))}")
             res = convert(cfg, args, ("overwrite=True", "resume=True"))
         else:
             from pipelines.local.driver import convert_in_process
+
             res = convert_in_process(cfg, num_workers)
         if res.totals["records_rejected"] or res.totals["shards_rejected"]:
-            log.warning("%d records and %d shards rejected; see %s", res.totals["records_rejected"],
-                        res.totals["shards_rejected"], res.rejects_path)
+            log.warning(
+                "%d records and %d shards rejected; see %s",
+                res.totals["records_rejected"],
+                res.totals["shards_rejected"],
+                res.rejects_path,
+            )
         self.last_result = res
         return res
 
-    def _to_tfrecords(self, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options):
+    def _to_tfrecords(
+        self, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options
+    ):
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
         if isinstance(path, str):
@@ -227,11 +310,18 @@ class Dataset:
         try:
             names = iter(path)
         except TypeError:
-            raise TypeError(f"path must be a file name, a template or an iterable (generator) of names, "
-                            f"not {type(path).__name__}") from None
+            raise TypeError(
+                f"path must be a file name, a template or an iterable (generator) of names, "
+                f"not {type(path).__name__}"
+            ) from None
         tmp = tempfile.mkdtemp(prefix="tar2tf-paths-")
-        cfg = self._config(template, os.path.join(tmp, "part-{}.tfrecord"), record_to_example, max_shard_size,
-                           options)
+        cfg = self._config(
+            template,
+            os.path.join(tmp, "part-{}.tfrecord"),
+            record_to_example,
+            max_shard_size,
+            options,
+        )
         res = self._convert(cfg, num_workers, remote_exec, [record_to_example])
         return run_with_path_generator(res, names, self.store, bool(options.get("overwrite")))
 
@@ -253,21 +343,34 @@ class Dataset:
     # -- in memory: Beam job, then read its output ------------------------------------------
     def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):
         import tensorflow as tf
+
         from transforms.tfrecord.example import parse_example
         from transforms.tfrecord.framing import read_records
+
         out_dir = self.remote_output or _scratch_dir()
         scheme = split_url(out_dir)[0]
         if scheme not in ("", "gs"):
             # the dataset is a tf.data.TFRecordDataset over the job's output
-            raise ValueError(f"remote_output {out_dir!r}: tf.data reads local paths and gs://, not {scheme}://; "
-                             f"convert with load(path=...) to write TFRecords there")
-        cfg = self._config(template, out_dir.rstrip("/") + "/part-{}.tfrecord", None, "100MB",
-                           {"overwrite": True}, stored=False)
+            raise ValueError(
+                f"remote_output {out_dir!r}: tf.data reads local paths and gs://, not {scheme}://; "
+                f"convert with load(path=...) to write TFRecords there"
+            )
+        cfg = self._config(
+            template,
+            out_dir.rstrip("/") + "/part-{}.tfrecord",
+            None,
+            "100MB",
+            {"overwrite": True},
+            stored=False,
+        )
         res = self._convert(cfg, num_workers, True)
         el = None
         if res.paths:
             first = parse_example(next(iter(read_records(res.paths[0]))))
-            parts = tuple(leaves.structured(s, _unflatten(s, n, first)) for s, n in zip(self.selections, leaves.NAMES))
+            parts = tuple(
+                leaves.structured(s, _unflatten(s, n, first))
+                for s, n in zip(self.selections, leaves.NAMES)
+            )
             el = parts if len(parts) > 1 else parts[0]
         spec = output_signature
         if spec is None:
@@ -280,14 +383,27 @@ class Dataset:
         pair = len(self.selections) == 2
         stored = spec if el is None else recast.stored_spec(spec, el)
         parse, cast = make_record_parser(stored, with_label=pair), recast.caster(stored, spec, pair)
-        return tf.data.TFRecordDataset(res.paths).map(parse if cast is None else lambda r: cast(parse(r)))
+        return tf.data.TFRecordDataset(res.paths).map(
+            parse if cast is None else lambda r: cast(parse(r))
+        )
 
     # -- in memory: streamed from this process's threads or its worker processes ------------
     def _stages(self, spec=None) -> Stages:
-        return Stages(tuple(self.sample_stages) + tuple(self.conversions) + (ElementStage(self.selections, spec),))
+        return Stages(
+            tuple(self.sample_stages)
+            + tuple(self.conversions)
+            + (ElementStage(self.selections, spec),)
+        )
 
-    def elements(self, template, num_workers: int = 1, spec=None, prefetch: int = 64,
-                 stats: Optional[LoadStats] = None, report: bool = True) -> Iterator[Any]:
+    def elements(
+        self,
+        template,
+        num_workers: int = 1,
+        spec=None,
+        prefetch: int = 64,
+        stats: Optional[LoadStats] = None,
+        report: bool = True,
+    ) -> Iterator[Any]:
         """The datapoints, as numpy, in source order (what the tf.data dataset yields).
 
         With ops that do real work per record (decode, resize...) and more than one
@@ -299,7 +415,9 @@ class Dataset:
         reason with its count and an example (``report=False``: not logged)."""
         urls, list_rejects = resolve(template, self.base, self.store)
         stats = stats if stats is not None else LoadStats()
-        return _reporting(self._elements(urls, list_rejects, num_workers, spec, prefetch, stats), stats, report)
+        return _reporting(
+            self._elements(urls, list_rejects, num_workers, spec, prefetch, stats), stats, report
+        )
 
     def _elements(self, urls, list_rejects, num_workers, spec, prefetch, stats) -> Iterator[Any]:
         def note(what, reject=None):
@@ -314,9 +432,16 @@ class Dataset:
             return shard_elements(url, self.store, max_member, stages, note)
 
         from pipelines.job.config import ConvertConfig
-        cfg = ConvertConfig(sources=urls, output="", sample_stages=stages.sample_stages, store=self.store,
-                            max_member_size=max_member)  # what a worker process gets
+
+        cfg = ConvertConfig(
+            sources=urls,
+            output="",
+            sample_stages=stages.sample_stages,
+            store=self.store,
+            max_member_size=max_member,
+        )  # what a worker process gets
         from pipelines.local.driver import auto_processes
+
         procs = auto_processes(num_workers, len(urls), cfg.has_heavy_ops())
         if procs:
             return self._elements_in_workers(cfg, urls, procs, prefetch, note, produce)
@@ -324,15 +449,21 @@ class Dataset:
 
     def _elements_in_workers(self, cfg, urls, procs, prefetch, note, produce) -> Iterator[Any]:
         from pipelines.local import pool as shard_pool
+
         blob = shard_pool.pack(cfg, required=False)
         if blob is None:  # an op that cannot be pickled: this process's threads convert
             yield from ordered_stream(urls, produce, procs, prefetch)
             return
         with shard_pool.Pool(blob, "", procs) as pool:
-            yield from ordered_stream(urls, lambda url: pool.elements(url, note, _CROSSING_BATCH), procs, prefetch)
+            yield from ordered_stream(
+                urls, lambda url: pool.elements(url, note, _CROSSING_BATCH), procs, prefetch
+            )
 
-    def _stream_dataset(self, template, num_workers, output_types, output_shapes, output_signature, prefetch):
+    def _stream_dataset(
+        self, template, num_workers, output_types, output_shapes, output_signature, prefetch
+    ):
         import tensorflow as tf
+
         spec = output_signature
         if spec is None:
             probe = LoadStats()
@@ -341,8 +472,10 @@ class Dataset:
                 el = next(first)
             except StopIteration:
                 log_rejects(probe.rejects)
-                raise ValueError(f"no record under {template!r} could be converted (all rejected or none "
-                                 f"found); nothing to infer the element spec from") from None
+                raise ValueError(
+                    f"no record under {template!r} could be converted (all rejected or none "
+                    f"found); nothing to infer the element spec from"
+                ) from None
             finally:
                 first.close()
             spec = self._inferred_spec(el, output_shapes, output_types)
@@ -357,8 +490,10 @@ class Dataset:
                 # an empty dataset from records that exist is a mistake (an element spec the
                 # data cannot fit, an op that fails on everything), not something to train on
                 first = next(r for r in st.rejects if r.counts_record)
-                raise ValueError(f"every record under {template!r} was rejected ({st.records_rejected}); "
-                                 f"the first: {describe_reject(first)}")
+                raise ValueError(
+                    f"every record under {template!r} was rejected ({st.records_rejected}); "
+                    f"the first: {describe_reject(first)}"
+                )
 
         if dp.fixed_shapes(spec):
             # tf.data calls back into Python once per generator item (~0.5-1 ms each,
@@ -366,7 +501,8 @@ class Dataset:
             # cross in stacked batches and are unbatched in TensorFlow -- same elements
             return tf.data.Dataset.from_generator(
                 lambda: dp.stacked(gen(), spec, _CROSSING_BATCH),
-                output_signature=dp.batched_spec(spec)).unbatch()
+                output_signature=dp.batched_spec(spec),
+            ).unbatch()
         return tf.data.Dataset.from_generator(gen, output_signature=spec)
 
 
@@ -391,7 +527,10 @@ def report_lines(rejects: Sequence[Reject]) -> List[str]:
     for r in rejects:
         g = groups.setdefault(f"{r.stage}: {r.kind}", [0, r])
         g[0] += 1
-    return [f"{n} rejected: {reason} (e.g. {describe_reject(first)})" for reason, (n, first) in groups.items()]
+    return [
+        f"{n} rejected: {reason} (e.g. {describe_reject(first)})"
+        for reason, (n, first) in groups.items()
+    ]
 
 
 def _fixed_entries(conversions) -> Dict[str, bool]:
@@ -420,6 +559,7 @@ def _relax(spec, sel, fixed: Dict[str, bool]):
     """``spec`` (following the selection's structure) with unknown dimensions where the ops
     do not fix the shape; rank-3 leaves (images) keep their channel count."""
     import tensorflow as tf
+
     if isinstance(sel, SelectDict):
         return {k: _relax(spec[k], s, fixed) for k, s in sel.items.items()}
     if isinstance(sel, SelectList):
@@ -436,6 +576,7 @@ def _relax(spec, sel, fixed: Dict[str, bool]):
 def _unflatten(sel, name, record):
     """A selection's value read back from the ``value``/``label`` entries it was stored as."""
     from transforms.ops.selections import SelectDict, SelectList
+
     if isinstance(sel, SelectDict):
         return {k: _unflatten(s, f"{name}.{k}", record) for k, s in sel.items.items()}
     if isinstance(sel, SelectList):
@@ -445,15 +586,25 @@ def _unflatten(sel, name, record):
 
 # -- seed 001 aliases ---------------------------------------------------------------------
 
+
 class AisDataset(Dataset):
     """Seed 001: ``AisDataset(bucket, proxy_url, val_op, label_op, num_workers)``."""
 
-    def __init__(self, bucket_name: str, proxy_url: Optional[str] = None, val_op: Any = None,
-                 label_op: Any = None, num_workers: int = 1, **kwargs):
+    def __init__(
+        self,
+        bucket_name: str,
+        proxy_url: Optional[str] = None,
+        val_op: Any = None,
+        label_op: Any = None,
+        num_workers: int = 1,
+        **kwargs,
+    ):
         selections = None
         if val_op is not None or label_op is not None:
-            selections = [val_op if val_op is not None else DEFAULT_VALUE,
-                          label_op if label_op is not None else DEFAULT_LABEL]
+            selections = [
+                val_op if val_op is not None else DEFAULT_VALUE,
+                label_op if label_op is not None else DEFAULT_LABEL,
+            ]
         super().__init__(bucket_name, proxy_url, selections=selections, **kwargs)
         self.num_workers = num_workers
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Optional
 
 from pipelines.tfdata import datapoints as dp
-from transforms.tar.fetch import read_shard
 from transforms.ops.leaves import datapoint
-from transforms.records import KEY, Reject, is_reject
 from transforms.ops.stages import FILTERED, Stages
+from transforms.records import KEY, Reject, is_reject
 from transforms.stores import StoreConfig
+from transforms.tar.fetch import read_shard
 from transforms.tar.records import ShardCorrupt
 
 Note = Callable[..., None]
@@ -34,14 +34,18 @@ class ElementStage:
 
     def __call__(self, record):
         el = datapoint(self.sels, record)
-        return {KEY: record.get(KEY), "__element__": el if self.spec is None else dp.fit(el, self.spec)}
+        return {
+            KEY: record.get(KEY),
+            "__element__": el if self.spec is None else dp.fit(el, self.spec),
+        }
 
     def describe(self):
         return "Select[" + ", ".join(s.describe() for s in self.sels) + "]"
 
 
-def shard_elements(url: str, store: Optional[StoreConfig], max_member: int, stages: Stages,
-                   note: Note) -> Iterator[Any]:
+def shard_elements(
+    url: str, store: Optional[StoreConfig], max_member: int, stages: Stages, note: Note
+) -> Iterator[Any]:
     """The elements of the records of ``url`` that pass ``stages`` (whose last sample stage
     puts the element under ``"__element__"``), in shard order."""
     for item in read_shard(url, store, max_member):
@@ -62,8 +66,10 @@ def shard_elements(url: str, store: Optional[StoreConfig], max_member: int, stag
 def describe(reject: Reject) -> str:
     """The log line for a reject of the stream."""
     if isinstance(reject, ShardCorrupt):
-        return (f"shard {reject.shard} failed its integrity check after its records were streamed: "
-                f"{reject.reason}")
+        return (
+            f"shard {reject.shard} failed its integrity check after its records were streamed: "
+            f"{reject.reason}"
+        )
     if reject.key is None:
         return f"reject {reject.shard}: {reject.reason}"
     return f"reject {reject.shard} {reject.key}: {reject.reason}"

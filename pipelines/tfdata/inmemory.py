@@ -26,8 +26,12 @@ class _Failed:
         self.exc = exc
 
 
-def ordered_stream(tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]],
-                   num_workers: int = 1, prefetch: int = 64) -> Iterator[Any]:
+def ordered_stream(
+    tasks: Sequence[Any],
+    produce: Callable[[Any], Iterable[Any]],
+    num_workers: int = 1,
+    prefetch: int = 64,
+) -> Iterator[Any]:
     """Yield ``produce(task)`` items for every task, task by task, ``num_workers`` at once."""
     num_workers = max(1, int(num_workers))
     n = len(tasks)
@@ -51,7 +55,7 @@ def ordered_stream(tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]]
             for item in produce(tasks[i]):
                 if not put(queues[i], item):
                     return
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, re-raised there
+        except BaseException as e:
             put(queues[i], _Failed(e))
         put(queues[i], _END)
 
@@ -74,8 +78,10 @@ def ordered_stream(tasks: Sequence[Any], produce: Callable[[Any], Iterable[Any]]
             work(i)
 
     threads = [threading.Thread(target=schedule, name="tar2tf-load-schedule", daemon=True)]
-    threads += [threading.Thread(target=worker, name=f"tar2tf-load-{k}", daemon=True)
-                for k in range(min(num_workers, n))]
+    threads += [
+        threading.Thread(target=worker, name=f"tar2tf-load-{k}", daemon=True)
+        for k in range(min(num_workers, n))
+    ]
     for t in threads:
         t.start()
     try:

@@ -25,11 +25,22 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-_RAW_DTYPES = ("uint8", "uint16", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+_RAW_DTYPES = (
+    "uint8",
+    "uint16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "float32",
+    "float64",
+)
 
 
 def _tf():
     import tensorflow as tf
+
     return tf
 
 
@@ -38,14 +49,19 @@ def _raw_image_as_float(data, dtype_name, shape):
     tf = _tf()
     branches = []
     for name in _RAW_DTYPES:
+
         def decode(name=name):
             arr = tf.reshape(tf.io.decode_raw(data, tf.as_dtype(name), little_endian=True), shape)
             return tf.image.convert_image_dtype(arr, tf.float32)
+
         branches.append((tf.equal(dtype_name, name), decode))
 
     def unsupported():
-        with tf.control_dependencies([tf.debugging.Assert(False, ["unsupported value/dtype", dtype_name])]):
+        with tf.control_dependencies(
+            [tf.debugging.Assert(False, ["unsupported value/dtype", dtype_name])]
+        ):
             return tf.zeros(shape, tf.float32)
+
     return tf.case(branches, default=unsupported, exclusive=True)
 
 
@@ -83,8 +99,9 @@ def _leaf_names(spec, name: str) -> List[Tuple[str, Any]]:
 
 def _scalar(s) -> bool:
     """A rank-0 number, bool or string: one feature value, no ``/shape``."""
-    return s.shape.rank == 0 and (s.dtype.is_integer or s.dtype.is_floating or s.dtype.is_bool
-                                  or s.dtype == _tf().string)
+    return s.shape.rank == 0 and (
+        s.dtype.is_integer or s.dtype.is_floating or s.dtype.is_bool or s.dtype == _tf().string
+    )
 
 
 def _either_form(s) -> bool:
@@ -109,8 +126,11 @@ def _feature_spec(name: str, s) -> Dict[str, Any]:
     if s.dtype == tf.string or s.dtype.is_bool:  # listed values (see the module docstring)
         return {name: tf.io.VarLenFeature(tf.string if s.dtype == tf.string else tf.int64), **shape}
     # the dtype defaults to the spec's for records written without it (a custom encoder)
-    return {name: tf.io.FixedLenFeature([], tf.string),
-            name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value=s.dtype.name), **shape}
+    return {
+        name: tf.io.FixedLenFeature([], tf.string),
+        name + "/dtype": tf.io.FixedLenFeature([], tf.string, default_value=s.dtype.name),
+        **shape,
+    }
 
 
 def _leaf(f, name, s, serialized):
@@ -120,12 +140,19 @@ def _leaf(f, name, s, serialized):
 
         def scalar():
             typ = tf.float32 if s.dtype.is_floating else tf.int64
-            return tf.cast(tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], typ)})[name],
-                           s.dtype)
+            return tf.cast(
+                tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], typ)})[
+                    name
+                ],
+                s.dtype,
+            )
 
         def array():  # one value, whatever shape it was stored with (older files: [1])
-            data = tf.io.parse_single_example(serialized, {name: tf.io.FixedLenFeature([], tf.string)})[name]
+            data = tf.io.parse_single_example(
+                serialized, {name: tf.io.FixedLenFeature([], tf.string)}
+            )[name]
             return _raw_array(data, stored, [], name, s.dtype)
+
         return tf.cond(tf.equal(stored, ""), scalar, array)
     if _scalar(s):
         return tf.cast(f[name], s.dtype) if s.dtype != tf.string else f[name]
@@ -146,15 +173,28 @@ def _raw_array(data, stored, shape, name, dtype):
 
     branches = [(tf.equal(stored, dtype.name), same)]
     if dtype.is_floating:
+
         def image():
             arr = tf.reshape(tf.io.decode_raw(data, tf.uint8, little_endian=True), shape)
             return tf.image.convert_image_dtype(arr, dtype)
+
         branches.append((tf.equal(stored, "uint8"), image))
 
     def mismatch():
-        with tf.control_dependencies([tf.debugging.Assert(False, [
-                f"feature {name} is stored as", stored, f"but the element spec says {dtype.name}"])]):
+        with tf.control_dependencies(
+            [
+                tf.debugging.Assert(
+                    False,
+                    [
+                        f"feature {name} is stored as",
+                        stored,
+                        f"but the element spec says {dtype.name}",
+                    ],
+                )
+            ]
+        ):
             return tf.zeros(shape, dtype)
+
     return tf.case(branches, default=mismatch, exclusive=True)
 
 
@@ -170,7 +210,11 @@ def make_record_parser(element_spec, with_label: bool = None):
     """A ``tf.data`` map function giving exactly ``element_spec``: a ``(value, label)``
     tuple of specs, or (``with_label=False``) the value's spec alone.  By default a
     2-tuple is taken as ``(value, label)``."""
-    pair = with_label if with_label is not None else (isinstance(element_spec, tuple) and len(element_spec) == 2)
+    pair = (
+        with_label
+        if with_label is not None
+        else (isinstance(element_spec, tuple) and len(element_spec) == 2)
+    )
     parts = element_spec if pair else (element_spec,)
     names = ("value", "label")[: len(parts)]
     fspec: Dict[str, Any] = {}
@@ -182,5 +226,5 @@ def make_record_parser(element_spec, with_label: bool = None):
         f = _tf().io.parse_single_example(serialized, fspec)
         out = tuple(_rebuild(s, name, f, serialized) for name, s in zip(names, parts))
         return out if pair else out[0]
-    return parse
 
+    return parse

@@ -35,8 +35,9 @@ def _move(src: str, dst: str, config: Optional[StoreConfig]) -> None:
     get_store(src, config).delete(src)
 
 
-def run_with_path_generator(res, names: Iterator[str], config: Optional[StoreConfig] = None,
-                            overwrite: bool = False) -> List[str]:
+def run_with_path_generator(
+    res, names: Iterator[str], config: Optional[StoreConfig] = None, overwrite: bool = False
+) -> List[str]:
     """Move the shards of a finished ``ConvertResult`` to the generator's names; a name
     that already exists is replaced only with ``overwrite`` (as for a string ``path``)."""
     dests: List[str] = []
@@ -45,23 +46,34 @@ def run_with_path_generator(res, names: Iterator[str], config: Optional[StoreCon
         try:
             dests.append(str(next(names)))
         except StopIteration:
-            raise ValueError(f"the path generator yielded {len(dests)} names for {len(res.paths)} shards; "
-                             f"{left}") from None
+            raise ValueError(
+                f"the path generator yielded {len(dests)} names for {len(res.paths)} shards; {left}"
+            ) from None
     if len(set(dests)) != len(dests):
         raise ValueError(f"the path generator yielded a name twice: {dests}; {left}")
     existing = [d for d in dests if get_store(d, config).exists(d)]
     if existing and not overwrite:
-        raise OutputExistsError(f"{len(existing)} name(s) the path generator yielded already exist (e.g. "
-                                f"{existing[0]}); pass overwrite=True to replace them; {left}")
+        raise OutputExistsError(
+            f"{len(existing)} name(s) the path generator yielded already exist (e.g. "
+            f"{existing[0]}); pass overwrite=True to replace them; {left}"
+        )
     for src, dst in zip(res.paths, dests):
         _move(src, dst, config)
     manifest = dict(res.manifest)
     manifest["shards"] = [dict(s, path=d) for s, d in zip(res.manifest["shards"], dests)]
     manifest["output"] = "<generator>"
     if dests:
-        rejects = [json.loads(line) for line in get_store(res.rejects_path, config).read_bytes(res.rejects_path)
-                   .decode().splitlines() if line.strip()]
-        manifest["rejects"] = dict(manifest["rejects"], path=finalize.companion(dests[0], ".rejects.jsonl"))
+        rejects = [
+            json.loads(line)
+            for line in get_store(res.rejects_path, config)
+            .read_bytes(res.rejects_path)
+            .decode()
+            .splitlines()
+            if line.strip()
+        ]
+        manifest["rejects"] = dict(
+            manifest["rejects"], path=finalize.companion(dests[0], ".rejects.jsonl")
+        )
         finalize.write_manifest(dests[0], manifest, rejects, config)
     tmp = os.path.dirname(res.paths[0]) if res.paths else os.path.dirname(res.manifest_path)
     for leftover in (res.manifest_path, res.rejects_path):

@@ -54,6 +54,7 @@ def _leaf_names(spec: Any, with_label: bool) -> List[str]:
 
 def _stored_dtype(v: Any, wanted):
     import tensorflow as tf
+
     arr = np.asarray(v)
     if arr.dtype.kind in "SOU":
         return tf.string
@@ -67,13 +68,18 @@ def stored_spec(requested: Any, first: Any) -> Any:
     """``requested`` (an element spec) with the dtypes that ``first`` (the first record's
     element as read back, numpy leaves) was stored with."""
     import tensorflow as tf
+
     try:
         tf.nest.assert_same_structure(requested, first, check_types=False)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"the element spec {requested} does not have the structure of the records the "
-                         f"selections wrote ({e})") from None
-    leaves = [tf.TensorSpec(r.shape, _stored_dtype(v, r.dtype))
-              for r, v in zip(tf.nest.flatten(requested), tf.nest.flatten(first))]
+        raise ValueError(
+            f"the element spec {requested} does not have the structure of the records the "
+            f"selections wrote ({e})"
+        ) from None
+    leaves = [
+        tf.TensorSpec(r.shape, _stored_dtype(v, r.dtype))
+        for r, v in zip(tf.nest.flatten(requested), tf.nest.flatten(first))
+    ]
     return tf.nest.pack_sequence_as(requested, leaves)
 
 
@@ -81,18 +87,24 @@ def caster(stored: Any, requested: Any, with_label: bool) -> Optional[Callable]:
     """A function taking a parsed element of ``stored`` to ``requested``'s dtypes, or
     None when every dtype is already the one requested."""
     import tensorflow as tf
+
     pairs = list(zip(tf.nest.flatten(stored), tf.nest.flatten(requested)))
     if all(s.dtype == r.dtype for s, r in pairs):
         return None
     for name, (s, r) in zip(_leaf_names(requested, with_label), pairs):
         if s.dtype == tf.string and r.dtype != tf.string:
-            raise ValueError(f"feature {name} is stored as string, not a number: it cannot be given as "
-                             f"{r.dtype.name} (in memory every record would be rejected)")
+            raise ValueError(
+                f"feature {name} is stored as string, not a number: it cannot be given as "
+                f"{r.dtype.name} (in memory every record would be rejected)"
+            )
 
     def cast(element):
-        out = [x if s.dtype == r.dtype else _cast(x, s.dtype, r.dtype)
-               for x, (s, r) in zip(tf.nest.flatten(element), pairs)]
+        out = [
+            x if s.dtype == r.dtype else _cast(x, s.dtype, r.dtype)
+            for x, (s, r) in zip(tf.nest.flatten(element), pairs)
+        ]
         return tf.nest.pack_sequence_as(requested, out)
+
     return cast
 
 
@@ -103,6 +115,7 @@ def _fit(arr: np.ndarray, spec: dp.LeafSpec) -> np.ndarray:
 
 def _cast(x, stored, wanted):
     import tensorflow as tf
+
     if wanted == tf.string and stored.is_integer:
         return tf.strings.as_string(x)
     if stored == tf.uint8 and wanted.is_floating:

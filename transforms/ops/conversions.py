@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from transforms.ops import images
+from transforms.ops.base import Op, OpError, evaluate, map_ops
 from transforms.ops.lazynp import is_array, np
-from transforms.ops.base import Op, OpError, evaluate, map_ops, walk
 from transforms.records import KEY, Record
 
 
@@ -41,8 +41,11 @@ def _pil_of(what: Any, record, size_hint=None):
         img = what.pil(record, size_hint) if hasattr(what, "pil") else None
     else:
         v = evaluate(what, record)
-        img = images.decode_image(v, draft_size=size_hint) if isinstance(v, (bytes, bytearray, memoryview)) \
+        img = (
+            images.decode_image(v, draft_size=size_hint)
+            if isinstance(v, (bytes, bytearray, memoryview))
             else None
+        )
     return img if img is not None and img.mode in images.PILLOW_NATIVE else None
 
 
@@ -54,8 +57,13 @@ class Decode(Op):
     An entry that is already an array is passed through unchanged.
     """
 
-    def __init__(self, what, channels: Optional[int] = 3, formats: Sequence[str] = images.FORMATS,
-                 exif: bool = True):
+    def __init__(
+        self,
+        what,
+        channels: Optional[int] = 3,
+        formats: Sequence[str] = images.FORMATS,
+        exif: bool = True,
+    ):
         self.what, self.channels, self.exif = what, channels, exif
         self.formats = tuple(images.norm_format(f) for f in formats)
         if channels not in (None, 1, 2, 3, 4):
@@ -98,7 +106,9 @@ class Convert(Op):
         return (self.what, _Raw(self.dtype.name))
 
     def value(self, record, size_hint=None):
-        return images.convert_dtype(_as_image(evaluate(self.what, record, size_hint), size_hint), self.dtype)
+        return images.convert_dtype(
+            _as_image(evaluate(self.what, record, size_hint), size_hint), self.dtype
+        )
 
 
 class Resize(Op):
@@ -111,7 +121,13 @@ class Resize(Op):
     targets.  ``draft_gap=None`` always decodes at full size.
     """
 
-    def __init__(self, what, size: Tuple[int, int], method: str = "bilinear", draft_gap: Optional[float] = 2.0):
+    def __init__(
+        self,
+        what,
+        size: Tuple[int, int],
+        method: str = "bilinear",
+        draft_gap: Optional[float] = 2.0,
+    ):
         self.what, self.method, self.draft_gap = what, method, draft_gap
         if len(size) != 2 or int(size[0]) <= 0 or int(size[1]) <= 0:
             raise ValueError(f"Resize size must be (width, height) > 0, got {size!r}")
@@ -119,7 +135,9 @@ class Resize(Op):
         images.resample_method(method)
 
     def _args(self):
-        return (self.what, self.size) + ((_Raw(f"method={self.method!r}"),) if self.method != "bilinear" else ())
+        return (self.what, self.size) + (
+            (_Raw(f"method={self.method!r}"),) if self.method != "bilinear" else ()
+        )
 
     def _hint(self):
         if self.draft_gap:
@@ -131,7 +149,9 @@ class Resize(Op):
         if img is not None:
             return images.to_array(img)
         hint = self._hint()
-        return images.resize(_as_image(evaluate(self.what, record, hint), hint), self.size, self.method)
+        return images.resize(
+            _as_image(evaluate(self.what, record, hint), hint), self.size, self.method
+        )
 
     def pil(self, record, size_hint=None):
         img = _pil_of(self.what, record, self._hint())
@@ -141,8 +161,9 @@ class Resize(Op):
 def random_angle(seed: int, key: str) -> float:
     """Angle in [0, 360) from sha256(seed, key): the same in every process and run."""
     import hashlib  # only random rotations need it: workers of other jobs skip OpenSSL's import
+
     digest = hashlib.sha256(f"tar2tf-rotate\0{seed}\0{key}".encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0 ** 64 * 360.0
+    return int.from_bytes(digest[:8], "big") / 2.0**64 * 360.0
 
 
 class Rotate(Op):
@@ -153,8 +174,13 @@ class Rotate(Op):
     ``Dataset(seed=...)``, default 0).
     """
 
-    def __init__(self, what, angle: Optional[float] = None, seed: Optional[int] = None,
-                 method: str = "bilinear"):
+    def __init__(
+        self,
+        what,
+        angle: Optional[float] = None,
+        seed: Optional[int] = None,
+        method: str = "bilinear",
+    ):
         self.what, self.angle, self.seed, self.method = what, angle, seed, method
         images.resample_method(method)
 
@@ -172,7 +198,9 @@ class Rotate(Op):
         return random_angle(self.seed or 0, str(record.get(KEY, "")))
 
     def value(self, record, size_hint=None):
-        return images.rotate(_as_image(evaluate(self.what, record)), self.angle_for(record), self.method)
+        return images.rotate(
+            _as_image(evaluate(self.what, record)), self.angle_for(record), self.method
+        )
 
 
 class Func(Op):
@@ -220,7 +248,9 @@ class Encode(Op):
             raise ValueError(f"Encode supports jpeg and png, not {fmt!r}")
 
     def _args(self):
-        return (self.what, self.fmt) + ((_Raw(f"quality={self.quality}"),) if self.fmt.startswith("jp") else ())
+        return (self.what, self.fmt) + (
+            (_Raw(f"quality={self.quality}"),) if self.fmt.startswith("jp") else ()
+        )
 
     def value(self, record, size_hint=None):
         img = _pil_of(self.what, record)
@@ -238,12 +268,15 @@ class _Raw(str):
 
 # -- helpers over lists of conversions ----------------------------------------------------
 
+
 def with_seed(ops: Any, seed: int) -> Any:
     """A copy of ``ops`` where random ops without a seed get ``seed``."""
+
     def fix(op):
         if isinstance(op, Rotate) and op.seed is None:
             op.seed = int(seed)
         return op
+
     return map_ops(ops, fix)
 
 
@@ -254,12 +287,15 @@ def fuse(conversions: Sequence[Any]) -> List[Any]:
     out: List[Any] = []
     for op in conversions:
         prev = out[-1] if out else None
-        if (isinstance(op, Resize) and isinstance(op.what, str) and isinstance(prev, Decode)
-                and isinstance(prev.what, str) and prev.what == op.what):
+        if (
+            isinstance(op, Resize)
+            and isinstance(op.what, str)
+            and isinstance(prev, Decode)
+            and isinstance(prev.what, str)
+            and prev.what == op.what
+        ):
             fused = Resize(prev, op.size, op.method, op.draft_gap)
             out[-1] = fused
             continue
         out.append(op)
     return out
-
-

@@ -26,14 +26,16 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, List
 
-from transforms.tfrecord import example as ex, schema as exs
 from transforms.records import META_KEYS, Record
+from transforms.tfrecord import example as ex
+from transforms.tfrecord import schema as exs
 
 BYTES, INT64, FLOAT = exs.BYTES, exs.INT64, exs.FLOAT
 
 
 class FeatureType:
     """go-tfdata's ``core.FeatureType`` names."""
+
     BYTES, INT64, FLOAT = exs.BYTES, exs.INT64, exs.FLOAT
 
 
@@ -55,7 +57,7 @@ def _companions(feats: Any, name: str) -> List[str]:
 
 
 def _is_companion(feats: Any, name: str) -> bool:
-    return any(name.endswith(c) and name[:-len(c)] in feats for c in _COMPANIONS)
+    return any(name.endswith(c) and name[: -len(c)] in feats for c in _COMPANIONS)
 
 
 def _names(x: Any) -> List[str]:
@@ -188,16 +190,18 @@ class Rename:
     def __call__(self, x):
         present = [s for s in self.srcs if s in (x.features.feature if _is_example(x) else x)]
         if len(present) > 1:
-            raise ValueError(f"more than one of {', '.join(present)} present; cannot rename to {self.dest!r}")
+            raise ValueError(
+                f"more than one of {', '.join(present)} present; cannot rename to {self.dest!r}"
+            )
         if not present or present[0] == self.dest:
             return x
         src = present[0]
         if _is_example(x):
             feats = x.features.feature
             for c in _companions(feats, self.dest):  # dest's old array shape/dtype would
-                del feats[c]                          # describe the new value wrongly
+                del feats[c]  # describe the new value wrongly
             for name in [src] + _companions(feats, src):
-                feats[self.dest + name[len(src):]].CopyFrom(feats[name])
+                feats[self.dest + name[len(src) :]].CopyFrom(feats[name])
                 del feats[name]
             return x
         out = dict(x)
@@ -296,7 +300,11 @@ class DoFnStage:
         if len(outs) > 1:
             raise ValueError(f"DoFn produced {len(outs)} outputs for one input; expected 0 or 1")
         out = outs[0]
-        return getattr(out, "value", out) if type(out).__name__ in ("WindowedValue", "TimestampedValue") else out
+        return (
+            getattr(out, "value", out)
+            if type(out).__name__ in ("WindowedValue", "TimestampedValue")
+            else out
+        )
 
     def describe(self):
         return type(self.dofn).__name__

@@ -39,8 +39,14 @@ from transforms.ops.lazynp import is_array, np
 FORMATS = ("BMP", "JPEG", "PNG")
 _FORMAT_ALIASES = {"JPG": "JPEG", "MPO": "JPEG"}  # MPO: camera JPEGs with a multi-picture index
 _SWAPS_AXES = (5, 6, 7, 8)  # EXIF orientations that transpose width and height
-_METHODS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
-            "lanczos": Image.LANCZOS, "area": Image.BOX, "box": Image.BOX}
+_METHODS = {
+    "nearest": Image.NEAREST,
+    "bilinear": Image.BILINEAR,
+    "bicubic": Image.BICUBIC,
+    "lanczos": Image.LANCZOS,
+    "area": Image.BOX,
+    "box": Image.BOX,
+}
 
 
 class ImageError(ValueError):
@@ -70,8 +76,10 @@ def _open(data: bytes, formats: Sequence[str]) -> Image.Image:
         raise ImageError(f"corrupt {_sniff(bytes(data[:8]))} image: {e}") from None
     w, h = img.size
     if w * h > image_limits.max_pixels:
-        raise ImageError(f"image too large: {w}x{h} = {w * h} pixels > max-image-pixels "
-                         f"{image_limits.max_pixels}")
+        raise ImageError(
+            f"image too large: {w}x{h} = {w * h} pixels > max-image-pixels "
+            f"{image_limits.max_pixels}"
+        )
     fmt = norm_format(img.format or "?")
     allowed = [norm_format(f) for f in formats]
     if fmt not in allowed:
@@ -89,12 +97,17 @@ def _sniff(head: bytes) -> str:
 def _orientation(img: Image.Image) -> int:
     try:
         return int(img.getexif().get(274, 1))
-    except Exception:  # noqa: BLE001 - a broken EXIF block must not fail the decode
+    except Exception:
         return 1
 
 
-def decode(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FORMATS,
-           exif: bool = True, draft_size: Optional[Tuple[int, int]] = None) -> np.ndarray:
+def decode(
+    data: bytes,
+    channels: Optional[int] = 3,
+    formats: Sequence[str] = FORMATS,
+    exif: bool = True,
+    draft_size: Optional[Tuple[int, int]] = None,
+) -> np.ndarray:
     """Encoded BMP/JPEG/PNG bytes -> uint8 ``H x W x C`` array (see the module docstring).
 
     ``draft_size`` = (w, h): for JPEG, let libjpeg decode at 1/2, 1/4 or 1/8 scale in the
@@ -103,8 +116,13 @@ def decode(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FO
     return to_array(decode_image(data, channels, formats, exif, draft_size))
 
 
-def decode_image(data: bytes, channels: Optional[int] = 3, formats: Sequence[str] = FORMATS,
-                 exif: bool = True, draft_size: Optional[Tuple[int, int]] = None) -> Image.Image:
+def decode_image(
+    data: bytes,
+    channels: Optional[int] = 3,
+    formats: Sequence[str] = FORMATS,
+    exif: bool = True,
+    draft_size: Optional[Tuple[int, int]] = None,
+) -> Image.Image:
     """:func:`decode`, stopping at the Pillow image (mode L, LA, RGB or RGBA), so that a
     chain of image ops (decode -> resize -> encode) stays in Pillow with no array copies."""
     img = _open(data, formats)
@@ -167,7 +185,12 @@ def _check_png(data: bytes) -> None:
     decode takes ~3.6 ms."""
     try:
         Image.open(io.BytesIO(bytes(data))).verify()
-    except (OSError, SyntaxError, ValueError, struct.error) as e:  # "bad header checksum in b'IDAT'"
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        struct.error,
+    ) as e:  # "bad header checksum in b'IDAT'"
         raise ImageError(f"corrupt PNG image: {e}") from None
 
 
@@ -209,6 +232,7 @@ def _to_channels(img: Image.Image, channels: Optional[int]) -> Image.Image:
 
 # -- dtypes -----------------------------------------------------------------------------
 
+
 def as_numpy_dtype(dtype) -> np.dtype:
     """numpy dtype from a numpy dtype, a name (``"float32"``) or a ``tf.DType``."""
     npd = getattr(dtype, "as_numpy_dtype", None)
@@ -238,7 +262,9 @@ def convert_dtype(arr: np.ndarray, dtype) -> np.ndarray:
         if smax > dmax:
             return (arr.astype(np.int64) // ((smax + 1) // (dmax + 1))).astype(dst)
         return (arr.astype(np.int64) * ((dmax + 1) // (smax + 1))).astype(dst)
-    if src_int:  # int -> float: cast, then multiply by 1/max in the target type (TF's exact formula)
+    if (
+        src_int
+    ):  # int -> float: cast, then multiply by 1/max in the target type (TF's exact formula)
         return arr.astype(dst) * np.asarray(1.0 / np.iinfo(src).max, dtype=dst)
     if dst_int:
         return _float_to_int(arr, dst)
@@ -290,10 +316,13 @@ def _saturate_limits(src: np.dtype, dst: np.dtype):
 
 # -- geometry ---------------------------------------------------------------------------
 
+
 def _per_channel(arr: np.ndarray, fn) -> np.ndarray:
     """Apply a Pillow transform to each channel in mode ``F`` (floats, any int type)."""
-    chans = [np.asarray(fn(Image.fromarray(arr[:, :, c].astype(np.float32), "F")))
-             for c in range(arr.shape[2])]
+    chans = [
+        np.asarray(fn(Image.fromarray(arr[:, :, c].astype(np.float32), "F")))
+        for c in range(arr.shape[2])
+    ]
     out = np.stack(chans, axis=-1)
     if arr.dtype.kind in "iu":
         info = np.iinfo(arr.dtype)
@@ -322,7 +351,9 @@ def resample_method(method: str):
     try:
         return _METHODS[method.lower()]
     except KeyError:
-        raise ValueError(f"unknown resize method {method!r}: use one of {sorted(_METHODS)}") from None
+        raise ValueError(
+            f"unknown resize method {method!r}: use one of {sorted(_METHODS)}"
+        ) from None
 
 
 def resize(arr: np.ndarray, size: Tuple[int, int], method: str = "bilinear") -> np.ndarray:
@@ -355,8 +386,12 @@ def rotate(arr: np.ndarray, angle: float, method: str = "bilinear", fill: float 
     m = resample_method(method)
     if m not in (Image.NEAREST, Image.BILINEAR, Image.BICUBIC):
         m = Image.BILINEAR
-    return _apply(arr, lambda im: im.rotate(-float(angle), resample=m, expand=False,
-                                            fillcolor=_fill_for(im, fill)))
+    return _apply(
+        arr,
+        lambda im: im.rotate(
+            -float(angle), resample=m, expand=False, fillcolor=_fill_for(im, fill)
+        ),
+    )
 
 
 def _fill_for(im: Image.Image, fill: float):
@@ -366,6 +401,7 @@ def _fill_for(im: Image.Image, fill: float):
 
 
 # -- encode -----------------------------------------------------------------------------
+
 
 def encode(arr: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
     """uint8 (or float in [0, 1]) ``H x W x C`` array -> JPEG or PNG bytes (deterministic)."""

@@ -20,6 +20,7 @@ class _Numpy:
 
     def __getattr__(self, name: str) -> Any:
         import numpy
+
         return getattr(numpy, name)
 
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional, Sequence, Tuple
 
-from transforms.ops.lazynp import is_array, loaded, np
 from transforms.ops.base import Op, OpError
-from transforms.records import KEY, SHARD, Record
+from transforms.ops.lazynp import is_array, loaded, np
 from transforms.ops.selections import SelectDict, SelectList, as_selection
+from transforms.records import KEY, SHARD, Record
 
 NAMES = ("value", "label")
 _INT = re.compile(rb"\s*[-+]?\d+\s*\Z")
-_INT64 = (-2 ** 63, 2 ** 63)
+_INT64 = (-(2**63), 2**63)
 
 
 def normalize_selections(selections: Sequence[Any]) -> List[Op]:
@@ -69,7 +69,7 @@ def leaf(v: Any) -> Any:
         return np.bool_(v)
     if isinstance(v, int) or _numpy(v, "integer"):
         iv = int(v)
-        return np.int32(iv) if -2 ** 31 <= iv < 2 ** 31 else np.int64(iv)
+        return np.int32(iv) if -(2**31) <= iv < 2**31 else np.int64(iv)
     if isinstance(v, float) or _numpy(v, "floating"):
         return np.float32(v)
     if isinstance(v, str):
@@ -79,7 +79,11 @@ def leaf(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         arr = np.asarray(v)
         if arr.dtype.kind in "iu":
-            return arr.astype(np.int32 if arr.size == 0 or (arr.min() >= -2 ** 31 and arr.max() < 2 ** 31) else np.int64)
+            return arr.astype(
+                np.int32
+                if arr.size == 0 or (arr.min() >= -(2**31) and arr.max() < 2**31)
+                else np.int64
+            )
         if arr.dtype.kind == "f":
             return arr.astype(np.float32)
         if arr.dtype.kind == "b":  # JSON's [true, false]: tf.bool, as a single bool is

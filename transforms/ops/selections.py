@@ -62,10 +62,14 @@ class SelectJSON(Op):
             try:
                 doc = json.loads(raw)
             except UnicodeDecodeError as e:
-                raise OpError(f"invalid JSON in '{self.what}': not UTF-8/16/32 ({e.encoding}: "
-                              f"{e.reason} at byte {e.start})") from None
+                raise OpError(
+                    f"invalid JSON in '{self.what}': not UTF-8/16/32 ({e.encoding}: "
+                    f"{e.reason} at byte {e.start})"
+                ) from None
             except json.JSONDecodeError as e:
-                raise OpError(f"invalid JSON in '{self.what}': {e.msg} at line {e.lineno} column {e.colno}") from None
+                raise OpError(
+                    f"invalid JSON in '{self.what}': {e.msg} at line {e.lineno} column {e.colno}"
+                ) from None
         else:
             doc = raw  # already parsed (e.g. by a Func)
         cur, walked = doc, []
@@ -79,7 +83,9 @@ class SelectJSON(Op):
                     raise KeyError(p)
             except (KeyError, IndexError):
                 where = "".join(f"[{w!r}]" for w in walked) or "the top level"
-                raise OpError(f"JSON path {self.path!r} not found in '{self.what}': no {p!r} at {where}") from None
+                raise OpError(
+                    f"JSON path {self.path!r} not found in '{self.what}': no {p!r} at {where}"
+                ) from None
             walked.append(p)
         return cur
 
@@ -142,7 +148,9 @@ def as_selection(x: Any) -> Op:
         items = [as_selection(i) for i in x]
         names = [i.ext_name for i in items]
         if any(n is None for n in names):
-            raise ValueError("in a list of ops used as a selection every op needs an ext_name "
-                             "(e.g. Func(f, ext_name='x')); use SelectList for a plain list")
+            raise ValueError(
+                "in a list of ops used as a selection every op needs an ext_name "
+                "(e.g. Func(f, ext_name='x')); use SelectList for a plain list"
+            )
         return SelectDict(dict(zip(names, items)))
     raise TypeError(f"not a selection: {x!r}")

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from transforms.tfrecord import example as ex, schema as exs
 from transforms.records import KEY, SHARD, Record, Reject, is_reject
+from transforms.tfrecord import example as ex
+from transforms.tfrecord import schema as exs
 
 FILTERED = object()
 
@@ -42,12 +43,17 @@ class Stages:
         for st in self.sample_stages:
             try:
                 out = st(record)
-            except Exception as e:  # noqa: BLE001 - any failure of user/op code is a reject
+            except Exception as e:
                 return Reject(shard, key, "op", f"{stage_name(st)} failed: {_msg(e)}")
             if out is None:
                 return FILTERED
             if not isinstance(out, dict):
-                return Reject(shard, key, "op", f"{stage_name(st)} failed: returned {type(out).__name__}, not a record")
+                return Reject(
+                    shard,
+                    key,
+                    "op",
+                    f"{stage_name(st)} failed: returned {type(out).__name__}, not a record",
+                )
             out.setdefault(KEY, key)
             out.setdefault(SHARD, shard)
             record = out
@@ -57,37 +63,47 @@ class Stages:
         """Record -> serialized Example (after example stages), a Reject, or FILTERED."""
         return self._encode(record, False)[0]
 
-    def _encode(self, record: Record, want_schema: bool, parts: bool = False
-                ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
+    def _encode(
+        self, record: Record, want_schema: bool, parts: bool = False
+    ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
         shard, key = record.get(SHARD, ""), record.get(KEY)
         try:
             if not self.example_stages:
-                return ex.encode_with_schema(record, self.type_map, self.to_example, want_schema, parts)
-            example = (self.to_example(record) if self.to_example is not None
-                       else ex.record_to_example(record, self.type_map))
+                return ex.encode_with_schema(
+                    record, self.type_map, self.to_example, want_schema, parts
+                )
+            example = (
+                self.to_example(record)
+                if self.to_example is not None
+                else ex.record_to_example(record, self.type_map)
+            )
             if isinstance(example, (bytes, bytearray)):
                 from tensorflow.core.example import example_pb2
+
                 example = example_pb2.Example.FromString(bytes(example))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return Reject(shard, key, "encode", f"encode failed: {_msg(e)}"), None
         for st in self.example_stages:
             try:
                 example = st(example)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 return Reject(shard, key, "op", f"{stage_name(st)} failed: {_msg(e)}"), None
             if example is None:
                 return FILTERED, None
         try:
             data = ex.serialize(example)
-            return ([data] if parts else data), (exs.schema_of_message(example) if want_schema else None)
-        except Exception as e:  # noqa: BLE001
+            return ([data] if parts else data), (
+                exs.schema_of_message(example) if want_schema else None
+            )
+        except Exception as e:
             return Reject(shard, key, "encode", f"encode failed: {_msg(e)}"), None
 
     def process(self, record: Record) -> Union[bytes, Reject, object]:
         return self.process_with_schema(record, False)[0]
 
-    def process_with_schema(self, record: Record, want_schema: bool = True, parts: bool = False
-                            ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
+    def process_with_schema(
+        self, record: Record, want_schema: bool = True, parts: bool = False
+    ) -> Tuple[Union[bytes, List[bytes], Reject, object], Optional[dict]]:
         """:meth:`process`, plus the written Example's schema (``example_schema.schema_of``)
         taken from the message before serialization: None unless bytes are returned.
         ``parts=True``: the Example as a list of bytes to concatenate

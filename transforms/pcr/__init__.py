@@ -1,1 +1,2 @@
-"""Progressive Compressed Records: scan splitting, record layout, the index protobuf, reader, verification and the quality report."""
+"""Progressive Compressed Records: scan splitting, record layout, the index protobuf, reader,
+verification and the quality report."""

@@ -21,20 +21,21 @@ import hashlib
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from transforms.tar.fetch import read_shard
-from transforms.stores.errors import FetchError
-from transforms.pcr.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr.image import DEFAULT_QUALITY, ImageRejected, to_progressive
+from transforms.pcr.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr.scan_script import local_file
 from transforms.records import KEY, Record, Reject, is_reject
 from transforms.stores import StoreConfig, get_store, join, split_url
+from transforms.stores.errors import FetchError
+from transforms.tar.fetch import read_shard
 from transforms.tar.records import ShardCorrupt
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif", "ppm", "pgm", "pbm", "jp2")
-INT32 = range(-2 ** 31, 2 ** 31)
+INT32 = range(-(2**31), 2**31)
 
 
 # -- listing ------------------------------------------------------------------------------
+
 
 def list_image_folder(root: str, config: Optional[StoreConfig] = None, files_per_unit: int = 64):
     """(units, classes, skipped) for ``root/<class>/.../<file>``; hidden names are skipped,
@@ -43,7 +44,7 @@ def list_image_folder(root: str, config: Optional[StoreConfig] = None, files_per
     files: List[Tuple[str, str, str]] = []  # (class, key, url)
     skipped = 0
     for url in get_store(root + "/", config).list(root + "/"):
-        rel = url[len(root) + 1:]
+        rel = url[len(root) + 1 :]
         parts = rel.split("/")
         if any(p.startswith(".") for p in parts):
             continue
@@ -55,13 +56,16 @@ def list_image_folder(root: str, config: Optional[StoreConfig] = None, files_per
     label = {c: i for i, c in enumerate(classes)}
     files.sort(key=lambda f: (f[0], f[1]))
     rows = [[url, key, label[c]] for c, key, url in files]
-    units = [("files", i // files_per_unit, root, rows[i:i + files_per_unit])
-             for i in range(0, len(rows), files_per_unit)]
+    units = [
+        ("files", i // files_per_unit, root, rows[i : i + files_per_unit])
+        for i in range(0, len(rows), files_per_unit)
+    ]
     return units, classes, skipped
 
 
 def is_image_folder(source: Union[str, Sequence[str]]) -> bool:
     import os
+
     if not isinstance(source, str):
         source = source[0] if len(source) == 1 else ""
     return bool(source) and split_url(source)[0] == "" and os.path.isdir(source)
@@ -69,14 +73,21 @@ def is_image_folder(source: Union[str, Sequence[str]]) -> bool:
 
 # -- one image ----------------------------------------------------------------------------
 
+
 def convert_image(data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[str] = None):
     """(pieces, fields) for one image; raises ImageRejected / JpegError.  ``scans``: a local
     jpegtran scan-script file for 3-component images."""
     prog = to_progressive(data, quality, scans)
     pieces, smap, layout = group_pieces(prog.data, SCAN_GROUPS)
-    fields = {"scan_map": smap.name, "orientation": prog.orientation, "lossless": prog.lossless,
-              "source_format": prog.source_format, "width": layout.width, "height": layout.height,
-              "components": layout.components}
+    fields = {
+        "scan_map": smap.name,
+        "orientation": prog.orientation,
+        "lossless": prog.lossless,
+        "source_format": prog.source_format,
+        "width": layout.width,
+        "height": layout.height,
+        "components": layout.components,
+    }
     return pieces, fields, (smap.name, smap.components, list(smap.group_of_scan), smap.description)
 
 
@@ -89,7 +100,9 @@ def parse_label(value: Any) -> int:
     return label
 
 
-def _pick_image(record: Record, image_field: Optional[str]) -> Tuple[Optional[str], Optional[bytes]]:
+def _pick_image(
+    record: Record, image_field: Optional[str]
+) -> Tuple[Optional[str], Optional[bytes]]:
     if image_field:
         return image_field, record.get(image_field)
     for ext in IMAGE_EXTS:
@@ -98,8 +111,13 @@ def _pick_image(record: Record, image_field: Optional[str]) -> Tuple[Optional[st
     return None, None
 
 
-def tar_items(url: str, config: Optional[StoreConfig], image_field: Optional[str],
-              label_field: str, corrupt: List[Reject]) -> Iterator[Union[Reject, Tuple[str, int, bytes]]]:
+def tar_items(
+    url: str,
+    config: Optional[StoreConfig],
+    image_field: Optional[str],
+    label_field: str,
+    corrupt: List[Reject],
+) -> Iterator[Union[Reject, Tuple[str, int, bytes]]]:
     """(key, label, image bytes) per record of a shard, or rejects."""
     for item in read_shard(url, config):
         if isinstance(item, ShardCorrupt):
@@ -112,11 +130,18 @@ def tar_items(url: str, config: Optional[StoreConfig], image_field: Optional[str
         if not key.isascii() and not _utf8(key):
             # the PCR index holds keys as protobuf strings, which must be UTF-8 (a TFRecord
             # conversion keeps such a name's bytes in its bytes-valued __key__)
-            yield Reject(url, key, "encode", "key is not UTF-8: a PCR index stores keys as UTF-8 text")
+            yield Reject(
+                url, key, "encode", "key is not UTF-8: a PCR index stores keys as UTF-8 text"
+            )
             continue
         field, data = _pick_image(item, image_field)
         if data is None:
-            yield Reject(url, key, "encode", f"no image: record has no {image_field or '/'.join(IMAGE_EXTS)} field")
+            yield Reject(
+                url,
+                key,
+                "encode",
+                f"no image: record has no {image_field or '/'.join(IMAGE_EXTS)} field",
+            )
             continue
         if label_field not in item:
             yield Reject(url, key, "encode", f"no label: record has no {label_field!r} field")
@@ -124,7 +149,9 @@ def tar_items(url: str, config: Optional[StoreConfig], image_field: Optional[str
         try:
             label = parse_label(item[label_field])
         except (ValueError, UnicodeDecodeError) as e:
-            yield Reject(url, key, "encode", f"bad label: {label_field}={item[label_field]!r:.40}: {e}")
+            yield Reject(
+                url, key, "encode", f"bad label: {label_field}={item[label_field]!r:.40}: {e}"
+            )
             continue
         yield key, label, data
 
@@ -141,7 +168,7 @@ def file_items(rows, config: Optional[StoreConfig], shard: str):
     for url, key, label in rows:
         try:
             data = get_store(url, config).read_bytes(url)
-        except Exception as e:  # noqa: BLE001 - unreadable file: a reject, the rest goes on
+        except Exception as e:
             # a failed read names the file, the byte and the error itself (a local EIO too)
             why = str(e) if isinstance(e, FetchError) else f"{e.__class__.__name__}: {e}"
             yield Reject(shard, key, "fetch", f"unreadable file: {why}")
@@ -150,6 +177,7 @@ def file_items(rows, config: Optional[StoreConfig], shard: str):
 
 
 # -- one unit -----------------------------------------------------------------------------
+
 
 def unit_id(unit) -> str:
     """What a unit is made of (its kind, index, source and, for an ImageFolder slice, every
@@ -164,15 +192,24 @@ def unit_blob(work: str, unit) -> str:
     return join(work, f"unit-{unit[1]:06d}.bin")
 
 
-def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality: int = DEFAULT_QUALITY,
-                 image_field: Optional[str] = None, label_field: str = "cls",
-                 scan_script: Optional[str] = None) -> Dict[str, Any]:
+def convert_unit(
+    unit,
+    work: str,
+    config: Optional[StoreConfig] = None,
+    quality: int = DEFAULT_QUALITY,
+    image_field: Optional[str] = None,
+    label_field: str = "cls",
+    scan_script: Optional[str] = None,
+) -> Dict[str, Any]:
     kind, index, shard, what = unit
     scans = local_file(scan_script) if scan_script else None
     blob = unit_blob(work, unit)
     corrupt: List[Reject] = []
-    items = tar_items(what, config, image_field, label_field, corrupt) if kind == "tar" \
+    items = (
+        tar_items(what, config, image_field, label_field, corrupt)
+        if kind == "tar"
         else file_items(what, config, shard)
+    )
     images: List[Dict[str, Any]] = []
     rejects: List[Dict[str, Any]] = []
     maps: Dict[str, Any] = {}
@@ -197,7 +234,9 @@ def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality:
             for p in pieces:
                 f.write(p)
                 digest.update(p)
-            images.append({"key": key, "label": label, "piece_sizes": sizes, "offset": offset, **fields})
+            images.append(
+                {"key": key, "label": label, "piece_sizes": sizes, "offset": offset, **fields}
+            )
             offset += sum(sizes)
     if corrupt:
         # integrity check failed after the records were read: none of them can be trusted
@@ -205,6 +244,17 @@ def convert_unit(unit, work: str, config: Optional[StoreConfig] = None, quality:
         reason = f"corrupt shard: {corrupt[0].reason}; record content unreliable"
         rejects.extend(Reject(shard, im["key"], "tar", reason).to_dict() for im in images)
         images = []
-    return {"index": index, "kind": kind, "shard": shard, "blob": blob, "images": images,
-            "sizes": [sum(im["piece_sizes"]) for im in images], "records_read": read, "filtered": 0,
-            "rejects": rejects, "maps": maps, "sha256": digest.hexdigest(), "unit": unit_id(unit)}
+    return {
+        "index": index,
+        "kind": kind,
+        "shard": shard,
+        "blob": blob,
+        "images": images,
+        "sizes": [sum(im["piece_sizes"]) for im in images],
+        "records_read": read,
+        "filtered": 0,
+        "rejects": rejects,
+        "maps": maps,
+        "sha256": digest.hexdigest(),
+        "unit": unit_id(unit),
+    }

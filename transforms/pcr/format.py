@@ -28,8 +28,8 @@ from transforms.stores import StoreConfig, basename, get_store, join, split_url
 INDEX_NAME = "PCR_index.pb"
 RECORD_EXTS = (".db", ".pcr")
 RECORD_RE = re.compile(r"PCR_(\d+)\.(db|pcr)\Z")
-VERSION = 1           # MetadataRecord.version: ScanGroup chunks are protobufs
-INT32_LIMIT = 2 ** 31  # the reference reader sums int32 lengths
+VERSION = 1  # MetadataRecord.version: ScanGroup chunks are protobufs
+INT32_LIMIT = 2**31  # the reference reader sums int32 lengths
 
 
 def record_name(i: int, ext: str = ".db") -> str:
@@ -39,6 +39,7 @@ def record_name(i: int, ext: str = ".db") -> str:
 @dataclasses.dataclass
 class PcrImage:
     """One converted image, ready to be placed in a record."""
+
     key: str
     label: int
     pieces: List[bytes]  # SCAN_GROUPS pieces (some may be empty)
@@ -51,10 +52,17 @@ class PcrImage:
     components: int = 0
 
     def info(self) -> pcr_pb2.ImageInfo:
-        return pcr_pb2.ImageInfo(key=self.key, piece_sizes=[len(p) for p in self.pieces],
-                                 scan_map=self.scan_map, orientation=self.orientation,
-                                 lossless=self.lossless, source_format=self.source_format,
-                                 width=self.width, height=self.height, components=self.components)
+        return pcr_pb2.ImageInfo(
+            key=self.key,
+            piece_sizes=[len(p) for p in self.pieces],
+            scan_map=self.scan_map,
+            orientation=self.orientation,
+            lossless=self.lossless,
+            source_format=self.source_format,
+            width=self.width,
+            height=self.height,
+            components=self.components,
+        )
 
 
 def _ser(msg) -> bytes:
@@ -63,8 +71,12 @@ def _ser(msg) -> bytes:
 
 def build_chunks(images: Sequence[PcrImage], groups: int = SCAN_GROUPS) -> List[bytes]:
     """The chunks of one record file: metadata, then scan groups 1..groups."""
-    meta = pcr_pb2.MetadataRecord(labels=[im.label for im in images], progressive_levels=groups,
-                                  version=VERSION, images=[im.info() for im in images])
+    meta = pcr_pb2.MetadataRecord(
+        labels=[im.label for im in images],
+        progressive_levels=groups,
+        version=VERSION,
+        images=[im.info() for im in images],
+    )
     chunks = [_ser(meta)]
     for g in range(groups):
         chunks.append(_ser(pcr_pb2.ScanGroup(image_bytes=[im.pieces[g] for im in images])))
@@ -77,12 +89,21 @@ def index_entry(name: str, chunks: Sequence[bytes], num_images: int) -> pcr_pb2.
     for c in chunks:
         digest.update(c)
     return pcr_pb2.RecordOffsetsIndex(
-        name=name, offsets=lengths if sum(lengths) < INT32_LIMIT else [], offsets64=lengths,
-        crc32c=[google_crc32c.value(c) for c in chunks], num_images=num_images, sha256=digest.hexdigest())
+        name=name,
+        offsets=lengths if sum(lengths) < INT32_LIMIT else [],
+        offsets64=lengths,
+        crc32c=[google_crc32c.value(c) for c in chunks],
+        num_images=num_images,
+        sha256=digest.hexdigest(),
+    )
 
 
-def write_record(path: str, images: Sequence[PcrImage], config: Optional[StoreConfig] = None,
-                 groups: int = SCAN_GROUPS) -> pcr_pb2.RecordOffsetsIndex:
+def write_record(
+    path: str,
+    images: Sequence[PcrImage],
+    config: Optional[StoreConfig] = None,
+    groups: int = SCAN_GROUPS,
+) -> pcr_pb2.RecordOffsetsIndex:
     """Write one record file atomically (temp name, then rename) and return its index entry."""
     chunks = build_chunks(images, groups)
     with get_store(path, config).open_write(path) as f:
@@ -91,24 +112,38 @@ def write_record(path: str, images: Sequence[PcrImage], config: Optional[StoreCo
     return index_entry(basename(path), chunks, len(images))
 
 
-def build_index(entries: Iterable[pcr_pb2.RecordOffsetsIndex], groups: int = SCAN_GROUPS,
-                maps: Iterable[ScanGroupMap] = (), tool_version: str = "", scan_script: str = "") -> bytes:
+def build_index(
+    entries: Iterable[pcr_pb2.RecordOffsetsIndex],
+    groups: int = SCAN_GROUPS,
+    maps: Iterable[ScanGroupMap] = (),
+    tool_version: str = "",
+    scan_script: str = "",
+) -> bytes:
     """``scan_script``: the text of a custom jpegtran scan script (empty: the standard one)."""
-    idx = pcr_pb2.DatasetOffsetsIndex(records=list(entries), scan_groups=groups, tool_version=tool_version,
-                                      scan_script=scan_script)
+    idx = pcr_pb2.DatasetOffsetsIndex(
+        records=list(entries),
+        scan_groups=groups,
+        tool_version=tool_version,
+        scan_script=scan_script,
+    )
     for m in maps:
-        idx.scan_maps.add(name=m.name, components=m.components, group_of_scan=m.group_of_scan,
-                          description=m.description)
+        idx.scan_maps.add(
+            name=m.name,
+            components=m.components,
+            group_of_scan=m.group_of_scan,
+            description=m.description,
+        )
     return _ser(idx)
 
 
 # -- reading ------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class RecordEntry:
     name: str
-    lengths: Tuple[int, ...]        # [L_meta, L_1 .. L_P]
-    crcs: Tuple[int, ...]           # empty for reference files
+    lengths: Tuple[int, ...]  # [L_meta, L_1 .. L_P]
+    crcs: Tuple[int, ...]  # empty for reference files
     num_images: Optional[int]
 
     @property
@@ -134,8 +169,9 @@ def parse_index(data: bytes) -> Tuple[pcr_pb2.DatasetOffsetsIndex, Dict[str, Rec
             continue
         lengths = tuple(r.offsets64) if len(r.offsets64) else tuple(r.offsets)
         # num_images is a tar2tf field: only meaningful when the entry has other tar2tf fields
-        entries[r.name] = RecordEntry(r.name, lengths, tuple(r.crc32c),
-                                      r.num_images if len(r.offsets64) else None)
+        entries[r.name] = RecordEntry(
+            r.name, lengths, tuple(r.crc32c), r.num_images if len(r.offsets64) else None
+        )
     return idx, entries
 
 
@@ -184,7 +220,7 @@ def parse_groups(buf: bytes, entry: RecordEntry, k: int):
     n = len(meta.labels)
     pieces: List[List[bytes]] = [[] for _ in range(n)]
     for g in range(1, k + 1):
-        chunk = buf[off: off + entry.lengths[g]]
+        chunk = buf[off : off + entry.lengths[g]]
         off += entry.lengths[g]
         group = pcr_pb2.ScanGroup.FromString(chunk).image_bytes
         for i in range(n):

@@ -9,8 +9,8 @@
   at ``quality`` (recorded as ``lossless=False``).
 * Any other image Pillow can open (PNG, WebP, TIFF, BMP, GIF...): turned upright by its
   EXIF orientation, converted to L (gray modes; 16-bit gray keeps its high byte), CMYK
-  (kept) or RGB (everything else; an alpha channel is dropped), encoded once as baseline JPEG at ``quality`` (default 90,
-  4:2:0), then sent through the same jpegtran call.
+  (kept) or RGB (everything else; an alpha channel is dropped), encoded once as baseline
+  JPEG at ``quality`` (default 90, 4:2:0), then sent through the same jpegtran call.
 
 A custom jpegtran scan script (``scans``, a ``-scans`` file; ``transforms/pcr/scan_script.py``)
 replaces jpegtran's standard progression for 3-component images.  A script names component
@@ -37,8 +37,15 @@ from PIL import Image, ImageOps, JpegImagePlugin
 DEFAULT_QUALITY = 90
 JPEGTRAN_ARGS = ["-copy", "none", "-optimize", "-progressive"]
 # EXIF orientation -> the jpegtran transform that makes the image upright (EXIF 2.3, 4.6.4)
-_ORIENT = {2: ["-flip", "horizontal"], 3: ["-rotate", "180"], 4: ["-flip", "vertical"],
-           5: ["-transpose"], 6: ["-rotate", "90"], 7: ["-transverse"], 8: ["-rotate", "270"]}
+_ORIENT = {
+    2: ["-flip", "horizontal"],
+    3: ["-rotate", "180"],
+    4: ["-flip", "vertical"],
+    5: ["-transpose"],
+    6: ["-rotate", "90"],
+    7: ["-transverse"],
+    8: ["-rotate", "270"],
+}
 _EXIF_ORIENTATION = 0x0112
 _GRAY_MODES = {"1", "L", "LA", "La"}
 SCRIPT_COMPONENTS = 3  # a custom scan script is used for images with this many components
@@ -50,9 +57,9 @@ class ImageRejected(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Progressive:
-    data: bytes            # the progressive JPEG
-    source_format: str     # "JPEG", "PNG", ...
-    orientation: int       # EXIF orientation found in the source (1 = none/upright)
+    data: bytes  # the progressive JPEG
+    source_format: str  # "JPEG", "PNG", ...
+    orientation: int  # EXIF orientation found in the source (1 = none/upright)
     # the source's DCT coefficients, not re-encoded; an EXIF turn is done on the
     # coefficients (turning the decode back gives the source's pixels)
     lossless: bool
@@ -66,10 +73,17 @@ def jpegtran(data: bytes, extra: List[str] = (), timeout: float = 120.0) -> byte
     """Run jpegtran on bytes; warnings count as failure (they mean damaged input)."""
     exe = jpegtran_path()
     if exe is None:
-        raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (launch/setup.d/20-apt.sh)")
-    proc = subprocess.run([exe, *JPEGTRAN_ARGS, *extra], input=data, capture_output=True, timeout=timeout)
+        raise RuntimeError(
+            "jpegtran not found: install libjpeg-turbo-progs (launch/setup.d/20-apt.sh)"
+        )
+    proc = subprocess.run(
+        [exe, *JPEGTRAN_ARGS, *extra], input=data, capture_output=True, timeout=timeout
+    )
     if proc.returncode != 0 or not proc.stdout:
-        msg = proc.stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or f"exit {proc.returncode}"
+        msg = (
+            proc.stderr.decode("utf-8", "replace").strip().replace("\n", "; ")
+            or f"exit {proc.returncode}"
+        )
         raise ImageRejected(f"jpegtran rejected: {msg}")
     return proc.stdout
 
@@ -85,7 +99,7 @@ def _pillow_errors():
         raise ImageRejected("not an image: Pillow recognises no image format in it") from None
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
         raise ImageRejected(f"image too large to decode: {e}") from None
-    except Exception as e:  # noqa: BLE001 - any other Pillow failure: a damaged image
+    except Exception as e:
         raise ImageRejected(f"undecodable image: {e.__class__.__name__}: {e}") from None
 
 
@@ -110,7 +124,7 @@ def _decoded(data: bytes):
 def _orientation(img: Image.Image) -> int:
     try:
         value = int(img.getexif().get(_EXIF_ORIENTATION, 1))
-    except Exception:  # noqa: BLE001 - a broken EXIF block is treated as no orientation
+    except Exception:
         return 1
     return value if value in range(1, 9) else 1
 
@@ -119,7 +133,7 @@ def _baseline(img: Image.Image, quality: int) -> bytes:
     img = ImageOps.exif_transpose(img)
     if img.mode.startswith("I;16"):  # 16-bit gray: keep the high byte
         img = Image.fromarray((np.asarray(img, dtype=np.uint16) >> 8).astype(np.uint8))
-    elif img.mode in ("I", "F"):      # 32-bit gray: values taken as 0..255
+    elif img.mode in ("I", "F"):  # 32-bit gray: values taken as 0..255
         img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8))
     elif img.mode in _GRAY_MODES:
         img = img.convert("L")
@@ -139,7 +153,9 @@ def _scans(scans: Optional[str], jpeg: Image.Image) -> List[str]:
     return ["-scans", scans] if scans and jpeg.layers == SCRIPT_COMPONENTS else []
 
 
-def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[str] = None) -> Progressive:
+def to_progressive(
+    data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[str] = None
+) -> Progressive:
     """``scans``: a local jpegtran scan-script file, used for 3-component images."""
     if not data:
         raise ImageRejected("not an image: empty")
@@ -150,15 +166,23 @@ def to_progressive(data: bytes, quality: int = DEFAULT_QUALITY, scans: Optional[
         if orient == 1:
             return Progressive(jpegtran(data, _scans(scans, head)), "JPEG", 1, True)
         try:
-            return Progressive(jpegtran(data, ["-perfect", *_ORIENT[orient], *_scans(scans, head)]),
-                               "JPEG", orient, True)
+            return Progressive(
+                jpegtran(data, ["-perfect", *_ORIENT[orient], *_scans(scans, head)]),
+                "JPEG",
+                orient,
+                True,
+            )
         except ImageRejected:
             # -perfect refuses partial edge blocks, and damaged data fails it too: only an
             # image jpegtran reads cleanly without the transform may take the lossy way
             # (Pillow would decode damaged data without a word)
             jpegtran(data)
             base = _baseline(_decoded(data)[0], quality)
-            return Progressive(jpegtran(base, _scans(scans, _jpeg_header(base))), "JPEG", orient, False)
+            return Progressive(
+                jpegtran(base, _scans(scans, _jpeg_header(base))), "JPEG", orient, False
+            )
     img, orient = _decoded(data)
     base = _baseline(img, quality)
-    return Progressive(jpegtran(base, _scans(scans, _jpeg_header(base))), img.format or "unknown", orient, False)
+    return Progressive(
+        jpegtran(base, _scans(scans, _jpeg_header(base))), img.format or "unknown", orient, False
+    )

@@ -60,9 +60,9 @@ class JpegError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Scan:
-    start: int                   # offset of the first marker segment belonging to the scan
-    sos: int                     # offset of its SOS marker
-    end: int                     # offset just past its entropy-coded data
+    start: int  # offset of the first marker segment belonging to the scan
+    sos: int  # offset of its SOS marker
+    end: int  # offset just past its entropy-coded data
     components: Tuple[int, ...]  # component indexes (0-based, frame order) in the scan
     ss: int
     se: int
@@ -82,7 +82,7 @@ class JpegLayout:
     progressive: bool
     adobe_transform: Optional[int]  # APP14 "Adobe" colour transform flag, if present
     scans: Tuple[Scan, ...]
-    eoi: int                        # offset of the EOI marker
+    eoi: int  # offset of the EOI marker
 
     @property
     def colour(self) -> str:
@@ -106,7 +106,9 @@ def parse(data: bytes) -> JpegLayout:
         if pos >= n:
             raise JpegError(f"truncated JPEG: no EOI marker (ends at byte {n})")
         if data[pos] != 0xFF:
-            raise JpegError(f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}")
+            raise JpegError(
+                f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}"
+            )
         while pos + 1 < n and data[pos + 1] == 0xFF:  # fill bytes before a marker
             pos += 1
         if pos + 1 >= n:
@@ -122,10 +124,12 @@ def parse(data: bytes) -> JpegLayout:
         (length,) = struct.unpack_from(">H", data, pos + 2)
         body, nxt = pos + 4, pos + 2 + length
         if length < 2 or nxt > n:
-            raise JpegError(f"truncated JPEG: segment 0x{marker:02x} at byte {pos} runs past the end")
+            raise JpegError(
+                f"truncated JPEG: segment 0x{marker:02x} at byte {pos} runs past the end"
+            )
         if marker in _SOF:
             frame = _parse_frame(data, body, nxt, marker)
-        elif marker == 0xEE and data[body:body + 5] == b"Adobe" and length >= 14:
+        elif marker == 0xEE and data[body : body + 5] == b"Adobe" and length >= 14:
             adobe = data[body + 11]
         elif marker == _SOS:
             if frame is None:
@@ -174,9 +178,9 @@ def _entropy_end(data: bytes, pos: int) -> int:
         if i < 0 or i + 1 >= n:
             raise JpegError("truncated JPEG: entropy-coded data runs to the end of the file")
         nxt = data[i + 1]
-        if nxt == 0x00 or nxt in _RST:   # stuffed byte or restart marker: still in the scan
+        if nxt == 0x00 or nxt in _RST:  # stuffed byte or restart marker: still in the scan
             pos = i + 2
-        elif nxt == 0xFF:                # fill byte: the marker starts at a later FF
+        elif nxt == 0xFF:  # fill byte: the marker starts at a later FF
             pos = i + 1
         else:
             return i
@@ -197,6 +201,7 @@ def split_pieces(data: bytes, layout: Optional[JpegLayout] = None) -> List[bytes
 
 # -- scan groups ------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class ScanGroupMap:
     name: str
@@ -209,29 +214,63 @@ def _default_script(ncomp: int, ycbcr: bool) -> List[Tuple[Tuple[int, ...], int,
     """libjpeg's ``jpeg_simple_progression`` scan signatures (components, Ss, Se, Ah, Al)."""
     everyone = tuple(range(ncomp))
     if ycbcr:
-        return [(everyone, 0, 0, 0, 1), ((0,), 1, 5, 0, 2), ((2,), 1, 63, 0, 1), ((1,), 1, 63, 0, 1),
-                ((0,), 6, 63, 0, 2), ((0,), 1, 63, 2, 1), (everyone, 0, 0, 1, 0),
-                ((2,), 1, 63, 1, 0), ((1,), 1, 63, 1, 0), ((0,), 1, 63, 1, 0)]
+        return [
+            (everyone, 0, 0, 0, 1),
+            ((0,), 1, 5, 0, 2),
+            ((2,), 1, 63, 0, 1),
+            ((1,), 1, 63, 0, 1),
+            ((0,), 6, 63, 0, 2),
+            ((0,), 1, 63, 2, 1),
+            (everyone, 0, 0, 1, 0),
+            ((2,), 1, 63, 1, 0),
+            ((1,), 1, 63, 1, 0),
+            ((0,), 1, 63, 1, 0),
+        ]
     each = [(c,) for c in range(ncomp)]
-    return ([(everyone, 0, 0, 0, 1)] + [(c, 1, 5, 0, 2) for c in each] + [(c, 6, 63, 0, 2) for c in each]
-            + [(c, 1, 63, 2, 1) for c in each] + [(everyone, 0, 0, 1, 0)] + [(c, 1, 63, 1, 0) for c in each])
+    return (
+        [(everyone, 0, 0, 0, 1)]
+        + [(c, 1, 5, 0, 2) for c in each]
+        + [(c, 6, 63, 0, 2) for c in each]
+        + [(c, 1, 63, 2, 1) for c in each]
+        + [(everyone, 0, 0, 1, 0)]
+        + [(c, 1, 63, 1, 0) for c in each]
+    )
 
 
 def _generic_groups(ncomp: int) -> Tuple[int, ...]:
     return tuple([1] + [2] * ncomp + [5] * ncomp + [6] * ncomp + [7] + [10] * ncomp)
 
 
-MAPS: Dict[str, ScanGroupMap] = {m.name: m for m in (
-    ScanGroupMap("ycbcr-10", 3, tuple(range(1, 11)),
-                 "libjpeg default script for YCbCr colour: scan k is group k"),
-    ScanGroupMap("gray-6", 1, _generic_groups(1),
-                 "grayscale default script: groups 3, 4, 8, 9 (chroma stages) are empty"),
-    ScanGroupMap("4comp-18", 4, _generic_groups(4),
-                 "CMYK/YCCK default script: each stage's per-component scans share one group; "
-                 "groups 3, 4, 8, 9 are empty"),
-    ScanGroupMap("identity", 0, (),
-                 "any other script: scan k is group k, scans past the last group join it"),
-)}
+MAPS: Dict[str, ScanGroupMap] = {
+    m.name: m
+    for m in (
+        ScanGroupMap(
+            "ycbcr-10",
+            3,
+            tuple(range(1, 11)),
+            "libjpeg default script for YCbCr colour: scan k is group k",
+        ),
+        ScanGroupMap(
+            "gray-6",
+            1,
+            _generic_groups(1),
+            "grayscale default script: groups 3, 4, 8, 9 (chroma stages) are empty",
+        ),
+        ScanGroupMap(
+            "4comp-18",
+            4,
+            _generic_groups(4),
+            "CMYK/YCCK default script: each stage's per-component scans share one group; "
+            "groups 3, 4, 8, 9 are empty",
+        ),
+        ScanGroupMap(
+            "identity",
+            0,
+            (),
+            "any other script: scan k is group k, scans past the last group join it",
+        ),
+    )
+}
 
 
 def scan_map_for(layout: JpegLayout) -> ScanGroupMap:
@@ -242,8 +281,12 @@ def scan_map_for(layout: JpegLayout) -> ScanGroupMap:
         if ycbcr:
             return MAPS["ycbcr-10"]
         name = "gray-6" if layout.components == 1 else f"{layout.components}comp-{len(sigs)}"
-        return MAPS.get(name) or ScanGroupMap(name, layout.components, _generic_groups(layout.components),
-                                              f"default script for {layout.components} components")
+        return MAPS.get(name) or ScanGroupMap(
+            name,
+            layout.components,
+            _generic_groups(layout.components),
+            f"default script for {layout.components} components",
+        )
     return MAPS["identity"]
 
 
@@ -253,7 +296,9 @@ def group_of_scans(scan_map: ScanGroupMap, nscans: int, groups: int = SCAN_GROUP
     return [min(i + 1, groups) for i in range(nscans)]
 
 
-def group_pieces(data: bytes, groups: int = SCAN_GROUPS) -> Tuple[List[bytes], ScanGroupMap, JpegLayout]:
+def group_pieces(
+    data: bytes, groups: int = SCAN_GROUPS
+) -> Tuple[List[bytes], ScanGroupMap, JpegLayout]:
     """Split a progressive JPEG into ``groups`` pieces (some may be empty) + the map used."""
     layout = parse(data)
     pieces = split_pieces(data, layout)

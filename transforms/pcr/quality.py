@@ -29,7 +29,7 @@ FILTER = 11
 def scales_for(height: int, width: int) -> int:
     side = min(height, width)
     s = 1
-    while s < len(WEIGHTS) and side >= (FILTER - 1) * 2 ** s + 1:
+    while s < len(WEIGHTS) and side >= (FILTER - 1) * 2**s + 1:
         s += 1
     return s
 
@@ -38,6 +38,7 @@ def ms_ssim(a, b):
     """MS-SSIM of uint8 images ``a`` [N,H,W,C] (or HxWxC) vs ``b`` of the same size; see
     the module docstring for small images.  Returns a float per image."""
     import tensorflow as tf
+
     x, y = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
     if x.shape.rank == 3:
         x, y = x[None], y[None]
@@ -49,12 +50,21 @@ def ms_ssim(a, b):
     s = scales_for(h, w)
     weights = [v / sum(WEIGHTS[:s]) for v in WEIGHTS[:s]]
     y = tf.broadcast_to(y, tf.shape(x))
-    return [float(v) for v in tf.image.ssim_multiscale(x, y, 255.0, power_factors=weights, filter_size=FILTER)]
+    return [
+        float(v)
+        for v in tf.image.ssim_multiscale(x, y, 255.0, power_factors=weights, filter_size=FILTER)
+    ]
 
 
 def psnr(a, b):
     import tensorflow as tf
-    return [float(v) for v in tf.reshape(tf.image.psnr(tf.cast(a, tf.float32), tf.cast(b, tf.float32), 255.0), [-1])]
+
+    return [
+        float(v)
+        for v in tf.reshape(
+            tf.image.psnr(tf.cast(a, tf.float32), tf.cast(b, tf.float32), 255.0), [-1]
+        )
+    ]
 
 
 def _sample(entries: List[fmt.RecordEntry], counts: List[int], n: int) -> Dict[int, List[int]]:
@@ -71,29 +81,44 @@ def _sample(entries: List[fmt.RecordEntry], counts: List[int], n: int) -> Dict[i
     return out
 
 
-def report(directory: str, sample: int = 32, config: Optional[StoreConfig] = None) -> Dict[str, Any]:
+def report(
+    directory: str, sample: int = 32, config: Optional[StoreConfig] = None
+) -> Dict[str, Any]:
     import tensorflow as tf
+
     idx, entries_by_name = fmt.read_index(join(directory, fmt.INDEX_NAME), config)
     files = fmt.record_files(directory, config)
     entries = [fmt.lookup(entries_by_name, f) for f in files]
     groups = max((e.groups for e in entries), default=0)
     total = sum(e.size for e in entries)
-    rows = [{"k": k, "bytes": sum(e.prefix(k) for e in entries),
-             "fraction": (sum(e.prefix(k) for e in entries) / total) if total else None,
-             "ms_ssim": [], "psnr": [], "identical": 0} for k in range(1, groups + 1)]
+    rows = [
+        {
+            "k": k,
+            "bytes": sum(e.prefix(k) for e in entries),
+            "fraction": (sum(e.prefix(k) for e in entries) / total) if total else None,
+            "ms_ssim": [],
+            "psnr": [],
+            "identical": 0,
+        }
+        for k in range(1, groups + 1)
+    ]
     counts = []
     metas = {}
     for f, e in zip(files, entries):
         if e.num_images is None:  # reference index: count from the metadata chunk
-            metas[f] = fmt.pcr_pb2.MetadataRecord.FromString(fmt.read_prefix(f, e.lengths[0], config))
+            metas[f] = fmt.pcr_pb2.MetadataRecord.FromString(
+                fmt.read_prefix(f, e.lengths[0], config)
+            )
         counts.append(e.num_images if e.num_images is not None else len(metas[f].labels))
     picked = _sample(entries, counts, sample) if sample > 0 and sum(counts) else {}
     for r, positions in sorted(picked.items()):
         e = entries[r]
         _, pieces = fmt.parse_groups(fmt.read_prefix(files[r], e.size, config), e, e.groups)
         for i in positions:
-            levels = [tf.io.decode_jpeg(b"".join(pieces[i][:k]) + fmt.EOI, channels=3)
-                      for k in range(1, e.groups + 1)]
+            levels = [
+                tf.io.decode_jpeg(b"".join(pieces[i][:k]) + fmt.EOI, channels=3)
+                for k in range(1, e.groups + 1)
+            ]
             batch, full = tf.stack(levels), levels[-1][None]
             for row, m, p in zip(rows, ms_ssim(batch, full), psnr(batch, full)):
                 row["ms_ssim"].append(m)
@@ -106,9 +131,16 @@ def report(directory: str, sample: int = 32, config: Optional[StoreConfig] = Non
         row["ms_ssim_mean"] = sum(s) / len(s) if s else None
         row["ms_ssim_min"] = min(s) if s else None
         row["psnr_db_mean"] = sum(p) / len(p) if p else None
-    return {"directory": directory, "records": len(entries), "images": sum(counts),
-            "sample": sum(len(v) for v in picked.values()), "bytes_total": total,
-            "scan_groups": groups, "scan_script": idx.scan_script or None, "groups": rows}
+    return {
+        "directory": directory,
+        "records": len(entries),
+        "images": sum(counts),
+        "sample": sum(len(v) for v in picked.values()),
+        "bytes_total": total,
+        "scan_groups": groups,
+        "scan_script": idx.scan_script or None,
+        "groups": rows,
+    }
 
 
 def _script_line(text: Optional[str]) -> str:
@@ -122,35 +154,68 @@ def _script_line(text: Optional[str]) -> str:
 
 
 def format_table(rep: Dict[str, Any]) -> str:
-    lines = [f"{rep['directory']}: {rep['images']} images in {rep['records']} records, "
-             f"{rep['bytes_total']} bytes; quality on {rep['sample']} sampled images",
-             f"scans: {_script_line(rep.get('scan_script'))}",
-             f"{'group':>5}  {'bytes':>12}  {'fraction':>8}  {'MS-SSIM':>7}  {'min':>6}  {'PSNR dB':>7}"]
+    lines = [
+        f"{rep['directory']}: {rep['images']} images in {rep['records']} records, "
+        f"{rep['bytes_total']} bytes; quality on {rep['sample']} sampled images",
+        f"scans: {_script_line(rep.get('scan_script'))}",
+        f"{'group':>5}  {'bytes':>12}  {'fraction':>8}  {'MS-SSIM':>7}  {'min':>6}  {'PSNR dB':>7}",
+    ]
     for r in rep["groups"]:
+
         def f(v, spec):
             return format(v, spec) if v is not None else "-"
-        psnr_s = f(r["psnr_db_mean"], ".2f") if r["psnr_db_mean"] is not None or not r["identical"] else "inf"
-        lines.append(f"{r['k']:>5}  {r['bytes']:>12}  {f(r['fraction'], '.4f'):>8}  "
-                     f"{f(r['ms_ssim_mean'], '.4f'):>7}  {f(r['ms_ssim_min'], '.4f'):>6}  {psnr_s:>7}")
+
+        psnr_s = (
+            f(r["psnr_db_mean"], ".2f")
+            if r["psnr_db_mean"] is not None or not r["identical"]
+            else "inf"
+        )
+        lines.append(
+            f"{r['k']:>5}  {r['bytes']:>12}  {f(r['fraction'], '.4f'):>8}  "
+            f"{f(r['ms_ssim_mean'], '.4f'):>7}  {f(r['ms_ssim_min'], '.4f'):>6}  {psnr_s:>7}"
+        )
     return "\n".join(lines)
 
 
 def plot(rep: Dict[str, Any], path: str) -> None:
     """PNG: bytes fraction and MS-SSIM (left axis, 0..1) and PSNR (right axis) per group."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     ks = [r["k"] for r in rep["groups"]]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    ax.bar(ks, [r["fraction"] or 0 for r in rep["groups"]], color="#9ecae1", label="fraction of bytes read")
-    ax.plot(ks, [r["ms_ssim_mean"] if r["ms_ssim_mean"] is not None else float("nan") for r in rep["groups"]],
-            "o-", color="#08519c", label="mean MS-SSIM vs full")
+    ax.bar(
+        ks,
+        [r["fraction"] or 0 for r in rep["groups"]],
+        color="#9ecae1",
+        label="fraction of bytes read",
+    )
+    ax.plot(
+        ks,
+        [
+            r["ms_ssim_mean"] if r["ms_ssim_mean"] is not None else float("nan")
+            for r in rep["groups"]
+        ],
+        "o-",
+        color="#08519c",
+        label="mean MS-SSIM vs full",
+    )
     ax.set_xlabel("scan groups read (k)")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(ks)
     ax2 = ax.twinx()
-    ax2.plot(ks, [r["psnr_db_mean"] if r["psnr_db_mean"] is not None else float("nan") for r in rep["groups"]],
-             "s--", color="#d94801", label="mean PSNR (dB)")
+    ax2.plot(
+        ks,
+        [
+            r["psnr_db_mean"] if r["psnr_db_mean"] is not None else float("nan")
+            for r in rep["groups"]
+        ],
+        "s--",
+        color="#d94801",
+        label="mean PSNR (dB)",
+    )
     ax2.set_ylabel("PSNR (dB)")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()

@@ -25,8 +25,12 @@ from transforms.stores import StoreConfig
 EOI = b"\xff\xd9"
 
 
-def _plan(filenames: Union[str, Sequence[str]], index_filename: str, scan_groups: int,
-          config: Optional[StoreConfig] = None):
+def _plan(
+    filenames: Union[str, Sequence[str]],
+    index_filename: str,
+    scan_groups: int,
+    config: Optional[StoreConfig] = None,
+):
     if scan_groups < 1:
         raise ValueError("scan_groups must be >= 1")
     if isinstance(filenames, str):
@@ -39,9 +43,15 @@ def _plan(filenames: Union[str, Sequence[str]], index_filename: str, scan_groups
     return plan
 
 
-def iter_pcr(filenames: Union[str, Sequence[str]], index_filename: str, scan_groups: int = 1,
-             decode: bool = False, with_keys: bool = False, config: Optional[StoreConfig] = None,
-             opener: Optional[Callable[[str], io.BufferedIOBase]] = None) -> Iterator[Tuple]:
+def iter_pcr(
+    filenames: Union[str, Sequence[str]],
+    index_filename: str,
+    scan_groups: int = 1,
+    decode: bool = False,
+    with_keys: bool = False,
+    config: Optional[StoreConfig] = None,
+    opener: Optional[Callable[[str], io.BufferedIOBase]] = None,
+) -> Iterator[Tuple]:
     """Yield ``(jpeg_bytes, label)`` (``(key, jpeg_bytes, label)`` with ``with_keys``).
 
     ``decode=True`` yields an RGB ``uint8`` ndarray (HxWx3, via Pillow) instead of bytes.
@@ -50,7 +60,9 @@ def iter_pcr(filenames: Union[str, Sequence[str]], index_filename: str, scan_gro
     for fn, entry, k in _plan(filenames, index_filename, scan_groups, config):
         buf = fmt.read_prefix(fn, entry.prefix(k), config, opener)
         meta, jpegs = fmt.parse_prefix(buf, entry, k)
-        keys = [im.key for im in meta.images] if len(meta.images) == len(jpegs) else [""] * len(jpegs)
+        keys = (
+            [im.key for im in meta.images] if len(meta.images) == len(jpegs) else [""] * len(jpegs)
+        )
         for key, jpeg, label in zip(keys, jpegs, meta.labels):
             value = _decode(jpeg) if decode else jpeg
             yield (key, value, int(label)) if with_keys else (value, int(label))
@@ -59,6 +71,7 @@ def iter_pcr(filenames: Union[str, Sequence[str]], index_filename: str, scan_gro
 def _decode(jpeg: bytes):
     import numpy as np
     from PIL import Image
+
     with Image.open(io.BytesIO(jpeg)) as im:
         return np.asarray(im.convert("RGB"))
 
@@ -66,22 +79,31 @@ def _decode(jpeg: bytes):
 def descriptor_source() -> bytes:
     """``bytes://`` descriptor for ``tf.io.decode_proto`` (the messages of pcr.proto)."""
     from google.protobuf import descriptor_pb2
+
     fds = descriptor_pb2.FileDescriptorSet()
     pcr_pb2.DESCRIPTOR.CopyToProto(fds.file.add())
     return b"bytes://" + fds.SerializeToString()
 
 
-def ProgressiveCompressedRecordDataset(filenames: Union[str, Sequence[str]], index_filename: str,  # noqa: N802
-                                       scan_groups: int = 1, decode: bool = False, channels: int = 3,
-                                       num_parallel_reads: Optional[int] = None, deterministic: bool = True,
-                                       config: Optional[StoreConfig] = None):
+def ProgressiveCompressedRecordDataset(
+    filenames: Union[str, Sequence[str]],
+    index_filename: str,
+    scan_groups: int = 1,
+    decode: bool = False,
+    channels: int = 3,
+    num_parallel_reads: Optional[int] = None,
+    deterministic: bool = True,
+    config: Optional[StoreConfig] = None,
+):
     """A ``tf.data.Dataset`` of ``(jpeg_bytes, label)``; ``decode=True`` gives
     ``(uint8 image HxWxchannels, label)``.  File names may be local paths or any
     filesystem TensorFlow reads (``gs://``); the index is read once, here."""
     import tensorflow as tf
 
     plan = _plan(filenames, index_filename, scan_groups, config)
-    width = 1 + max((k for _, _, k in plan), default=0)  # no files (a worker's empty split): no elements
+    width = 1 + max(
+        (k for _, _, k in plan), default=0
+    )  # no files (a worker's empty split): no elements
     names = [fn for fn, _, _ in plan]
     prefix = [e.prefix(k) for _, e, k in plan]
     footer = [e.size - e.prefix(k) for _, e, k in plan]
@@ -92,32 +114,50 @@ def ProgressiveCompressedRecordDataset(filenames: Union[str, Sequence[str]], ind
     group_type = pcr_pb2.ScanGroup.DESCRIPTOR.full_name
 
     def read(fn, nbytes, rest, lens, k):
-        prefix_ds = tf.data.FixedLengthRecordDataset(fn, record_bytes=nbytes, footer_bytes=rest,
-                                                     buffer_size=nbytes)
+        prefix_ds = tf.data.FixedLengthRecordDataset(
+            fn, record_bytes=nbytes, footer_bytes=rest, buffer_size=nbytes
+        )
         return prefix_ds.map(lambda buf: parse(buf, lens, k))
 
     def parse(buf, lens, k):
         starts = tf.math.cumsum(lens, exclusive=True)
         meta = tf.strings.substr(buf, tf.constant(0, tf.int64), lens[0])
-        _, (labels,) = tf.io.decode_proto(tf.reshape(meta, [1]), meta_type, ["labels"], [tf.int32],
-                                          descriptor_source=source)
-        chunks = tf.strings.substr(buf, starts[1:k + 1], lens[1:k + 1])
-        _, (pieces,) = tf.io.decode_proto(chunks, group_type, ["image_bytes"], [tf.string],
-                                          descriptor_source=source)
+        _, (labels,) = tf.io.decode_proto(
+            tf.reshape(meta, [1]), meta_type, ["labels"], [tf.int32], descriptor_source=source
+        )
+        chunks = tf.strings.substr(buf, starts[1 : k + 1], lens[1 : k + 1])
+        _, (pieces,) = tf.io.decode_proto(
+            chunks, group_type, ["image_bytes"], [tf.string], descriptor_source=source
+        )
         n = tf.shape(labels)[1]
         pieces = pieces[:, :n]
-        pieces = tf.pad(pieces, [[0, 0], [0, n - tf.shape(pieces)[1]]], constant_values="")  # short groups
+        pieces = tf.pad(
+            pieces, [[0, 0], [0, n - tf.shape(pieces)[1]]], constant_values=""
+        )  # short groups
         jpegs = tf.strings.reduce_join(pieces, axis=0) + tf.constant(EOI)
         return tf.data.Dataset.from_tensor_slices((jpegs, labels[0]))
 
-    files = tf.data.Dataset.from_tensor_slices((
-        tf.constant(names, tf.string), tf.constant(prefix, tf.int64), tf.constant(footer, tf.int64),
-        tf.reshape(tf.constant(lengths, tf.int64), [-1, width]), tf.constant(ks, tf.int64)))
-    parallel = {"num_parallel_calls": num_parallel_reads, "deterministic": deterministic} if num_parallel_reads else {}
-    ds = files.interleave(lambda *a: read(*a).flat_map(lambda x: x), cycle_length=num_parallel_reads or 1,
-                          **parallel)
+    files = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(names, tf.string),
+            tf.constant(prefix, tf.int64),
+            tf.constant(footer, tf.int64),
+            tf.reshape(tf.constant(lengths, tf.int64), [-1, width]),
+            tf.constant(ks, tf.int64),
+        )
+    )
+    parallel = (
+        {"num_parallel_calls": num_parallel_reads, "deterministic": deterministic}
+        if num_parallel_reads
+        else {}
+    )
+    ds = files.interleave(
+        lambda *a: read(*a).flat_map(lambda x: x), cycle_length=num_parallel_reads or 1, **parallel
+    )
     if decode:
-        ds = ds.map(lambda jpeg, label: (tf.io.decode_jpeg(jpeg, channels=channels), label),
-                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        ds = ds.map(
+            lambda jpeg, label: (tf.io.decode_jpeg(jpeg, channels=channels), label),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
     return ds
-

@@ -29,8 +29,8 @@ import tempfile
 import threading
 from typing import Dict, List, Optional
 
-from transforms.pcr.jpeg_scans import JpegError, JpegLayout, parse
 from transforms.pcr.image import JPEGTRAN_ARGS, SCRIPT_COMPONENTS, jpegtran_path
+from transforms.pcr.jpeg_scans import JpegError, JpegLayout, parse
 from transforms.stores import StoreConfig, get_store
 
 _files: Dict[str, str] = {}
@@ -45,8 +45,10 @@ def read(path: str, config: Optional[StoreConfig] = None) -> str:
     """The text of a scan-script file (local, ``gs://``, ``ais://``); ValueError if unreadable."""
     try:
         data = get_store(path, config).read_bytes(path)
-    except Exception as e:  # noqa: BLE001 - any failure to read is the same usage error
-        raise ValueError(f"scan script {path}: cannot read it: {e.__class__.__name__}: {e}") from None
+    except Exception as e:
+        raise ValueError(
+            f"scan script {path}: cannot read it: {e.__class__.__name__}: {e}"
+        ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -80,6 +82,7 @@ def _probe() -> bytes:
     """A 32x24 colour JPEG (4:2:0, two MCU rows), made with Pillow."""
     import numpy as np
     from PIL import Image
+
     y, x = np.mgrid[0:24, 0:32]
     rgb = np.stack([x * 8, y * 10, (x * y) % 256], axis=-1).astype(np.uint8)
     out = io.BytesIO()
@@ -107,7 +110,9 @@ def incomplete(layout: JpegLayout) -> List[str]:
                 if b != a + 1:
                     runs.append(f"{start}" if start == a else f"{start}-{a}")
                     start = b
-            out.append(f"component {c} coefficient{'s' if len(missing) > 1 else ''} {', '.join(runs)}")
+            out.append(
+                f"component {c} coefficient{'s' if len(missing) > 1 else ''} {', '.join(runs)}"
+            )
     return out
 
 
@@ -118,25 +123,36 @@ def check(text: str, name: str) -> JpegLayout:
         raise ValueError(f"scan script {name}: it lists no scans")
     exe = jpegtran_path()
     if exe is None:
-        raise RuntimeError("jpegtran not found: install libjpeg-turbo-progs (launch/setup.d/20-apt.sh)")
+        raise RuntimeError(
+            "jpegtran not found: install libjpeg-turbo-progs (launch/setup.d/20-apt.sh)"
+        )
     path = local_file(text)
-    proc = subprocess.run([exe, *JPEGTRAN_ARGS, "-scans", path], input=_probe(), capture_output=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [exe, *JPEGTRAN_ARGS, "-scans", path], input=_probe(), capture_output=True, timeout=60
+    )
     if proc.returncode != 0 or not proc.stdout:
         # the first line is the complaint (jpegtran prints its usage after some of them)
         lines = proc.stderr.decode("utf-8", "replace").replace(path, name).strip().splitlines()
         why = lines[0] if lines else f"exit {proc.returncode}"
-        raise ValueError(f"scan script {name}: jpegtran rejects it for {SCRIPT_COMPONENTS}-component "
-                         f"images: {why}")
+        raise ValueError(
+            f"scan script {name}: jpegtran rejects it for {SCRIPT_COMPONENTS}-component "
+            f"images: {why}"
+        )
     try:
         layout = parse(proc.stdout)
     except JpegError as e:  # not expected from jpegtran; said plainly if it happens
-        raise ValueError(f"scan script {name}: jpegtran wrote an unreadable JPEG with it: {e}") from None
+        raise ValueError(
+            f"scan script {name}: jpegtran wrote an unreadable JPEG with it: {e}"
+        ) from None
     if not layout.progressive:
-        raise ValueError(f"scan script {name}: it is sequential (every scan is 0 63 0 0), "
-                         f"PCR needs a progressive script")
+        raise ValueError(
+            f"scan script {name}: it is sequential (every scan is 0 63 0 0), "
+            f"PCR needs a progressive script"
+        )
     lost = incomplete(layout)
     if lost:
-        raise ValueError(f"scan script {name}: it never sends {'; '.join(lost)} to full precision "
-                         f"(no scan with Al = 0), so images would lose detail")
+        raise ValueError(
+            f"scan script {name}: it never sends {'; '.join(lost)} to full precision "
+            f"(no scan with Al = 0), so images would lose detail"
+        )
     return layout

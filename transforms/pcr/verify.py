@@ -18,8 +18,9 @@ from transforms.pcr import pcr_pb2
 from transforms.stores import StoreConfig, basename, get_store, join
 
 
-def verify_pcr(directory: str, config: Optional[StoreConfig] = None,
-               counts: Optional[Dict[str, int]] = None) -> List[str]:
+def verify_pcr(
+    directory: str, config: Optional[StoreConfig] = None, counts: Optional[Dict[str, int]] = None
+) -> List[str]:
     """Check every record file against the index; return the problems found (empty = ok).
 
     Checks: the index parses; its two offset lists (the reference's int32 ``offsets``, read
@@ -44,9 +45,14 @@ def verify_pcr(directory: str, config: Optional[StoreConfig] = None,
     maps = {m.name for m in idx.scan_maps}
     counts = counts if counts is not None else {}
     for entry in entries.values():
-        problems.extend(_verify_record(join(directory, entry.name), entry, idx, config, maps, counts))
-    on_disk = {basename(u) for u in store.list(join(directory, "PCR_"))
-               if fmt.RECORD_RE.match(basename(u)) and u == join(directory, basename(u))}
+        problems.extend(
+            _verify_record(join(directory, entry.name), entry, idx, config, maps, counts)
+        )
+    on_disk = {
+        basename(u)
+        for u in store.list(join(directory, "PCR_"))
+        if fmt.RECORD_RE.match(basename(u)) and u == join(directory, basename(u))
+    }
     for name in sorted(on_disk - set(entries)):
         problems.append(f"{name}: record file not in the index")
     return problems
@@ -56,13 +62,17 @@ def _check_index(idx, entries: Dict[str, fmt.RecordEntry]) -> List[str]:
     out = []
     for r in idx.records:
         if len(r.offsets) and len(r.offsets64) and list(r.offsets) != list(r.offsets64):
-            out.append(f"{fmt.INDEX_NAME}: {r.name}: offsets {list(r.offsets)} differ from offsets64 "
-                       f"{list(r.offsets64)} (readers of the reference schema use the first)")
+            out.append(
+                f"{fmt.INDEX_NAME}: {r.name}: offsets {list(r.offsets)} differ from offsets64 "
+                f"{list(r.offsets64)} (readers of the reference schema use the first)"
+            )
     if idx.scan_groups:
         for e in entries.values():
             if e.groups != idx.scan_groups:
-                out.append(f"{fmt.INDEX_NAME}: {e.name} has {e.groups} scan groups, the index says "
-                           f"{idx.scan_groups}")
+                out.append(
+                    f"{fmt.INDEX_NAME}: {e.name} has {e.groups} scan groups, the index says "
+                    f"{idx.scan_groups}"
+                )
     return out
 
 
@@ -109,7 +119,9 @@ def _check_meta(name: str, meta, entry: fmt.RecordEntry, maps) -> List[str]:
     if unknown:
         out.append(f"{name}: images use scan maps {unknown} that the index does not describe")
     if meta.progressive_levels != entry.groups:
-        out.append(f"{name}: metadata says {meta.progressive_levels} scan groups, index {entry.groups}")
+        out.append(
+            f"{name}: metadata says {meta.progressive_levels} scan groups, index {entry.groups}"
+        )
     if entry.num_images is not None and entry.num_images != len(meta.labels):
         out.append(f"{name}: {len(meta.labels)} labels, index says {entry.num_images} images")
     if len(meta.images) and len(meta.images) != len(meta.labels):
@@ -124,6 +136,8 @@ def _check_group(name: str, g: int, sg, meta) -> List[str]:
     out = []
     for i, info in enumerate(meta.images):
         if len(info.piece_sizes) >= g and info.piece_sizes[g - 1] != len(sg.image_bytes[i]):
-            out.append(f"{name}: image {i} ({info.key}) piece {g} is {len(sg.image_bytes[i])} bytes, "
-                       f"metadata says {info.piece_sizes[g - 1]}")
+            out.append(
+                f"{name}: image {i} ({info.key}) piece {g} is {len(sg.image_bytes[i])} bytes, "
+                f"metadata says {info.piece_sizes[g - 1]}"
+            )
     return out

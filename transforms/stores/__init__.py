@@ -15,5 +15,17 @@ from transforms.stores.registry import (
     local_temp_name,
 )
 
-__all__ = ["Store", "StoreConfig", "basename", "dirname", "join", "split_url", "LOCAL_TEMP",
-           "BeamFileSystemStore", "LocalStore", "ParkableFile", "get_store", "local_temp_name"]
+__all__ = [
+    "Store",
+    "StoreConfig",
+    "basename",
+    "dirname",
+    "join",
+    "split_url",
+    "LOCAL_TEMP",
+    "BeamFileSystemStore",
+    "LocalStore",
+    "ParkableFile",
+    "get_store",
+    "local_temp_name",
+]

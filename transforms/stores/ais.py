@@ -38,9 +38,9 @@ import logging
 import os
 from typing import Any, Iterator, Optional, Tuple
 
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, discard, iter_pages
 from transforms.stores.base import StoreConfig
 from transforms.stores.remote import RemoteStore
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, discard, iter_pages
 from transforms.stores.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.ais")
@@ -55,9 +55,13 @@ def _sdk_retry_off():
     import tenacity
     from aistore.sdk.retry_config import RetryConfig
     from urllib3.util.retry import Retry
-    return RetryConfig(http_retry=Retry(total=0, connect=0, read=0, status=0, status_forcelist=[],
-                                        raise_on_status=False),
-                       network_retry=tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True))
+
+    return RetryConfig(
+        http_retry=Retry(
+            total=0, connect=0, read=0, status=0, status_forcelist=[], raise_on_status=False
+        ),
+        network_retry=tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True),
+    )
 
 
 class AISStore(RemoteStore):
@@ -65,11 +69,16 @@ class AISStore(RemoteStore):
 
     def __init__(self, config: StoreConfig):
         from aistore.sdk import Client
+
         self.config = config
         self.endpoint = config.resolved_ais_endpoint()
         self.policy = RetryPolicy.from_config(config)
-        self.client = Client(self.endpoint, timeout=(min(10.0, config.read_timeout_s), config.read_timeout_s),
-                             retry_config=_sdk_retry_off(), token=os.environ.get(TOKEN_ENV) or None)
+        self.client = Client(
+            self.endpoint,
+            timeout=(min(10.0, config.read_timeout_s), config.read_timeout_s),
+            retry_config=_sdk_retry_off(),
+            token=os.environ.get(TOKEN_ENV) or None,
+        )
 
     def __repr__(self) -> str:  # never shows the token
         return f"AISStore({self.endpoint!r})"
@@ -95,8 +104,11 @@ class AISStore(RemoteStore):
             dir_prefix = f"ais://{bucket}/{key_prefix}/"
             if any(n.startswith(dir_prefix) for n in names):
                 parent = key_prefix.rpartition("/")[0]
-                names = [n for n in self._list(bucket, parent + "/" if parent else "")
-                         if n.startswith(prefix)]
+                names = [
+                    n
+                    for n in self._list(bucket, parent + "/" if parent else "")
+                    if n.startswith(prefix)
+                ]
         yield from names
 
     def _list(self, bucket: str, key_prefix: str) -> Iterator[str]:
@@ -106,25 +118,36 @@ class AISStore(RemoteStore):
         def page(state):
             uuid, token = state or ("", "")
             with self._errors(f"ais://{bucket}"):
-                res = bck.list_objects(prefix=key_prefix, props="name", page_size=page_size,
-                                       uuid=uuid, continuation_token=token)
+                res = bck.list_objects(
+                    prefix=key_prefix,
+                    props="name",
+                    page_size=page_size,
+                    uuid=uuid,
+                    continuation_token=token,
+                )
             names = [f"ais://{bucket}/{e.name}" for e in res.entries]
             return names, ((res.uuid, res.continuation_token) if res.continuation_token else None)
 
         try:
             yield from iter_pages(page, self.policy, f"list ais://{bucket}/{key_prefix}")
         except FileNotFoundError:
-            log.warning("AIS bucket ais://%s does not exist (listing ais://%s/%s): nothing listed",
-                        bucket, bucket, key_prefix)
+            log.warning(
+                "AIS bucket ais://%s does not exist (listing ais://%s/%s): nothing listed",
+                bucket,
+                bucket,
+                key_prefix,
+            )
 
-    def _open_at(self, url: str, offset: int,
-                 pin: Optional["_Pin"] = None) -> Tuple[Any, Optional[int], Optional[int]]:
+    def _open_at(
+        self, url: str, offset: int, pin: Optional["_Pin"] = None
+    ) -> Tuple[Any, Optional[int], Optional[int]]:
         obj = self._object(url)
         etl = self.config.ais_etl_name
         try:
             with self._errors(url):
                 if etl:
                     from aistore.sdk.etl import ETLConfig
+
                     raw = obj.get_reader(etl=ETLConfig(name=etl)).raw()
                     status = 200
                 elif offset:
@@ -137,7 +160,9 @@ class AISStore(RemoteStore):
             if pin is None or pin.first is None:
                 raise
             # a resumed request: the object this read started on was deleted since
-            raise ObjectChangedError(url, f"at byte {offset}: the object is gone (HTTP 404)") from None
+            raise ObjectChangedError(
+                url, f"at byte {offset}: the object is gone (HTTP 404)"
+            ) from None
         headers = raw.headers
         total = _int(headers.get("Content-Length"))
         if status == 206:

@@ -28,7 +28,9 @@ class ObjectChangedError(FetchError):
     for the ``fetch`` reject the tar reader makes of it."""
 
     def __init__(self, url: str, detail: str):
-        super().__init__(f"{url}: object changed while being read ({detail}); not resuming into another version")
+        super().__init__(
+            f"{url}: object changed while being read ({detail}); not resuming into another version"
+        )
         self.url, self.detail = url, detail
 
     def __reduce__(self):  # crosses process boundaries (worker processes) with its fields
@@ -44,8 +46,10 @@ class LocalReadError(FetchError):
 
     def __init__(self, path: str, offset: int, error: OSError):
         name = errno.errorcode.get(error.errno or 0, "")
-        super().__init__(f"read error on local file {path} at byte {offset}: {error}"
-                         + (f" ({name})" if name else ""))
+        super().__init__(
+            f"read error on local file {path} at byte {offset}: {error}"
+            + (f" ({name})" if name else "")
+        )
         self.errno = error.errno
         self.path, self.offset, self.error = path, offset, error
 

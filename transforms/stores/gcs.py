@@ -26,9 +26,9 @@ import io
 import logging
 from typing import Iterator, Optional, Tuple
 
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
 from transforms.stores.base import StoreConfig
 from transforms.stores.remote import RemoteStore
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
 from transforms.stores.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.gcs")
@@ -40,6 +40,7 @@ class GCSStore(RemoteStore):
 
     def __init__(self, config: StoreConfig):
         from google.cloud import storage
+
         self.config = config
         self.policy = RetryPolicy.from_config(config)
         self.timeout = config.read_timeout_s
@@ -64,9 +65,15 @@ class GCSStore(RemoteStore):
 
         def page(token):
             with self._errors(f"gs://{bucket}"):
-                it = self.client.list_blobs(bucket, prefix=key_prefix or None, page_size=page_size,
-                                            page_token=token, fields="items(name),nextPageToken",
-                                            retry=None, timeout=self.timeout)
+                it = self.client.list_blobs(
+                    bucket,
+                    prefix=key_prefix or None,
+                    page_size=page_size,
+                    page_token=token,
+                    fields="items(name),nextPageToken",
+                    retry=None,
+                    timeout=self.timeout,
+                )
                 first = next(it.pages, None)
                 names = [f"gs://{bucket}/{b.name}" for b in first] if first is not None else []
             return names, it.next_page_token
@@ -74,12 +81,17 @@ class GCSStore(RemoteStore):
         try:
             yield from iter_pages(page, self.policy, f"list gs://{bucket}/{key_prefix}")
         except FileNotFoundError:
-            log.warning("GCS bucket gs://%s does not exist (listing %s): nothing listed", bucket, prefix)
+            log.warning(
+                "GCS bucket gs://%s does not exist (listing %s): nothing listed", bucket, prefix
+            )
 
     def _stat(self, url: str):
         bucket, name = self._split(url)
-        blob = self._call(url, "stat", lambda: self.client.bucket(bucket).get_blob(
-            name, retry=None, timeout=self.timeout))
+        blob = self._call(
+            url,
+            "stat",
+            lambda: self.client.bucket(bucket).get_blob(name, retry=None, timeout=self.timeout),
+        )
         if blob is None:
             raise FileNotFoundError(f"{url}: not found (HTTP 404)")
         return blob
@@ -96,13 +108,22 @@ class GCSStore(RemoteStore):
             end = min(size, offset + chunk)
             try:
                 with self._errors(url):
-                    data = pinned.download_as_bytes(start=offset, end=end - 1, raw_download=True, checksum=None,
-                                                    retry=None, timeout=self.timeout)
+                    data = pinned.download_as_bytes(
+                        start=offset,
+                        end=end - 1,
+                        raw_download=True,
+                        checksum=None,
+                        retry=None,
+                        timeout=self.timeout,
+                    )
             except FileNotFoundError:
                 # the generation the read is pinned to was there a moment ago (the stat, or
                 # the chunks before): the object was replaced or deleted since
-                raise ObjectChangedError(url, f"at byte {offset}: generation {generation} is gone, "
-                                              "replaced or deleted (HTTP 404)") from None
+                raise ObjectChangedError(
+                    url,
+                    f"at byte {offset}: generation {generation} is gone, "
+                    "replaced or deleted (HTTP 404)",
+                ) from None
             return io.BytesIO(data), end, size
 
         return self._open_resumable(url, open_at)
@@ -117,11 +138,17 @@ class GCSStore(RemoteStore):
         return spooled_upload(url, upload, self.policy)
 
     def exists(self, url: str) -> bool:
-        return bool(self._call(url, "stat", lambda: self._blob(url).exists(retry=None, timeout=self.timeout)))
+        return bool(
+            self._call(
+                url, "stat", lambda: self._blob(url).exists(retry=None, timeout=self.timeout)
+            )
+        )
 
     def delete(self, url: str) -> None:
         try:
-            self._call(url, "delete", lambda: self._blob(url).delete(retry=None, timeout=self.timeout))
+            self._call(
+                url, "delete", lambda: self._blob(url).delete(retry=None, timeout=self.timeout)
+            )
         except FileNotFoundError:
             pass
 

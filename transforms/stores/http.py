@@ -29,8 +29,8 @@ import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, discard, open_resumable
 from transforms.stores.base import Store, StoreConfig
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, discard, open_resumable
 
 HEADERS_ENV = "TAR2TF_HTTP_HEADERS"
 _NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # an HTTP header name (RFC 9110 token)
@@ -117,6 +117,7 @@ class HTTPStore(Store):
         s = getattr(self._local, "session", None)
         if s is None:
             import requests
+
             s = self._local.session = requests.Session()
         return s
 
@@ -124,8 +125,9 @@ class HTTPStore(Store):
         headers = {"Accept-Encoding": "identity", **env_headers()}
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        resp = self._session().request(method, url, headers=headers, stream=True, timeout=self.timeout,
-                                       allow_redirects=True)
+        resp = self._session().request(
+            method, url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True
+        )
         status = resp.status_code
         if status in (200, 206):
             return resp
@@ -143,16 +145,20 @@ class HTTPStore(Store):
         """The shard URLs of a template's expanded ``names``: each one as it is."""
         for n in names:
             if _GLOB.search(urlsplit(n).path):
-                raise ValueError(f"{template}: a glob needs a listing and HTTP has none; "
-                                 "name the shards with a brace range instead, e.g. train-{000..099}.tar")
+                raise ValueError(
+                    f"{template}: a glob needs a listing and HTTP has none; "
+                    "name the shards with a brace range instead, e.g. train-{000..099}.tar"
+                )
         return list(names)
 
     # -- Store --------------------------------------------------------------------------
 
     def list(self, prefix: str) -> Iterator[str]:
         # reached for an output or work directory (sources never list: see expand)
-        raise ValueError(f"{prefix}: http(s):// shards can be read one by one, not listed or written; "
-                         "write outputs to a local path, gs://, ais:// or s3://")
+        raise ValueError(
+            f"{prefix}: http(s):// shards can be read one by one, not listed or written; "
+            "write outputs to a local path, gs://, ais:// or s3://"
+        )
 
     def open_read(self, url: str):
         pin = _Pin(url)
@@ -171,10 +177,14 @@ class HTTPStore(Store):
                     start, total = _content_range(resp.headers.get("Content-Range", ""))
                 pin.check(resp.headers, total, offset)
                 if resp.status_code == 206 and start != offset:
-                    raise ObjectChangedError(url, f"asked for byte {offset}, the server sent from byte {start}")
+                    raise ObjectChangedError(
+                        url, f"asked for byte {offset}, the server sent from byte {start}"
+                    )
                 body = _Body(resp)
                 if resp.status_code != 206 and offset:
-                    discard(body, offset)  # no ranges: read again from the start, skip what was delivered
+                    discard(
+                        body, offset
+                    )  # no ranges: read again from the start, skip what was delivered
             except BaseException:
                 resp.close()
                 raise
@@ -187,6 +197,7 @@ class HTTPStore(Store):
             resp = self._request("HEAD", url)
             resp.close()
             return resp
+
         return self.policy.call(attempt, f"head {url}")
 
     def exists(self, url: str) -> bool:
@@ -203,7 +214,9 @@ class HTTPStore(Store):
         return n
 
     def open_write(self, url: str, durable: bool = True):
-        raise ValueError(f"{url}: http(s):// is read-only here; write to a local path, gs://, ais:// or s3://")
+        raise ValueError(
+            f"{url}: http(s):// is read-only here; write to a local path, gs://, ais:// or s3://"
+        )
 
     def delete(self, url: str) -> None:
         raise ValueError(f"{url}: http(s):// is read-only here")

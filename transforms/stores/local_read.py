@@ -91,7 +91,9 @@ class LocalFile(io.RawIOBase):
         except OSError as e:
             raise LocalReadError(self.name, self._pos, e) from e
         if now is not None and now != self._stamp:
-            raise FileChangedError(self.name, f"at byte {self._pos}: {_what_changed(self._stamp, now)}")
+            raise FileChangedError(
+                self.name, f"at byte {self._pos}: {_what_changed(self._stamp, now)}"
+            )
         self._pos += n or 0
         return n
 
@@ -119,8 +121,13 @@ class NotRegularFileError(OSError):
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return f"file type {stat.S_IFMT(mode):o}"

@@ -27,11 +27,20 @@ import shutil
 import uuid
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple
 
-from transforms.stores.local_read import open_local
 from transforms.stores.base import Store, StoreConfig, basename, dirname, join, split_url
+from transforms.stores.local_read import open_local
 
-__all__ = ["Store", "StoreConfig", "LocalStore", "BeamFileSystemStore", "get_store", "split_url", "join",
-           "dirname", "basename"]
+__all__ = [
+    "Store",
+    "StoreConfig",
+    "LocalStore",
+    "BeamFileSystemStore",
+    "get_store",
+    "split_url",
+    "join",
+    "dirname",
+    "basename",
+]
 
 
 class LocalStore(Store):
@@ -174,20 +183,23 @@ class BeamFileSystemStore(Store):
 
     def list(self, prefix: str) -> Iterator[str]:
         from apache_beam.io.filesystems import FileSystems
+
         for m in FileSystems.match([prefix + "**"])[0].metadata_list:
             yield m.path
 
     def open_read(self, url: str) -> BinaryIO:
-        from apache_beam.io.filesystems import FileSystems
         from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
         if not FileSystems.exists(url):
             raise FileNotFoundError(url)
         return FileSystems.open(url, compression_type=CompressionTypes.UNCOMPRESSED)
 
     @contextlib.contextmanager
     def open_write(self, url: str, durable: bool = True):
-        from apache_beam.io.filesystems import FileSystems
         from apache_beam.io.filesystem import CompressionTypes
+        from apache_beam.io.filesystems import FileSystems
+
         tmp = url + f".tmp-{uuid.uuid4().hex[:12]}"
         f = FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED)
         try:
@@ -203,15 +215,18 @@ class BeamFileSystemStore(Store):
 
     def exists(self, url: str) -> bool:
         from apache_beam.io.filesystems import FileSystems
+
         return FileSystems.exists(url)
 
     def delete(self, url: str) -> None:
         from apache_beam.io.filesystems import FileSystems
+
         if FileSystems.exists(url):
             FileSystems.delete([url])
 
     def size(self, url: str) -> int:
         from apache_beam.io.filesystems import FileSystems
+
         return FileSystems.match([url])[0].metadata_list[0].size_in_bytes
 
 
@@ -229,15 +244,19 @@ def get_store(url: str, config: Optional[StoreConfig] = None) -> Store:
             store = LocalStore()
         elif scheme == "ais":
             from transforms.stores.ais import AISStore
+
             store = AISStore(config)
         elif scheme == "gs":
             from transforms.stores.gcs import GCSStore
+
             store = GCSStore(config)
         elif scheme in ("http", "https"):
             from transforms.stores.http import HTTPStore
+
             store = HTTPStore(config)
         elif scheme == "s3":
             from transforms.stores.s3 import S3Store
+
             store = S3Store(config)
         else:
             store = BeamFileSystemStore()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 from typing import Tuple
 
-from transforms.stores.retry import RetryPolicy, is_transient, open_resumable, permanent_error
 from transforms.stores.base import Store, split_url
+from transforms.stores.retry import RetryPolicy, is_transient, open_resumable, permanent_error
 
 
 class RemoteStore(Store):
@@ -33,7 +33,7 @@ class RemoteStore(Store):
             yield
         except (FileNotFoundError, PermissionError):
             raise
-        except Exception as e:  # noqa: BLE001 - classify and re-raise
+        except Exception as e:
             perm = None if is_transient(e) else permanent_error(e, url)
             if perm is not None:
                 raise perm from e
@@ -41,16 +41,21 @@ class RemoteStore(Store):
 
     def _call(self, url: str, what: str, fn):
         """``fn()`` under the retry policy, its errors mapped as above."""
+
         def attempt():
             with self._errors(url):
                 return fn()
+
         return self.policy.call(attempt, f"{what} {url}")
 
     def endpoint_name(self) -> str:
         """Where requests go (AIS: the proxy URL; GCS: the client's API endpoint, an
         emulator's when one is set), for error messages that must say which server failed."""
-        return (getattr(self, "endpoint", None)
-                or getattr(getattr(self, "client", None), "api_endpoint", None) or "")
+        return (
+            getattr(self, "endpoint", None)
+            or getattr(getattr(self, "client", None), "api_endpoint", None)
+            or ""
+        )
 
     def _open_resumable(self, url: str, open_at):
         """A resumable reader over ``open_at(offset)``, with its first request made now so

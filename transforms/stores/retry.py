@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 import tenacity
 
-from transforms.stores.errors import FetchError, ObjectChangedError  # noqa: F401 (re-exported)
+from transforms.stores.errors import FetchError, ObjectChangedError
 
 log = logging.getLogger("tar2tf.retry")
 
@@ -54,20 +54,35 @@ class RetryPolicy:
     @classmethod
     def from_config(cls, config: Any) -> "RetryPolicy":
         """From a :class:`transforms.stores.StoreConfig` (its ``retry_*`` fields)."""
-        return cls(attempts=max(1, int(config.retry_attempts)), initial_s=float(config.retry_initial_s),
-                   max_s=float(config.retry_max_s), total_s=float(config.retry_total_s))
+        return cls(
+            attempts=max(1, int(config.retry_attempts)),
+            initial_s=float(config.retry_initial_s),
+            max_s=float(config.retry_max_s),
+            total_s=float(config.retry_total_s),
+        )
 
     def retrying(self, what: str = "") -> tenacity.Retrying:
         def _log(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            log.warning("transient fault (%s), attempt %d/%d: %s: %s", what or "request",
-                        state.attempt_number, self.attempts, type(exc).__name__, exc)
+            log.warning(
+                "transient fault (%s), attempt %d/%d: %s: %s",
+                what or "request",
+                state.attempt_number,
+                self.attempts,
+                type(exc).__name__,
+                exc,
+            )
 
         return tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(self.total_s),
-            wait=tenacity.wait_exponential(multiplier=self.initial_s, min=self.initial_s, max=self.max_s),
+            stop=tenacity.stop_after_attempt(self.attempts)
+            | tenacity.stop_after_delay(self.total_s),
+            wait=tenacity.wait_exponential(
+                multiplier=self.initial_s, min=self.initial_s, max=self.max_s
+            ),
             retry=tenacity.retry_if_exception(is_transient),
-            before_sleep=_log, reraise=True)
+            before_sleep=_log,
+            reraise=True,
+        )
 
     def call(self, fn: Callable[[], Any], what: str = "") -> Any:
         """``fn()``, retried on transient faults; the last error escapes when the budget is spent."""
@@ -75,6 +90,7 @@ class RetryPolicy:
 
 
 # -- classification ---------------------------------------------------------------------
+
 
 def status_of(exc: BaseException) -> Optional[int]:
     """The HTTP status an exception carries (AIS SDK, requests, google-api-core), if any."""
@@ -90,20 +106,29 @@ def status_of(exc: BaseException) -> Optional[int]:
 
 
 def _transient_types() -> Tuple[type, ...]:
-    types: list = [ConnectionError, TimeoutError, socket.timeout, http.client.IncompleteRead,
-                   http.client.RemoteDisconnected, TransientError]
+    types: list = [
+        ConnectionError,
+        TimeoutError,
+        socket.timeout,
+        http.client.IncompleteRead,
+        http.client.RemoteDisconnected,
+        TransientError,
+    ]
     try:
         import requests.exceptions as rex
+
         types += [rex.ConnectionError, rex.ChunkedEncodingError, rex.Timeout]
     except ImportError:  # pragma: no cover - requests is a dependency
         pass
     try:
         import urllib3.exceptions as uex
+
         types += [uex.ProtocolError, uex.TimeoutError, uex.IncompleteRead, uex.NewConnectionError]
     except ImportError:  # pragma: no cover
         pass
     try:
         import google.auth.exceptions as gex
+
         types.append(gex.TransportError)
     except ImportError:  # pragma: no cover
         pass
@@ -172,7 +197,7 @@ class ResumableReader(io.RawIOBase):
         self._open_at, self._policy, self.name = open_at, policy, name
         self._stream = None
         self._pos = 0
-        self._end: Optional[int] = None    # where the current stream should stop (None: its EOF)
+        self._end: Optional[int] = None  # where the current stream should stop (None: its EOF)
         self._total: Optional[int] = None  # object size (None: not known, e.g. chunked ETL output)
         self._opened = False
         self.reopens = 0  # how many times a fault made it reopen (observable in tests)
@@ -218,7 +243,7 @@ class ResumableReader(io.RawIOBase):
         if self._stream is not None:
             try:
                 self._stream.close()
-            except Exception:  # noqa: BLE001 - a broken stream may fail to close; it is dropped anyway
+            except Exception:
                 pass
             self._stream = None
 
@@ -237,13 +262,14 @@ class ResumableReader(io.RawIOBase):
             return self._policy.call(lambda: self._read_once(view), f"read {self.name}")
         except FetchError:
             raise
-        except Exception as e:  # noqa: BLE001 - SDK/HTTP/socket errors: report as a failed read
+        except Exception as e:
             # OSErrors too (requests' and socket errors, a body cut short again and again, a
             # 403 mid-read): whatever the library, the store failed this read mid-object,
             # which the tar reader reports as a fetch reject, not as a damaged archive
             how = "retries spent" if is_transient(e) else "not retryable"
-            raise FetchError(f"{self.name}: read failed at byte {self._pos} ({how}): "
-                             f"{type(e).__name__}: {e}") from e
+            raise FetchError(
+                f"{self.name}: read failed at byte {self._pos} ({how}): {type(e).__name__}: {e}"
+            ) from e
 
     def _read_once(self, view: memoryview) -> int:
         first = True
@@ -270,7 +296,9 @@ class ResumableReader(io.RawIOBase):
             self._drop()
             if self._end is not None and self._pos < self._end:
                 self.reopens += 1
-                raise ShortBodyError(f"{self.name}: body ended at byte {self._pos}, expected {self._end}")
+                raise ShortBodyError(
+                    f"{self.name}: body ended at byte {self._pos}, expected {self._end}"
+                )
             if self._total is None:  # a clean end of a body of unknown length: now it is known
                 self._total = self._pos
                 return 0
@@ -281,19 +309,22 @@ class ResumableReader(io.RawIOBase):
             first = False  # chunked source: the next chunk starts here
 
 
-def open_resumable(open_at: Opener, policy: RetryPolicy, name: str,
-                   buffer_size: int = 1 << 20) -> io.BufferedReader:
+def open_resumable(
+    open_at: Opener, policy: RetryPolicy, name: str, buffer_size: int = 1 << 20
+) -> io.BufferedReader:
     """A buffered, seekable binary file over :class:`ResumableReader`."""
     return io.BufferedReader(ResumableReader(open_at, policy, name), buffer_size=buffer_size)
 
 
-def iter_pages(fetch_page: Callable[[Any], Tuple[Iterable[str], Any]], policy: RetryPolicy, what: str):
+def iter_pages(
+    fetch_page: Callable[[Any], Tuple[Iterable[str], Any]], policy: RetryPolicy, what: str
+):
     """Follow continuation tokens: ``fetch_page(token) -> (names, next_token)`` (token None
     first; a false next token ends); each page is retried on its own, so a fault never
     repeats or skips names."""
     token: Any = None
     while True:
-        names, token = policy.call(lambda: fetch_page(token), what)
+        names, token = policy.call(lambda t=token: fetch_page(t), what)
         yield from names
         if not token:
             return

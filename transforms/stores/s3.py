@@ -30,14 +30,14 @@ import os
 import threading
 from typing import Iterator, Optional, Tuple
 
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
 from transforms.stores.base import StoreConfig
 from transforms.stores.remote import RemoteStore
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
 from transforms.stores.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.s3")
-MULTIPART_AT = 64 << 20     # objects from this size go up in parts
-PART_SIZE = 16 << 20        # S3 wants parts of >= 5 MiB (but the last) and <= 10000 parts
+MULTIPART_AT = 64 << 20  # objects from this size go up in parts
+PART_SIZE = 16 << 20  # S3 wants parts of >= 5 MiB (but the last) and <= 10000 parts
 MAX_PARTS = 10_000
 
 
@@ -65,8 +65,12 @@ class S3Store(RemoteStore):
     def __init__(self, config: StoreConfig):
         self.config = config
         self.policy = RetryPolicy.from_config(config)
-        self.endpoint = (getattr(config, "s3_endpoint", None) or os.environ.get("AWS_ENDPOINT_URL_S3")
-                         or os.environ.get("AWS_ENDPOINT_URL") or None)
+        self.endpoint = (
+            getattr(config, "s3_endpoint", None)
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or None
+        )
         self.part_size = PART_SIZE
         self.multipart_at = MULTIPART_AT
         self._local = threading.local()
@@ -85,15 +89,20 @@ class S3Store(RemoteStore):
         if c is None:
             import boto3
             from botocore.config import Config
+
             t = self.config.read_timeout_s
-            cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"},
-                         connect_timeout=min(10.0, t), read_timeout=t,
-                         s3={"addressing_style": "path"} if self.endpoint else None,
-                         max_pool_connections=32)
+            cfg = Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=min(10.0, t),
+                read_timeout=t,
+                s3={"addressing_style": "path"} if self.endpoint else None,
+                max_pool_connections=32,
+            )
             session = boto3.session.Session()
             region = session.region_name or "us-east-1"
-            c = self._local.client = session.client("s3", endpoint_url=self.endpoint, region_name=region,
-                                                    config=cfg)
+            c = self._local.client = session.client(
+                "s3", endpoint_url=self.endpoint, region_name=region, config=cfg
+            )
         return c
 
     def _key(self, url: str) -> Tuple[str, str]:
@@ -123,7 +132,9 @@ class S3Store(RemoteStore):
         try:
             yield from iter_pages(page, self.policy, f"list s3://{bucket}/{key_prefix}")
         except FileNotFoundError:
-            log.warning("S3 bucket s3://%s does not exist (listing %s): nothing listed", bucket, prefix)
+            log.warning(
+                "S3 bucket s3://%s does not exist (listing %s): nothing listed", bucket, prefix
+            )
 
     def open_read(self, url: str):
         bucket, key = self._key(url)
@@ -133,7 +144,9 @@ class S3Store(RemoteStore):
             kw = {"Bucket": bucket, "Key": key}
             if offset:
                 kw["Range"] = f"bytes={offset}-"
-            if pin.get("etag"):  # some S3-compatible servers send no ETag: then the size is the check
+            if pin.get(
+                "etag"
+            ):  # some S3-compatible servers send no ETag: then the size is the check
                 kw["IfMatch"] = pin["etag"]
             try:
                 with self._errors(url):
@@ -141,11 +154,15 @@ class S3Store(RemoteStore):
             except FileNotFoundError:
                 if "etag" not in pin:
                     raise
-                raise ObjectChangedError(url, f"at byte {offset}: the object is gone (HTTP 404)") from None
+                raise ObjectChangedError(
+                    url, f"at byte {offset}: the object is gone (HTTP 404)"
+                ) from None
             except S3StatusError as e:
                 if e.status_code == 412:
-                    raise ObjectChangedError(url, f"at byte {offset}: ETag {pin.get('etag')} no longer "
-                                                  "matches (HTTP 412)") from None
+                    raise ObjectChangedError(
+                        url,
+                        f"at byte {offset}: ETag {pin.get('etag')} no longer matches (HTTP 412)",
+                    ) from None
                 raise
             body = res["Body"]
             length = int(res.get("ContentLength") or 0)
@@ -179,8 +196,11 @@ class S3Store(RemoteStore):
 
     def _multipart(self, url: str, bucket: str, key: str, path: str, size: int) -> None:
         part = max(self.part_size, -(-size // MAX_PARTS))
-        upload_id = self._call(url, "start upload", lambda: self.client.create_multipart_upload(
-            Bucket=bucket, Key=key)["UploadId"])
+        upload_id = self._call(
+            url,
+            "start upload",
+            lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"],
+        )
         try:
             parts = []
             with open(path, "rb") as f:
@@ -189,17 +209,32 @@ class S3Store(RemoteStore):
                     f.seek(start)
                     data = f.read(part)
                     n = number
-                    etag = self._call(url, f"upload part {n}", lambda: self.client.upload_part(
-                        Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data)["ETag"])
+                    etag = self._call(
+                        url,
+                        f"upload part {n}",
+                        lambda n=n, data=data: self.client.upload_part(
+                            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data
+                        )["ETag"],
+                    )
                     parts.append({"PartNumber": n, "ETag": etag})
                     number += 1
-            self._call(url, "complete upload", lambda: self.client.complete_multipart_upload(
-                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+            self._call(
+                url,
+                "complete upload",
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                ),
+            )
         except BaseException:
             try:
-                self._call(url, "abort upload", lambda: self.client.abort_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id))
-            except Exception as e:  # noqa: BLE001 - the upload's own error is the one to report
+                self._call(
+                    url,
+                    "abort upload",
+                    lambda: self.client.abort_multipart_upload(
+                        Bucket=bucket, Key=key, UploadId=upload_id
+                    ),
+                )
+            except Exception as e:
                 log.warning("could not abort the multipart upload of %s: %s", url, e)
             raise
 
@@ -240,18 +275,33 @@ class _S3Errors:
     def __exit__(self, et, e, tb):
         if e is None or isinstance(e, (FileNotFoundError, PermissionError, ObjectChangedError)):
             return False
-        from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, \
-            ReadTimeoutError, ResponseStreamingError
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
+
         if isinstance(e, ClientError):
             status = _status(e) or 0
             code = e.response.get("Error", {}).get("Code", "")
             if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "NotFound"):
-                raise FileNotFoundError(f"{self.url}: not found (HTTP 404{', ' + code if code else ''})") from e
+                raise FileNotFoundError(
+                    f"{self.url}: not found (HTTP 404{', ' + code if code else ''})"
+                ) from e
             if status in (401, 403):
                 raise PermissionError(f"{self.url}: access denied (HTTP {status}, {code})") from e
             raise S3StatusError(f"{self.url}: {code or 'error'} (HTTP {status})", status) from e
-        if isinstance(e, (ConnectionClosedError, EndpointConnectionError, ReadTimeoutError,
-                          ResponseStreamingError)):
+        if isinstance(
+            e,
+            (
+                ConnectionClosedError,
+                EndpointConnectionError,
+                ReadTimeoutError,
+                ResponseStreamingError,
+            ),
+        ):
             raise ConnectionError(f"{self.url}: {type(e).__name__}: {e}") from e
         return False
 
@@ -264,13 +314,22 @@ class _Body:
         self.body = body
 
     def read(self, n: int = -1) -> bytes:
-        from botocore.exceptions import ConnectionClosedError, IncompleteReadError, ReadTimeoutError, \
-            ResponseStreamingError
+        from botocore.exceptions import (
+            ConnectionClosedError,
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        )
+
         try:
             return self.body.read(None if n is None or n < 0 else n)
-        except (ConnectionClosedError, IncompleteReadError, ReadTimeoutError, ResponseStreamingError) as e:
+        except (
+            ConnectionClosedError,
+            IncompleteReadError,
+            ReadTimeoutError,
+            ResponseStreamingError,
+        ) as e:
             raise ConnectionError(f"{type(e).__name__}: {e}") from e
 
     def close(self) -> None:
         self.body.close()
-

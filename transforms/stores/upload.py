@@ -22,9 +22,9 @@ import os
 import tempfile
 from typing import BinaryIO, Callable, Iterator
 
-from transforms.stores.retry import RetryPolicy
 from transforms.sizes import parse_size
 from transforms.stores import ParkableFile
+from transforms.stores.retry import RetryPolicy
 
 SPOOL_DIR_ENV = "TAR2TF_SPOOL_DIR"
 SPOOL_LIMIT_ENV = "TAR2TF_SPOOL_LIMIT"
@@ -45,7 +45,9 @@ def spool_limit() -> int:
 
 
 @contextlib.contextmanager
-def spooled_upload(url: str, upload: Callable[[str, int], None], policy: RetryPolicy) -> Iterator[BinaryIO]:
+def spooled_upload(
+    url: str, upload: Callable[[str, int], None], policy: RetryPolicy
+) -> Iterator[BinaryIO]:
     """Yield a writable local file; on success call ``upload(spool path, size)``, retried.
 
     The spool goes to ``$TAR2TF_SPOOL_DIR`` or the system temp dir and is always removed;

@@ -34,6 +34,7 @@ def _load():
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
+
                 fn = ctypes.CDLL(None, use_errno=True).sync_file_range
                 fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
                 fn.restype = ctypes.c_int

@@ -12,34 +12,52 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Union
 
-from transforms.stores.local_read import NotRegularFileError
 from transforms.records import Record, Reject
 from transforms.stores import StoreConfig, get_store
+from transforms.stores.local_read import NotRegularFileError
 from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
 
 
-def read_shard(url: str, config: Optional[StoreConfig] = None,
-               max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
-               stats: Optional[TarStats] = None) -> Iterator[Union[Record, Reject]]:
+def read_shard(
+    url: str,
+    config: Optional[StoreConfig] = None,
+    max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
+    stats: Optional[TarStats] = None,
+) -> Iterator[Union[Record, Reject]]:
     try:
         stream = get_store(url, config).open_read(url)
     except FileNotFoundError:
-        yield Reject(url, None, "fetch", f"missing shard: {url} does not exist", counts_record=False)
+        yield Reject(
+            url, None, "fetch", f"missing shard: {url} does not exist", counts_record=False
+        )
         return
     except PermissionError as e:
         yield Reject(url, None, "fetch", f"permission denied: {url}: {e}", counts_record=False)
         return
     except NotRegularFileError as e:
-        yield Reject(url, None, "fetch", f"not a regular file: {url} is {e.kind}", counts_record=False)
+        yield Reject(
+            url, None, "fetch", f"not a regular file: {url} is {e.kind}", counts_record=False
+        )
         return
-    except Exception as e:  # noqa: BLE001 - unreachable server etc.: a clear reject, job goes on
-        yield Reject(url, None, "fetch", f"fetch failed: {url}: {e.__class__.__name__}: {e}",
-                     counts_record=False)
+    except Exception as e:
+        yield Reject(
+            url,
+            None,
+            "fetch",
+            f"fetch failed: {url}: {e.__class__.__name__}: {e}",
+            counts_record=False,
+        )
         return
     with stream:
         if _html_page(stream):
-            yield Reject(url, None, "tar", f"not a tar archive: {url} is an HTML page (an error or login "
-                                           "page served in place of the shard?)", counts_record=False)
+            yield Reject(
+                url,
+                None,
+                "tar",
+                f"not a tar archive: {url} is an HTML page (an error or login "
+                "page served in place of the shard?)",
+                counts_record=False,
+            )
             return
         yield from iter_records(stream, url, max_member_size, stats)
 
@@ -53,7 +71,7 @@ def _html_page(stream) -> bool:
         return False
     try:
         head = peek(512)[:512]
-    except Exception:  # noqa: BLE001 - the read fails again in the tar reader, which reports it
+    except Exception:
         return False
     head = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     return head.startswith((b"<!doctype html", b"<html"))

@@ -28,13 +28,13 @@ from typing import BinaryIO, Dict, Optional
 
 BLOCK = 512
 _ZERO = bytes(BLOCK)
-_REGULAR = (b"0", b"\0", b"7")          # regular, old-style regular, contiguous
-_PAX = (b"x", b"X")                     # per-member pax header (X: Solaris)
-_META = _PAX + (b"g", b"L", b"K")       # headers that describe the next member
+_REGULAR = (b"0", b"\0", b"7")  # regular, old-style regular, contiguous
+_PAX = (b"x", b"X")  # per-member pax header (X: Solaris)
+_META = _PAX + (b"g", b"L", b"K")  # headers that describe the next member
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, dirs, fifos
 _SIGNED = struct.Struct("148b8x356b")
 _SKIP_CHUNK = 1 << 20
-_LINKS = (b"1", b"2")                   # hard link, symbolic link
+_LINKS = (b"1", b"2")  # hard link, symbolic link
 
 # Largest GNU long-name / pax header accepted.  Real ones hold a path or a few attributes
 # (PATH_MAX is 4096); Go's archive/tar refuses the same headers above 1 MiB
@@ -49,6 +49,7 @@ class TarFormatError(tarfile.ReadError):
 class Member:
     """One archive member: ``name``, ``size`` (bytes of data), ``type`` (the typeflag),
     ``linkname`` (the target of a link, else "")."""
+
     __slots__ = ("name", "size", "type", "linkname")
 
     def __init__(self, name: str, size: int, type_: bytes, linkname: str = ""):
@@ -93,7 +94,7 @@ def _pax_records(data: bytes) -> Dict[str, str]:
     """``"<len> <key>=<value>\\n"`` records of a pax extended header."""
     out: Dict[str, str] = {}
     pos = 0
-    while pos < len(data) and data[pos:pos + 1] != b"\0":
+    while pos < len(data) and data[pos : pos + 1] != b"\0":
         space = data.find(b" ", pos)
         try:
             length = int(data[pos:space])
@@ -101,7 +102,7 @@ def _pax_records(data: bytes) -> Dict[str, str]:
             raise TarFormatError("invalid pax extended header") from None
         if space < 0 or length <= 0 or pos + length > len(data):
             raise TarFormatError("invalid pax extended header")
-        key, eq, value = data[space + 1:pos + length - 1].partition(b"=")
+        key, eq, value = data[space + 1 : pos + length - 1].partition(b"=")
         if not eq:
             raise TarFormatError("invalid pax extended header")
         out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
@@ -122,8 +123,8 @@ class TarStream:
 
     def __init__(self, stream: BinaryIO):
         self._f = stream
-        self._unread = 0          # data + padding of the current member not yet consumed
-        self.offset = 0           # stream position of the next header
+        self._unread = 0  # data + padding of the current member not yet consumed
+        self.offset = 0  # stream position of the next header
         self.ended = False
 
     def _take(self, n: int) -> bytes:
@@ -178,8 +179,10 @@ class TarStream:
                 if length < 0:
                     raise TarFormatError(f"negative size in a tar header at offset {start}")
                 if length > MAX_META_SIZE:
-                    raise TarFormatError(f"oversized metadata header (type {kind.decode('latin-1')}) at offset "
-                                         f"{start}: {length} bytes, over the {MAX_META_SIZE}-byte limit")
+                    raise TarFormatError(
+                        f"oversized metadata header (type {kind.decode('latin-1')}) at offset "
+                        f"{start}: {length} bytes, over the {MAX_META_SIZE}-byte limit"
+                    )
                 data = self._data(length)
                 if kind == b"L":
                     name = _text(data)

@@ -42,7 +42,12 @@ from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
 from transforms.records import KEY, SHARD, Record, Reject
-from transforms.stores.errors import FetchError, FileChangedError, LocalReadError, ObjectChangedError
+from transforms.stores.errors import (
+    FetchError,
+    FileChangedError,
+    LocalReadError,
+    ObjectChangedError,
+)
 from transforms.tar.reader import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
@@ -66,6 +71,7 @@ def split_key(name: str) -> Optional[Tuple[str, str]]:
 class TarStats:
     """Per-shard counts that are not records: skipped members (not files, no extension),
     duplicate members (a key's extension again, or a key again after its record), bytes read."""
+
     members: int = 0
     skipped_members: int = 0
     duplicate_members: int = 0
@@ -83,7 +89,9 @@ def _open_stream(stream: BinaryIO):
     """Gzip streams are decoded by :mod:`gzip`, which checks the CRC32 and length trailer
     (tarfile's own gzip reader does not)."""
     if not hasattr(stream, "peek"):
-        stream = io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
+        stream = (
+            io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
+        )
     if stream.peek(2)[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=stream, mode="rb")
     return stream
@@ -116,9 +124,13 @@ class _Group:
         self.problem: Optional[str] = None
 
 
-def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
-                 stats: Optional[TarStats] = None,
-                 group_window: int = DEFAULT_GROUP_WINDOW) -> Iterator[Union[Record, Reject]]:
+def iter_records(
+    stream: BinaryIO,
+    shard: str,
+    max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
+    stats: Optional[TarStats] = None,
+    group_window: int = DEFAULT_GROUP_WINDOW,
+) -> Iterator[Union[Record, Reject]]:
     """Yield records and rejects from one tar / tgz stream, in tar order.
 
     ``group_window`` is how many records may be open at once in the same directory.  With
@@ -156,7 +168,9 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         if broke:
             yield Reject(shard, None, "fetch", broke, counts_record=False)
         else:
-            yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+            yield Reject(
+                shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False
+            )
         return
     while True:
         try:
@@ -164,7 +178,9 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         except _STREAM_ERRORS as e:
             broke = _fetch_broke(e)
             if stats.members == 0 and not broke:  # the first header: this is not a tar at all
-                yield Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+                yield Reject(
+                    shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False
+                )
                 return
             # Damage (or a failed read) while reading a header: the record read last may
             # have lost later members, so it is rejected; the other open records are complete.
@@ -172,21 +188,39 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
                 pending.pop(current)
                 emitted.add(current)
                 if broke:
-                    yield Reject(shard, current, "fetch", f"{broke}; the read broke after this record")
+                    yield Reject(
+                        shard, current, "fetch", f"{broke}; the read broke after this record"
+                    )
                 else:
-                    yield Reject(shard, current, "tar",
-                                 f"truncated shard: the stream broke after this record ({_describe(e)})")
+                    yield Reject(
+                        shard,
+                        current,
+                        "tar",
+                        f"truncated shard: the stream broke after this record ({_describe(e)})",
+                    )
             yield from flush(0)
             if broke:
-                yield Reject(shard, None, "fetch", f"{broke}; the read broke after {stats.members} members, "
-                             "the records before them are kept", counts_record=False)
+                yield Reject(
+                    shard,
+                    None,
+                    "fetch",
+                    f"{broke}; the read broke after {stats.members} members, "
+                    "the records before them are kept",
+                    counts_record=False,
+                )
                 return
             if _is_integrity_error(e):
-                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                yield ShardCorrupt(
+                    shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False
+                )
                 return
-            yield Reject(shard, None, "tar",
-                         f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
-                         counts_record=False)
+            yield Reject(
+                shard,
+                None,
+                "tar",
+                f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
+                counts_record=False,
+            )
             return
         if member is None:
             break
@@ -204,8 +238,12 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         if group is None:
             if key in emitted:
                 if key != last_dup:
-                    yield Reject(shard, key, "tar",
-                                 f"duplicate key: {key!r} appears again, not with its first members")
+                    yield Reject(
+                        shard,
+                        key,
+                        "tar",
+                        f"duplicate key: {key!r} appears again, not with its first members",
+                    )
                 last_dup = key
                 stats.duplicate_members += 1
                 continue
@@ -220,20 +258,24 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             # being written without that member.
             kind = "hard link" if member.type == b"1" else "symbolic link"
             group.problem = group.problem or (
-                f"{kind} member {member.name} -> {member.linkname}: links are not followed")
+                f"{kind} member {member.name} -> {member.linkname}: links are not followed"
+            )
             continue
         if member.size == 0:
             group.problem = group.problem or f"zero-length member: {member.name}"
             continue
         if member.size > max_member_size:
             group.problem = group.problem or (
-                f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}")
+                f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}"
+            )
             continue
         if ext in group.entries:
             # the key starts over inside the window: the first record stands, this
             # second appearance is the duplicate
             if last_dup != key:
-                yield Reject(shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}")
+                yield Reject(
+                    shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}"
+                )
             last_dup = key
             stats.duplicate_members += 1
             continue
@@ -246,22 +288,43 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
             if broke:
                 yield Reject(shard, key, "fetch", f"{broke}; member {member.name} is incomplete")
                 yield from flush(0)
-                yield Reject(shard, None, "fetch", f"{broke}; the read broke inside member {member.name}, "
-                             "the records before it are kept", counts_record=False)
+                yield Reject(
+                    shard,
+                    None,
+                    "fetch",
+                    f"{broke}; the read broke inside member {member.name}, "
+                    "the records before it are kept",
+                    counts_record=False,
+                )
                 return
             if _is_integrity_error(e):
                 # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and
                 # failed its CRC: as on the header path, nothing of the shard is trusted
-                yield Reject(shard, key, "tar",
-                             f"corrupt shard: reading member {member.name} failed the gzip check ({_describe(e)})")
+                yield Reject(
+                    shard,
+                    key,
+                    "tar",
+                    f"corrupt shard: reading member {member.name} failed the gzip check ({_describe(e)})",
+                )
                 yield from flush(0)
-                yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False)
+                yield ShardCorrupt(
+                    shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False
+                )
                 return
-            yield Reject(shard, key, "tar", f"truncated shard: member {member.name} is incomplete ({_describe(e)})")
+            yield Reject(
+                shard,
+                key,
+                "tar",
+                f"truncated shard: member {member.name} is incomplete ({_describe(e)})",
+            )
             yield from flush(0)
-            yield Reject(shard, None, "tar",
-                         f"truncated or corrupt archive inside member {member.name}: {_describe(e)}",
-                         counts_record=False)
+            yield Reject(
+                shard,
+                None,
+                "tar",
+                f"truncated or corrupt archive inside member {member.name}: {_describe(e)}",
+                counts_record=False,
+            )
             return
         stats.member_bytes += len(data)
         group.entries[ext] = data
@@ -273,12 +336,21 @@ def iter_records(stream: BinaryIO, shard: str, max_member_size: int = DEFAULT_MA
         if current is not None and current in pending:
             pending.pop(current)
             emitted.add(current)
-            yield Reject(shard, current, "tar",
-                         "truncated shard: the archive ends after this record without its end marker")
+            yield Reject(
+                shard,
+                current,
+                "tar",
+                "truncated shard: the archive ends after this record without its end marker",
+            )
         yield from flush(0)
-        yield Reject(shard, None, "tar",
-                     f"truncated archive: the stream ended after {stats.members} members without the "
-                     "end-of-archive marker (later members may be missing)", counts_record=False)
+        yield Reject(
+            shard,
+            None,
+            "tar",
+            f"truncated archive: the stream ended after {stats.members} members without the "
+            "end-of-archive marker (later members may be missing)",
+            counts_record=False,
+        )
         return
     yield from flush(0)
     yield from _after_the_end(stream, tar.offset, shard)
@@ -309,25 +381,46 @@ def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject
     except _STREAM_ERRORS as e:
         error = e
     if data_at is not None:
-        yield Reject(shard, None, "tar",
-                     f"ignored {pos - data_at} bytes of data after the end-of-archive marker (from offset "
-                     f"{data_at}; e.g. a concatenation of tars, whose later archives tar does not list)",
-                     counts_record=False)
+        yield Reject(
+            shard,
+            None,
+            "tar",
+            f"ignored {pos - data_at} bytes of data after the end-of-archive marker (from offset "
+            f"{data_at}; e.g. a concatenation of tars, whose later archives tar does not list)",
+            counts_record=False,
+        )
     if error is None:
         return
     broke = _fetch_broke(error)
     if broke and not isinstance(stream, gzip.GzipFile):
-        yield Reject(shard, None, "fetch", f"{broke}; the read broke after the end-of-archive marker, "
-                     "the records are complete and kept", counts_record=False)
+        yield Reject(
+            shard,
+            None,
+            "fetch",
+            f"{broke}; the read broke after the end-of-archive marker, "
+            "the records are complete and kept",
+            counts_record=False,
+        )
         return
     if broke:  # the gzip trailer, which vouches for the records, was not reached
-        yield ShardCorrupt(shard, None, "fetch", f"{broke}; the read broke before the gzip CRC check at the "
-                           "end of the stream: content unverified", counts_record=False)
+        yield ShardCorrupt(
+            shard,
+            None,
+            "fetch",
+            f"{broke}; the read broke before the gzip CRC check at the "
+            "end of the stream: content unverified",
+            counts_record=False,
+        )
         return
     if _is_trailing_garbage(error):
-        yield Reject(shard, None, "tar",
-                     f"trailing garbage after the gzip stream ignored, like gzip -d ({_describe(error)}); "
-                     "the records passed the gzip CRC check and are kept", counts_record=False)
+        yield Reject(
+            shard,
+            None,
+            "tar",
+            f"trailing garbage after the gzip stream ignored, like gzip -d ({_describe(error)}); "
+            "the records passed the gzip CRC check and are kept",
+            counts_record=False,
+        )
         return
     yield ShardCorrupt(shard, None, "tar", f"corrupt gzip: {_describe(error)}", counts_record=False)
 

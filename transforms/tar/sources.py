@@ -24,8 +24,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 from braceexpand import braceexpand
 
 from transforms.records import Reject
-from transforms.stores.retry import is_transient
 from transforms.stores import StoreConfig, get_store, join, split_url
+from transforms.stores.retry import is_transient
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -45,8 +45,11 @@ def _literal_prefix(pattern: str) -> str:
     return pattern if m is None else pattern[: m.start()]
 
 
-def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
-            config: Optional[StoreConfig] = None) -> Tuple[List[str], List[Reject]]:
+def resolve(
+    templates: Union[str, Sequence[str]],
+    base: Optional[str] = None,
+    config: Optional[StoreConfig] = None,
+) -> Tuple[List[str], List[Reject]]:
     """Turn templates into an ordered list of shard URLs plus ``list`` rejects.
 
     ``base`` (a directory, ``ais://bucket`` or ``gs://bucket``) is prefixed to relative
@@ -66,10 +69,19 @@ def resolve(templates: Union[str, Sequence[str]], base: Optional[str] = None,
                 seen.add(u)
                 urls.append(u)
         for u in missing:
-            rejects.append(Reject(u, None, "list", f"missing shard: {u} is not in the listing",
-                                  counts_record=False))
+            rejects.append(
+                Reject(
+                    u,
+                    None,
+                    "list",
+                    f"missing shard: {u} is not in the listing",
+                    counts_record=False,
+                )
+            )
         for u, why in failed:
-            rejects.append(Reject(u, None, "list", f"listing failed: {u}: {why}", counts_record=False))
+            rejects.append(
+                Reject(u, None, "list", f"listing failed: {u}: {why}", counts_record=False)
+            )
     return urls, rejects
 
 
@@ -87,7 +99,7 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
         prefix = _common_prefix(exact)
         try:
             listed = set(store.list(prefix))
-        except Exception as e:  # noqa: BLE001 - retries spent or refused: rejects, the job goes on
+        except Exception as e:
             # No per-name lookup here: against a dead endpoint each one would spend the
             # whole retry budget again, for thousands of names.
             why = _listing_error(store, prefix, e)
@@ -98,7 +110,7 @@ def _resolve_one(template: str, config: Optional[StoreConfig]):
     for g in globs:
         try:
             matches = sorted(u for u in store.list(_literal_prefix(g)) if glob_match(u, g))
-        except Exception as e:  # noqa: BLE001 - as above
+        except Exception as e:
             failed.append((g, _listing_error(store, _literal_prefix(g), e)))
             continue
         if not matches:
@@ -116,8 +128,11 @@ def _listing_error(store, prefix: str, e: BaseException) -> str:
     where = store.endpoint_name() if hasattr(store, "endpoint_name") else ""
     how = "retries spent" if is_transient(e) else "not retryable"
     msg = " ".join(str(e).split()) or "no message"
-    return (f"could not list {prefix}" + (f" at {where}" if where else "")
-            + f" ({how}): {type(e).__name__}: {msg}")
+    return (
+        f"could not list {prefix}"
+        + (f" at {where}" if where else "")
+        + f" ({how}): {type(e).__name__}: {msg}"
+    )
 
 
 def _confirmed(store, url: str) -> bool:
@@ -126,7 +141,7 @@ def _confirmed(store, url: str) -> bool:
     prefix out of order, see docs/object-stores.md), a direct lookup does not."""
     try:
         return store.exists(url)
-    except Exception:  # noqa: BLE001 - unreachable, refused...: it stays a missing-shard reject
+    except Exception:
         return False
 
 
@@ -148,6 +163,7 @@ def _glob_index(url, globs, order):
 
 def _common_prefix(names: List[str]) -> str:
     import os
+
     prefix = os.path.commonprefix(names)
     if "://" in prefix or "/" in prefix:
         return prefix

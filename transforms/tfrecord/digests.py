@@ -27,6 +27,7 @@ def new(kind: str):
         return google_crc32c.Checksum()
     if kind == "sha256":
         import hashlib  # only PCR files and older manifests: a worker need not load OpenSSL
+
         return hashlib.sha256()
     raise ValueError(f"unknown digest {kind!r}")
 

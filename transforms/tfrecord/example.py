@@ -30,8 +30,17 @@ import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from transforms.ops import lazynp
-from transforms.tfrecord.schema import BYTES, FLOAT, INT64, LIST_FIELD as _LIST_FIELD, schema_of, schema_of_message
 from transforms.records import KEY, META_KEYS, Record
+from transforms.tfrecord.schema import (
+    BYTES,
+    FLOAT,
+    INT64,
+    schema_of,
+    schema_of_message,
+)
+from transforms.tfrecord.schema import (
+    LIST_FIELD as _LIST_FIELD,
+)
 
 
 class EncodeError(ValueError):
@@ -43,6 +52,7 @@ def _example_pb2():
     # ``tf.train.Example``) and example stages; imported lazily: importing TensorFlow costs
     # seconds and hundreds of MB, which the default encoding path never pays.
     from tensorflow.core.example import example_pb2
+
     return example_pb2
 
 
@@ -63,6 +73,7 @@ def _as_ints(name: str, value: Any) -> List[int]:
             _fail(name, value, INT64)
         return vals
     import numpy as np
+
     arr = np.asarray(value)
     if arr.dtype.kind in "iub":
         return [int(v) for v in arr.reshape(-1)]
@@ -85,6 +96,7 @@ def _as_floats(name: str, value: Any) -> List[float]:
             _fail(name, value, FLOAT)
         return vals or _fail(name, value, FLOAT)
     import numpy as np
+
     arr = np.asarray(value)
     if arr.dtype.kind in "iubf":
         return [float(v) for v in arr.reshape(-1)]
@@ -93,7 +105,9 @@ def _as_floats(name: str, value: Any) -> List[float]:
 
 def _fail(name, value, typ):
     if isinstance(value, float) and typ == INT64:  # nan, inf, 2.5: no integer holds them
-        raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({value!r} is no whole finite number)")
+        raise EncodeError(
+            f"value does not fit type: '{name}' is not {typ} ({value!r} is no whole finite number)"
+        )
     shown = value[:40] if isinstance(value, (bytes, str)) else type(value).__name__
     raise EncodeError(f"value does not fit type: '{name}' is not {typ} ({shown!r})")
 
@@ -104,8 +118,10 @@ def _element_bytes(name: str, value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):  # numpy.str_ too
         return value.encode("utf-8")
-    raise EncodeError(f"value does not fit type: '{name}' is an object array holding "
-                      f"{type(value).__name__}, not only bytes or str")
+    raise EncodeError(
+        f"value does not fit type: '{name}' is an object array holding "
+        f"{type(value).__name__}, not only bytes or str"
+    )
 
 
 def _as_bytes(name: str, value: Any) -> List[bytes]:
@@ -128,7 +144,11 @@ def _features(record: Record, type_map: Mapping[str, str]):
     # numpy is not imported here: while nothing else has imported it (a passthrough
     # worker), no value can be a numpy array or scalar (transforms.ops.lazynp)
     np = lazynp.loaded()
-    ints, floats = ((int, np.integer, np.bool_), (float, np.floating)) if np is not None else ((int,), (float,))
+    ints, floats = (
+        ((int, np.integer, np.bool_), (float, np.floating))
+        if np is not None
+        else ((int,), (float,))
+    )
     for name in sorted(record):
         if name in META_KEYS:
             continue
@@ -151,8 +171,10 @@ def _features(record: Record, type_map: Mapping[str, str]):
             yield name + "/dtype", BYTES, [dtype]
             continue
         # bool is an int (0/1) here, as in numpy and TensorFlow casts
-        typ = type_map.get(name, INT64 if isinstance(value, ints)
-                           else FLOAT if isinstance(value, floats) else BYTES)
+        typ = type_map.get(
+            name,
+            INT64 if isinstance(value, ints) else FLOAT if isinstance(value, floats) else BYTES,
+        )
         convert = _as_ints if typ == INT64 else _as_floats if typ == FLOAT else _as_bytes
         yield name, typ, convert(name, value)
 
@@ -161,6 +183,7 @@ def _wire_pb2():
     """:mod:`transforms.tfrecord.example_wire_pb2`, imported on first use: the direct writer needs no
     protobuf, and a shard worker process starts ~15 ms sooner without it."""
     from transforms.tfrecord import example_wire_pb2
+
     return example_wire_pb2
 
 
@@ -258,7 +281,9 @@ def _wire_parts(record: Record, type_map: Optional[Mapping[str, str]]):
     ``b"".join(parts)`` -- or None (see above).  Every length is known before a byte is
     joined, so a record's values (a 100 kB JPEG) are copied once, by whoever joins the
     parts (the TFRecord framing), not once per nesting level of the message."""
-    feats = [(_name(name), name, typ, vals) for name, typ, vals in _features(record, type_map or {})]
+    feats = [
+        (_name(name), name, typ, vals) for name, typ, vals in _features(record, type_map or {})
+    ]
     feats.sort(key=_map_order)
     parts: List[bytes] = [b""]  # [0]: Example field 1's header, once its length is known
     out_schema, last, total = {}, None, 0
@@ -291,8 +316,11 @@ def serialize(example) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
-def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
-                  to_example: Optional[Callable[[Record], Any]] = None) -> bytes:
+def encode_record(
+    record: Record,
+    type_map: Optional[Mapping[str, str]] = None,
+    to_example: Optional[Callable[[Record], Any]] = None,
+) -> bytes:
     """Record -> serialized Example; ``to_example`` overrides the default encoding.
 
     A custom ``to_example`` may return a ``tf.train.Example`` or already-serialized bytes.
@@ -303,10 +331,13 @@ def encode_record(record: Record, type_map: Optional[Mapping[str, str]] = None,
     return encode_with_schema(record, type_map, to_example, schema=False)[0]
 
 
-def encode_with_schema(record: Record, type_map: Optional[Mapping[str, str]] = None,
-                       to_example: Optional[Callable[[Record], Any]] = None,
-                       schema: bool = True, parts: bool = False
-                       ) -> Tuple[Union[bytes, List[bytes]], Optional[Dict[str, Dict[str, Any]]]]:
+def encode_with_schema(
+    record: Record,
+    type_map: Optional[Mapping[str, str]] = None,
+    to_example: Optional[Callable[[Record], Any]] = None,
+    schema: bool = True,
+    parts: bool = False,
+) -> Tuple[Union[bytes, List[bytes]], Optional[Dict[str, Dict[str, Any]]]]:
     """:func:`encode_record` plus the Example's :func:`schema_of`, read from the message
     before it is serialized (no parse back), or None with ``schema=False``.  With
     ``parts=True`` the Example comes as a list of bytes to concatenate (see
@@ -322,12 +353,15 @@ def encode_with_schema(record: Record, type_map: Optional[Mapping[str, str]] = N
             data = bytes(msg)
             return ([data] if parts else data), (schema_of(data) if schema else None)
         if msg is None or not hasattr(msg, "SerializeToString"):
-            raise EncodeError(f"record_to_example returned {type(msg).__name__}, not a tf.train.Example")
+            raise EncodeError(
+                f"record_to_example returned {type(msg).__name__}, not a tf.train.Example"
+            )
     data = serialize(msg)
     return ([data] if parts else data), (schema_of_message(msg) if schema else None)
 
 
 # -- parsing back -----------------------------------------------------------------------
+
 
 def parse_example(serialized: bytes) -> Record:
     """Serialized Example -> record dict, undoing :func:`record_to_example`.
@@ -337,6 +371,7 @@ def parse_example(serialized: bytes) -> Record:
     come back as scalars; bytes stay bytes.
     """
     import numpy as np
+
     ex = _wire_pb2().Example.FromString(serialized)
     fmap = ex.features.feature
     rec: Record = {}
@@ -346,7 +381,9 @@ def parse_example(serialized: bytes) -> Record:
         f = fmap[name]
         kind = f.WhichOneof("kind")
         vals = list(getattr(f, kind).value) if kind else []
-        has_companions = name + "/shape" in fmap and name + "/dtype" in fmap  # (indexing would add them)
+        has_companions = (
+            name + "/shape" in fmap and name + "/dtype" in fmap
+        )  # (indexing would add them)
         stored = fmap[name + "/dtype"].bytes_list.value[:1] if has_companions else []
         shape = tuple(fmap[name + "/shape"].int64_list.value) if stored else ()
         if stored and stored[0] == b"string" and kind == "bytes_list":
@@ -357,7 +394,9 @@ def parse_example(serialized: bytes) -> Record:
             rec[name] = _shaped(np.asarray(vals, dtype=bool), shape)
         elif stored and kind == "bytes_list":
             dtype = np.dtype(stored[0].decode()).newbyteorder("<")
-            rec[name] = _shaped(np.frombuffer(vals[0], dtype=dtype), shape).astype(dtype.newbyteorder("="))
+            rec[name] = _shaped(np.frombuffer(vals[0], dtype=dtype), shape).astype(
+                dtype.newbyteorder("=")
+            )
         elif name == KEY:
             rec[name] = vals[0].decode("utf-8", "surrogateescape") if vals else ""
         elif kind == "bytes_list":

@@ -36,7 +36,9 @@ def _mask(crc: int) -> int:
 
 
 def masked_crc32c(data) -> int:
-    return _mask(google_crc32c.value(bytes(data) if not isinstance(data, (bytes, memoryview)) else data))
+    return _mask(
+        google_crc32c.value(bytes(data) if not isinstance(data, (bytes, memoryview)) else data)
+    )
 
 
 def frame(payload: bytes) -> bytes:
@@ -90,7 +92,9 @@ def iter_frames(fileobj: BinaryIO, check_crc: bool = True) -> Iterator[Tuple[int
             raise CorruptRecordError(f"length CRC mismatch at offset {offset}")
         body = fileobj.read(length + 4)
         if len(body) < length + 4:
-            raise CorruptRecordError(f"truncated record at offset {offset}: {len(body)} of {length + 4} bytes")
+            raise CorruptRecordError(
+                f"truncated record at offset {offset}: {len(body)} of {length + 4} bytes"
+            )
         payload = body[:length]
         if check_crc and masked_crc32c(payload) != _U32.unpack_from(body, length)[0]:
             raise CorruptRecordError(f"data CRC mismatch in record at offset {offset}")
@@ -105,6 +109,7 @@ def read_records(path_or_file, check_crc: bool = True) -> Iterator[bytes]:
             yield payload
         return
     from transforms.stores import get_store
+
     with get_store(path_or_file).open_read(path_or_file) as f:
         for _, payload in iter_frames(f, check_crc):
             yield payload
@@ -130,9 +135,11 @@ class Packer:
         self.count = self.acc = 0
 
     def starts_shard(self, size: int) -> bool:
-        new = (self.count == 0
-               or (self.max_bytes is not None and self.acc + size > self.max_bytes)
-               or (self.max_records is not None and self.count >= self.max_records))
+        new = (
+            self.count == 0
+            or (self.max_bytes is not None and self.acc + size > self.max_bytes)
+            or (self.max_records is not None and self.count >= self.max_records)
+        )
         if new:
             self.count = self.acc = 0
         self.count += 1
@@ -140,7 +147,9 @@ class Packer:
         return new
 
 
-def pack(sizes: List[int], max_bytes: Optional[int], max_records: Optional[int]) -> List[Tuple[int, int]]:
+def pack(
+    sizes: List[int], max_bytes: Optional[int], max_records: Optional[int]
+) -> List[Tuple[int, int]]:
     """Greedy, order-preserving packing of framed record sizes into shards (:class:`Packer`).
 
     Returns ``[(first_record, end_record), ...]``.  Greedy filling in order is optimal for

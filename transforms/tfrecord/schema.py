@@ -21,8 +21,15 @@ from transforms.records import KEY
 
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
 FEATURE_TYPES = (BYTES, INT64, FLOAT)
-_ALIASES = {"bytes": BYTES, "str": BYTES, "string": BYTES, "int": INT64, "int64": INT64,
-            "float": FLOAT, "float32": FLOAT}
+_ALIASES = {
+    "bytes": BYTES,
+    "str": BYTES,
+    "string": BYTES,
+    "int": INT64,
+    "int64": INT64,
+    "float": FLOAT,
+    "float32": FLOAT,
+}
 
 #: the ``Feature`` field (its ``kind``) holding each type's values
 LIST_FIELD = {BYTES: "bytes_list", INT64: "int64_list", FLOAT: "float_list"}
@@ -46,13 +53,17 @@ def parse_type_map(spec: Union[None, str, Mapping[str, str]]) -> Dict[str, str]:
     out = {}
     for name, typ in items:
         if not name or name == KEY:
-            raise ValueError(f"type map entry {name!r}:{typ!r}: the name must be a feature name "
-                             f"(an extension such as cls), not empty or {KEY}")
+            raise ValueError(
+                f"type map entry {name!r}:{typ!r}: the name must be a feature name "
+                f"(an extension such as cls), not empty or {KEY}"
+            )
         if name in out:
             raise ValueError(f"type map names {name!r} twice")
         t = _ALIASES.get(str(getattr(typ, "value", typ)).lower())
         if t is None:
-            raise ValueError(f"unknown feature type {typ!r} for {name!r}; use one of {FEATURE_TYPES}")
+            raise ValueError(
+                f"unknown feature type {typ!r} for {name!r}; use one of {FEATURE_TYPES}"
+            )
         out[name] = t
     return out
 
@@ -65,6 +76,7 @@ def unmatched_types(type_map: Mapping[str, str], schema: Mapping[str, Any]) -> L
 
 def _wire_pb2():
     from transforms.tfrecord import example_wire_pb2
+
     return example_wire_pb2
 
 
@@ -81,11 +93,16 @@ def schema_of_message(ex) -> Dict[str, Dict[str, Any]]:
     out = {}
     for name, f in ex.features.feature.items():
         kind = f.WhichOneof("kind")
-        out[name] = {"dtype": _KINDS.get(kind, "none"), "shape": [len(getattr(f, kind).value) if kind else 0]}
+        out[name] = {
+            "dtype": _KINDS.get(kind, "none"),
+            "shape": [len(getattr(f, kind).value) if kind else 0],
+        }
     return out
 
 
-def merge_schema(a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def merge_schema(
+    a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]
+) -> Dict[str, Dict[str, Any]]:
     """Union of two schemas; a feature whose length differs gets shape [-1] (variable)."""
     out = {k: dict(v) for k, v in a.items()}
     for name, spec in b.items():
@@ -119,22 +136,27 @@ def first_types(schema: Mapping[str, Mapping[str, Any]], pieces) -> Dict[str, st
     return out
 
 
-def retype(type_map: Union[None, str, Mapping[str, str]], schema: Mapping[str, Mapping[str, Any]]
-           ) -> Dict[str, str]:
+def retype(
+    type_map: Union[None, str, Mapping[str, str]], schema: Mapping[str, Mapping[str, Any]]
+) -> Dict[str, str]:
     """The type map to convert again with, when the manifest ``schema`` has features whose
     records disagreed on their type (``mixed``, with the type of the first one in input
     order as ``first_dtype``): the job's own type map plus those.  Empty: nothing to do."""
     tm = parse_type_map(type_map)
     # a feature the type map already names cannot be typed any further (a custom encoder
     # wrote it): no second pass, which would end the same way
-    add = {n: s["first_dtype"] for n, s in schema.items()
-           if s.get("dtype") == "mixed" and s.get("first_dtype") in FEATURE_TYPES and n not in tm}
+    add = {
+        n: s["first_dtype"]
+        for n, s in schema.items()
+        if s.get("dtype") == "mixed" and s.get("first_dtype") in FEATURE_TYPES and n not in tm
+    }
     return {**tm, **add} if add else {}
 
 
 def tf_feature_spec(schema: Mapping[str, Mapping[str, Any]]):
     """A ``tf.io.parse_single_example`` spec from a manifest schema."""
     import tensorflow as tf
+
     spec = {}
     for name, s in schema.items():
         dtype = {BYTES: tf.string, INT64: tf.int64, FLOAT: tf.float32}.get(s["dtype"])
