@@ -23,10 +23,7 @@ written once; otherwise each worker writes a piece file that the shards are copi
   recursively); loky avoids that but still needs a picklable callable per task.
 * Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.local.worker`
   and :mod:`pipelines.job.shard` only (no Beam, no TensorFlow, not even this module's
-  queue, futures and subprocess machinery: ~0.1 s, in parallel, while Beam builds its graph).  They
-  are not started through :mod:`multiprocessing`, whose spawn re-runs the caller's main
-  script in every child (a script calling ``convert()`` without an
-  ``if __name__ == "__main__"`` guard would start jobs recursively).
+  queue, futures and subprocess machinery), so they start converting in about 0.1 s.
 * Given the job's task list, the pool converts the shards in input order on its own
   threads as soon as it starts, whichever thread later asks for which shard (see
   :class:`Pool`).

@@ -19,9 +19,9 @@ than before and the worker never idles waiting for its place.  Each byte of the 
 written once, by a worker, instead of to a piece file and again by the parent into the
 final shard.
 
-This module imports only what a worker needs, so that a worker is converting ~20 ms
-sooner than if it imported the pool's queue, futures and subprocess machinery (measured on
-the 2-core benchmark machine, where both workers start at once).
+This module imports only what a worker needs, so that a worker starts converting sooner
+than if it imported the pool's queue, futures and subprocess machinery (every worker of a
+pool starts at once, competing for the same cores).
 """
 
 from __future__ import annotations
