@@ -110,8 +110,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(e, file=sys.stderr)
         return 2
     args.beam_args = extra
+    from launch import flink_watch
     try:
-        return int(args.func(args) or 0)
+        with flink_watch.watching(extra):  # a Flink cluster's job id and web UI
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
         return 1
