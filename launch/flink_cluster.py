@@ -25,10 +25,11 @@ default restart strategy those attempts can use up every restart and fail the jo
 fixed delay of 5 s with 20 attempts outlasts the timeout, so a job survives a lost
 TaskManager once a replacement (``add-taskmanager``) or a spare slot is there.
 
-The worker pool starts each SDK worker as ``python -c ...`` from its PATH.  A pool whose
-``python`` cannot import apache_beam leaves the Flink job waiting forever on workers that
-never connect, so ``start`` first checks that this ``python`` imports apache_beam and
-tar2tf, and refuses with one clear message when it cannot.
+The worker pool is ``launch/worker_pool.py``: Beam's own pool cannot be shared by several
+TaskManagers (their worker ids collide; see that module).  Its SDK workers run on the
+pool's interpreter.  A worker that cannot import apache_beam or tar2tf dies at start and
+leaves the Flink job waiting forever for it, so ``start`` first checks that this python
+imports both, and refuses with one clear message when it cannot.
 """
 
 from __future__ import annotations
@@ -223,6 +224,8 @@ def overview(port: int) -> Optional[dict]:
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
+        # as the servers bind: a port held only by closed connections (TIME_WAIT) is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("localhost", port))
         except OSError:
@@ -297,39 +300,46 @@ def start_taskmanager(st: dict, state: str, name: Optional[str] = None) -> str:
     return name
 
 
-def pool_env(python: str) -> Dict[str, str]:
-    """The pool's environment: `python` is the one given (its directory first on PATH,
-    since the pool starts workers as plain `python`), and this checkout's modules come
-    first on the path (an installed tar2tf may be another checkout)."""
+def pool_env(python: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The pool's environment, which its SDK workers inherit: `python` is the one given
+    (its directory first on PATH, since the pool starts workers as plain `python`), this
+    checkout's modules come first on the path (an installed tar2tf may be another
+    checkout), then `extra` (e.g. STORAGE_EMULATOR_HOST, or a PYTHONPATH for the modules
+    of ``--ops module:function``)."""
     env = dict(os.environ)
+    extra = dict(extra or {})
     env["PATH"] = os.path.dirname(os.path.abspath(python)) + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    paths = [ROOT] + extra.pop("PYTHONPATH", "").split(os.pathsep) + env.get("PYTHONPATH", "").split(os.pathsep)
+    env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
 
 
-def check_pool_python(python: str) -> None:
-    """Raises ClusterError unless the `python` the pool would start its workers with can
-    import apache_beam and tar2tf."""
-    env = pool_env(python)
-    worker = shutil.which("python", path=env["PATH"])
-    if worker is None:
-        raise ClusterError(f"the worker pool starts SDK workers as `python`, and there is none on its PATH "
-                           f"({os.path.dirname(python)} first)")
-    p = subprocess.run([worker, "-c", POOL_IMPORTS], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+def check_pool_python(python: str, extra: Optional[Dict[str, str]] = None) -> None:
+    """Raises ClusterError unless `python`, which runs the pool and its SDK workers, can
+    import apache_beam and tar2tf: a worker that cannot dies at import, and the Flink job
+    would wait for it without end."""
+    env = pool_env(python, extra)
+    try:
+        p = subprocess.run([python, "-c", POOL_IMPORTS], env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    except OSError as e:
+        raise ClusterError(f"cannot run the worker pool's python {python}: {e}") from e
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-        raise ClusterError(f"the worker pool's SDK workers would run {worker}, which cannot run tar2tf's "
+        raise ClusterError(f"the worker pool's SDK workers would run {python}, which cannot run tar2tf's "
                            f"DoFns ({why}); start the pool from the tar2tf venv "
                            "(--pool-python $(cat ~/.cache/tar2tf/venv-current))")
 
 
 def start_pool(st: dict, state: str) -> dict:
     python = st["pool_python"]
-    cmd = [python, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={st['pool_port']}"]
-    marker = f"worker_pool_main --service_port={st['pool_port']}"
-    return _spawn(st, state, "pool", cmd, marker=marker, env=pool_env(python), cwd=ROOT, group=True)
+    # tar2tf's pool, not Beam's worker_pool_main: the TaskManagers share it (launch/worker_pool.py)
+    cmd = [python, "-m", "launch.worker_pool", f"--service_port={st['pool_port']}"]
+    marker = f"launch.worker_pool --service_port={st['pool_port']}"
+    return _spawn(st, state, "pool", cmd, marker=marker, env=pool_env(python, st.get("pool_env")), cwd=ROOT,
+                  group=True)
 
 
 def _wait(what: str, ready, procs: Sequence[dict], timeout: float) -> None:
@@ -357,7 +367,8 @@ def _connects(port: int) -> bool:
 def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int = 8081,
           rpc_port: int = 6123, pool_port: Optional[int] = 50000, slots: int = 1,
           tm_memory: str = "1280m", jm_memory: str = "1024m", jm_heap: str = "512m",
-          pool_python: Optional[str] = None, timeout: float = 120) -> dict:
+          pool_python: Optional[str] = None, pool_extra_env: Optional[Dict[str, str]] = None,
+          timeout: float = 120) -> dict:
     """Starts the cluster (and the pool unless pool_port is None) and waits until the REST
     overview shows every TaskManager and the pool accepts connections; on any failure
     stops what it started and raises ClusterError."""
@@ -376,7 +387,7 @@ def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int
         raise ClusterError(f"port(s) in use: {', '.join(busy)} (choose others: --rest-port, --rpc-port, --pool-port)")
     pool_python = os.path.abspath(pool_python or sys.executable)
     if pool_port is not None:
-        check_pool_python(pool_python)
+        check_pool_python(pool_python, pool_extra_env)
     conf, logs = os.path.join(state, "conf"), os.path.join(state, "log")
     os.makedirs(conf, exist_ok=True)
     os.makedirs(logs, exist_ok=True)
@@ -387,6 +398,7 @@ def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int
         f.write(LOG4J)
     st = {"dist": os.path.abspath(dist), "conf": conf, "logs": logs, "rest_port": rest_port,
           "rpc_port": rpc_port, "pool_port": pool_port, "pool_python": pool_python, "jm_heap": jm_heap,
+          "pool_env": dict(pool_extra_env or {}),
           "next_tm": 1, "procs": {}, "taskmanagers": taskmanagers}
     os.makedirs(state, exist_ok=True)
     save(state, st)
@@ -468,6 +480,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     s.add_argument("--tm-memory", default="1280m", help="each TaskManager's process size")
     s.add_argument("--pool-python", help="the python of the worker pool and its SDK workers "
                                          "(default: this one, the tar2tf venv's)")
+    s.add_argument("--pool-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="more environment for the pool and its SDK workers (repeatable)")
     s.add_argument("--dist", default=default_dist(), help="the Flink distribution (lib/, bin/bash-java-utils.jar)")
     s.add_argument("--timeout", type=float, default=120)
     others = [sub.add_parser("stop", help="stop every process of the cluster, by PID"),
@@ -482,7 +496,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.cmd == "start":
             st = start(state, a.dist, a.taskmanagers, a.rest_port, a.rpc_port,
                        None if a.no_pool else a.pool_port, a.slots, a.tm_memory, pool_python=a.pool_python,
-                       timeout=a.timeout)
+                       pool_extra_env=dict(kv.split("=", 1) for kv in a.pool_env), timeout=a.timeout)
             print(f"Flink cluster: web UI http://localhost:{a.rest_port}, {a.taskmanagers} TaskManager(s)"
                   + (f", Beam worker pool localhost:{a.pool_port}" if not a.no_pool else "")
                   + f"; logs {st['logs']}", file=sys.stderr)
