@@ -80,14 +80,14 @@ def test_pool_python_without_beam_is_refused(tmp_path, flink_cluster_setup):  # 
 
 
 def test_tfrecords_spread_over_both_taskmanagers(session_cluster, shards, tmp_path):  # noqa: F811
-    args = (shards, "-o", str(tmp_path / "{d}" / "t-{{}}.record"), *TF_ARGS, "--ops", RESIZE_OPS)
-    out = [a.format(d="flink") for a in args]
-    p = session_cluster.run("convert", *out, "--summary-json", str(tmp_path / "summary.json"))
+    def args(d):
+        return (shards, "-o", str(tmp_path / d / "t-{}.record"), *TF_ARGS, "--ops", RESIZE_OPS)
+    p = session_cluster.run("convert", *args("flink"), "--summary-json", str(tmp_path / "summary.json"))
     assert p.returncode == 0, p.stderr[-5000:]
     jid = session_cluster.job_id(p.stderr)
     assert session_cluster.wait_job(jid)["state"] == "FINISHED"
     _spread(session_cluster, jid, "ConvertShard")
-    local = cli("convert", *[a.format(d="local") for a in args], "--no-progress")
+    local = cli("convert", *args("local"), "--no-progress")
     assert local.returncode == 0, local.stderr
     got = output_digest(str(tmp_path / "flink"))
     assert got == output_digest(str(tmp_path / "local")) and len(got) == 7  # 5 shards, manifest, rejects
