@@ -77,7 +77,9 @@ class Cluster:
         e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TAR2TF_CACHE=CACHE, TF_CPP_MIN_LOG_LEVEL="3",
                  FLINK_JOB_SERVER_JAR=self.setup["FLINK_JOB_SERVER_JAR"], FLINK_VERSION=self.setup["FLINK_VERSION"],
                  FLINK_MASTER=f"localhost:{self.rest_port}", ENVIRONMENT_TYPE="EXTERNAL",
-                 ENVIRONMENT_CONFIG=f"localhost:{self.pool_port}", TAR2TF_FLINK_CLUSTER=self.state)
+                 ENVIRONMENT_CONFIG=f"localhost:{self.pool_port}", TAR2TF_FLINK_CLUSTER=self.state,
+                 # --ops slow_ops:slow_ops is imported where the job is built, too
+                 PYTHONPATH=os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p))
         e.update(extra)
         return e
 
