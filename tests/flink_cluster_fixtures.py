@@ -127,8 +127,14 @@ class Cluster:
     def sdk_workers(self) -> List[int]:
         """PIDs of the SDK worker processes the pool has started (its children)."""
         import psutil
-        pool = psutil.Process(self.procs["pool"]["pid"])
-        return [c.pid for c in pool.children(recursive=True) if "SdkHarness" in " ".join(c.cmdline())]
+        out = []
+        for c in psutil.Process(self.procs["pool"]["pid"]).children(recursive=True):
+            try:
+                if "SdkHarness" in " ".join(c.cmdline()):
+                    out.append(c.pid)
+            except psutil.Error:  # ended (a zombie until the pool reaps it)
+                pass
+        return out
 
     def job_servers(self) -> List[int]:
         """PIDs of Beam job servers that submit to this cluster (started by tar2tf runs)."""
