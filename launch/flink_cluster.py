@@ -422,12 +422,15 @@ def add_taskmanager(state: str, timeout: float = 120) -> str:
     st = load(state)
     if not st or not alive(st["procs"].get("jobmanager", {"pid": -1, "marker": ""})):
         raise ClusterError(f"no running cluster recorded in {state}")
-    before = (overview(st["rest_port"]) or {}).get("taskmanagers", 0)
     name = start_taskmanager(st, state)
     save(state, st)
-    ids = lambda: {t["id"] for t in (rest(st["rest_port"], "/taskmanagers").get("taskmanagers") or [])}  # noqa: E731
-    _wait(f"TaskManager {name}", lambda: name in ids(), [st["procs"][name]], timeout)
-    del before
+
+    def registered() -> bool:
+        try:
+            return name in {t["id"] for t in rest(st["rest_port"], "/taskmanagers").get("taskmanagers") or []}
+        except (OSError, ValueError):
+            return False
+    _wait(f"TaskManager {name}", registered, [st["procs"][name]], timeout)
     return name
 
 
