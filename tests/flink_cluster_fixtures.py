@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -86,14 +87,21 @@ class Cluster:
     def command(self, *args: str) -> List[str]:
         return ["bash", FLINK_SH, *args, "--no-progress", "--parallelism=2"]
 
-    def run(self, *args: str, timeout: float = 300, **extra) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command(*args), capture_output=True, text=True, env=self.env(**extra),
-                              cwd=ROOT, timeout=timeout)
+    def run(self, *args: str, timeout: float = 900, **extra) -> subprocess.CompletedProcess:
+        """tar2tf on the cluster; on a timeout the whole run ends (the CLI and the job
+        server it started), not only the script."""
+        p = subprocess.Popen(self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env(**extra), cwd=ROOT, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        finally:
+            end_group(p)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
     def popen(self, *args: str, log: str, **extra) -> subprocess.Popen:
         with open(log, "w") as out:
             return subprocess.Popen(self.command(*args), stdout=out, stderr=subprocess.STDOUT,
-                                    env=self.env(**extra), cwd=ROOT)
+                                    env=self.env(**extra), cwd=ROOT, start_new_session=True)
 
     def job_id(self, stderr: str) -> str:
         """The Flink job id that tar2tf printed on submitting (launch/flink_watch.py)."""
@@ -145,6 +153,22 @@ class Cluster:
             if "java" in line and f"localhost:{self.rest_port}" in line and "flink-master" in line:
                 out.append(p.info["pid"])
         return out
+
+
+def end_group(p: subprocess.Popen) -> None:
+    """Ends what is left of a run started in its own session (by its process group id,
+    which is its PID): the CLI's job server outlives a CLI that was killed."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
 
 
 def start_cluster(state: str, setup: Dict[str, str]) -> Cluster:

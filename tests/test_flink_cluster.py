@@ -148,9 +148,7 @@ def _kill_mid_job(cluster, slow_shards, tmp_path, victim):
         victim()
         rc = proc.wait(timeout=400)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        F.end_group(proc)
     return rc, open(log).read(), str(out)
 
 
