@@ -158,12 +158,13 @@ class Cluster:
 def end_group(p: subprocess.Popen) -> None:
     """Ends what is left of a run started in its own session (by its process group id,
     which is its PID): the CLI's job server outlives a CLI that was killed."""
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-            p.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
+    if p.poll() is not None:  # it ended by itself: what it leaves is for the tests to see
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
