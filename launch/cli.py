@@ -147,8 +147,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     job_phase.reset()
     from launch.log_redact import quiet_step_failures
 
+    from launch import flink_watch
+
     try:
-        with quiet_step_failures(args.debug):
+        # a Flink cluster's job id and web UI
+        with quiet_step_failures(args.debug), flink_watch.watching(extra):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
