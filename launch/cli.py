@@ -145,9 +145,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from pipelines.job import phase as job_phase
 
     job_phase.reset()
-    from launch.log_redact import quiet_step_failures
-
     from launch import flink_watch
+    from launch.log_redact import quiet_step_failures
 
     try:
         # a Flink cluster's job id and web UI

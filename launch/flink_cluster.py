@@ -98,7 +98,9 @@ class ClusterError(Exception):
 
 def cache_dir() -> str:
     return os.environ.get("TAR2TF_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tar2tf")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "tar2tf",
+    )
 
 
 def default_state() -> str:
@@ -120,6 +122,7 @@ def default_dist() -> Optional[str]:
 
 
 # -- state ------------------------------------------------------------------------------
+
 
 def state_path(state: str) -> str:
     return os.path.join(state, "state.json")
@@ -206,6 +209,7 @@ def _reap(pid: int) -> None:
 
 # -- REST -------------------------------------------------------------------------------
 
+
 def rest(port: int, path: str, timeout: float = 5, method: str = "GET"):
     req = urllib.request.Request(f"http://localhost:{port}{path}", method=method)
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -221,6 +225,7 @@ def overview(port: int) -> Optional[dict]:
 
 
 # -- starting ---------------------------------------------------------------------------
+
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
@@ -244,17 +249,34 @@ def _tail(path: str, n: int = 15) -> str:
 def _java() -> str:
     java = shutil.which("java")
     if not java:
-        raise ClusterError("java is not on PATH (Java 11+: apt-get install openjdk-17-jre-headless)")
+        raise ClusterError(
+            "java is not on PATH (Java 11+: apt-get install openjdk-17-jre-headless)"
+        )
     return java
 
 
-def _spawn(st: dict, state: str, name: str, cmd: List[str], marker: str, env=None, cwd=None,
-           group: bool = False) -> dict:
+def _spawn(
+    st: dict,
+    state: str,
+    name: str,
+    cmd: List[str],
+    marker: str,
+    env=None,
+    cwd=None,
+    group: bool = False,
+) -> dict:
     log = os.path.join(st["logs"], f"{name}.out")
     with open(log, "ab") as out:
         # a session of its own: the launching shell's Ctrl-C or exit does not reach it
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             env=env, cwd=cwd, start_new_session=True)
+        p = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     proc = {"pid": p.pid, "marker": marker, "out": log, "group": group}
     st["procs"][name] = proc
     save(state, st)
@@ -264,21 +286,43 @@ def _spawn(st: dict, state: str, name: str, cmd: List[str], marker: str, env=Non
 def tm_params(st: dict) -> List[List[str]]:
     """[JVM flags, dynamic properties] that Flink's scripts would give a TaskManager."""
     dist = st["dist"]
-    cp = os.path.join(dist, "bin", "bash-java-utils.jar") + os.pathsep + os.path.join(dist, "lib", "*")
-    p = subprocess.run([_java(), "-cp", cp, UTILS_CLASS, "GET_TM_RESOURCE_PARAMS", "--configDir", st["conf"]],
-                       capture_output=True, text=True, timeout=120)
-    lines = [ln[len(UTILS_PREFIX):].strip() for ln in p.stdout.splitlines() if ln.startswith(UTILS_PREFIX)]
+    cp = (
+        os.path.join(dist, "bin", "bash-java-utils.jar")
+        + os.pathsep
+        + os.path.join(dist, "lib", "*")
+    )
+    p = subprocess.run(
+        [_java(), "-cp", cp, UTILS_CLASS, "GET_TM_RESOURCE_PARAMS", "--configDir", st["conf"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [
+        ln[len(UTILS_PREFIX) :].strip()
+        for ln in p.stdout.splitlines()
+        if ln.startswith(UTILS_PREFIX)
+    ]
     if p.returncode != 0 or len(lines) < 2:
-        raise ClusterError(f"BashJavaUtils could not compute the TaskManager's options: "
-                           f"{(p.stdout + p.stderr).strip()[-2000:]}")
+        raise ClusterError(
+            f"BashJavaUtils could not compute the TaskManager's options: "
+            f"{(p.stdout + p.stderr).strip()[-2000:]}"
+        )
     return [shlex.split(lines[0]), shlex.split(lines[1])]
 
 
 def start_jobmanager(st: dict, state: str) -> dict:
     log = os.path.join(st["logs"], "jobmanager.log")
-    cmd = [_java(), f"-Xmx{st['jm_heap']}", f"-Dlog.file={log}",
-           f"-Dlog4j.configurationFile=file:{os.path.join(st['conf'], 'log4j.properties')}",
-           "-cp", os.path.join(st["dist"], "lib", "*"), JM_CLASS, "--configDir", st["conf"]]
+    cmd = [
+        _java(),
+        f"-Xmx{st['jm_heap']}",
+        f"-Dlog.file={log}",
+        f"-Dlog4j.configurationFile=file:{os.path.join(st['conf'], 'log4j.properties')}",
+        "-cp",
+        os.path.join(st["dist"], "lib", "*"),
+        JM_CLASS,
+        "--configDir",
+        st["conf"],
+    ]
     return _spawn(st, state, "jobmanager", cmd, marker=JM_CLASS)
 
 
@@ -291,11 +335,24 @@ def start_taskmanager(st: dict, state: str, name: Optional[str] = None) -> str:
     jvm, dynamic = st.get("tm_params") or tm_params(st)
     st["tm_params"] = [jvm, dynamic]
     log = os.path.join(st["logs"], f"{name}.log")
-    cmd = [_java(), *jvm, f"-Dlog.file={log}",
-           f"-Dlog4j.configurationFile=file:{os.path.join(st['conf'], 'log4j.properties')}",
-           "-cp", os.path.join(st["dist"], "lib", "*"), TM_CLASS, "--configDir", st["conf"], *dynamic,
-           "-D", "taskmanager.rpc.port=0", "-D", "taskmanager.data.port=0",
-           "-D", f"taskmanager.resource-id={name}"]
+    cmd = [
+        _java(),
+        *jvm,
+        f"-Dlog.file={log}",
+        f"-Dlog4j.configurationFile=file:{os.path.join(st['conf'], 'log4j.properties')}",
+        "-cp",
+        os.path.join(st["dist"], "lib", "*"),
+        TM_CLASS,
+        "--configDir",
+        st["conf"],
+        *dynamic,
+        "-D",
+        "taskmanager.rpc.port=0",
+        "-D",
+        "taskmanager.data.port=0",
+        "-D",
+        f"taskmanager.resource-id={name}",
+    ]
     _spawn(st, state, name, cmd, marker=f"taskmanager.resource-id={name}")
     return name
 
@@ -309,7 +366,11 @@ def pool_env(python: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, s
     env = dict(os.environ)
     extra = dict(extra or {})
     env["PATH"] = os.path.dirname(os.path.abspath(python)) + os.pathsep + env.get("PATH", "")
-    paths = [ROOT] + extra.pop("PYTHONPATH", "").split(os.pathsep) + env.get("PYTHONPATH", "").split(os.pathsep)
+    paths = (
+        [ROOT]
+        + extra.pop("PYTHONPATH", "").split(os.pathsep)
+        + env.get("PYTHONPATH", "").split(os.pathsep)
+    )
     env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -322,15 +383,23 @@ def check_pool_python(python: str, extra: Optional[Dict[str, str]] = None) -> No
     would wait for it without end."""
     env = pool_env(python, extra)
     try:
-        p = subprocess.run([python, "-c", POOL_IMPORTS], env=env, cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
+        p = subprocess.run(
+            [python, "-c", POOL_IMPORTS],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     except OSError as e:
         raise ClusterError(f"cannot run the worker pool's python {python}: {e}") from e
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-        raise ClusterError(f"the worker pool's SDK workers would run {python}, which cannot run tar2tf's "
-                           f"DoFns ({why}); start the pool from the tar2tf venv "
-                           "(--pool-python $(cat ~/.cache/tar2tf/venv-current))")
+        raise ClusterError(
+            f"the worker pool's SDK workers would run {python}, which cannot run tar2tf's "
+            f"DoFns ({why}); start the pool from the tar2tf venv "
+            "(--pool-python $(cat ~/.cache/tar2tf/venv-current))"
+        )
 
 
 def start_pool(st: dict, state: str) -> dict:
@@ -338,8 +407,16 @@ def start_pool(st: dict, state: str) -> dict:
     # tar2tf's pool, not Beam's worker_pool_main: the TaskManagers share it (launch/worker_pool.py)
     cmd = [python, "-m", "launch.worker_pool", f"--service_port={st['pool_port']}"]
     marker = f"launch.worker_pool --service_port={st['pool_port']}"
-    return _spawn(st, state, "pool", cmd, marker=marker, env=pool_env(python, st.get("pool_env")), cwd=ROOT,
-                  group=True)
+    return _spawn(
+        st,
+        state,
+        "pool",
+        cmd,
+        marker=marker,
+        env=pool_env(python, st.get("pool_env")),
+        cwd=ROOT,
+        group=True,
+    )
 
 
 def _wait(what: str, ready, procs: Sequence[dict], timeout: float) -> None:
@@ -349,10 +426,14 @@ def _wait(what: str, ready, procs: Sequence[dict], timeout: float) -> None:
             return
         dead = [p for p in procs if not alive(p)]
         if dead:
-            raise ClusterError(f"{what}: a process exited while starting; its output "
-                               f"({dead[0]['out']}):\n{_tail(dead[0]['out'])}")
+            raise ClusterError(
+                f"{what}: a process exited while starting; its output "
+                f"({dead[0]['out']}):\n{_tail(dead[0]['out'])}"
+            )
         if time.time() > deadline:
-            raise ClusterError(f"{what}: not ready after {timeout:.0f} s (logs: {os.path.dirname(procs[0]['out'])})")
+            raise ClusterError(
+                f"{what}: not ready after {timeout:.0f} s (logs: {os.path.dirname(procs[0]['out'])})"
+            )
         time.sleep(0.3)
 
 
@@ -364,11 +445,21 @@ def _connects(port: int) -> bool:
         return False
 
 
-def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int = 8081,
-          rpc_port: int = 6123, pool_port: Optional[int] = 50000, slots: int = 1,
-          tm_memory: str = "1280m", jm_memory: str = "1024m", jm_heap: str = "512m",
-          pool_python: Optional[str] = None, pool_extra_env: Optional[Dict[str, str]] = None,
-          timeout: float = 120) -> dict:
+def start(
+    state: str,
+    dist: Optional[str],
+    taskmanagers: int = 2,
+    rest_port: int = 8081,
+    rpc_port: int = 6123,
+    pool_port: Optional[int] = 50000,
+    slots: int = 1,
+    tm_memory: str = "1280m",
+    jm_memory: str = "1024m",
+    jm_heap: str = "512m",
+    pool_python: Optional[str] = None,
+    pool_extra_env: Optional[Dict[str, str]] = None,
+    timeout: float = 120,
+) -> dict:
     """Starts the cluster (and the pool unless pool_port is None) and waits until the REST
     overview shows every TaskManager and the pool accepts connections; on any failure
     stops what it started and raises ClusterError."""
@@ -376,15 +467,19 @@ def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int
     if old and any(alive(p) for p in old["procs"].values()):
         raise ClusterError(f"a cluster recorded in {state} is running: stop it first")
     if not dist or not os.path.isfile(os.path.join(dist, "bin", "bash-java-utils.jar")):
-        raise ClusterError("no Flink distribution: run launch/bootstrap.sh (launch/setup.d/51-flink-dist.sh) "
-                           "or pass --dist DIR (with lib/ and bin/bash-java-utils.jar)")
+        raise ClusterError(
+            "no Flink distribution: run launch/bootstrap.sh (launch/setup.d/51-flink-dist.sh) "
+            "or pass --dist DIR (with lib/ and bin/bash-java-utils.jar)"
+        )
     _java()
     ports = {"REST": rest_port, "JobManager RPC": rpc_port}
     if pool_port is not None:
         ports["worker pool"] = pool_port
     busy = [f"{k} {v}" for k, v in ports.items() if not port_free(v)]
     if busy:
-        raise ClusterError(f"port(s) in use: {', '.join(busy)} (choose others: --rest-port, --rpc-port, --pool-port)")
+        raise ClusterError(
+            f"port(s) in use: {', '.join(busy)} (choose others: --rest-port, --rpc-port, --pool-port)"
+        )
     pool_python = os.path.abspath(pool_python or sys.executable)
     if pool_port is not None:
         check_pool_python(pool_python, pool_extra_env)
@@ -392,14 +487,31 @@ def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int
     os.makedirs(conf, exist_ok=True)
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(conf, "config.yaml"), "w") as f:
-        f.write(CONFIG.format(rpc_port=rpc_port, rest_port=rest_port, slots=slots, tm_memory=tm_memory,
-                              jm_memory=jm_memory))
+        f.write(
+            CONFIG.format(
+                rpc_port=rpc_port,
+                rest_port=rest_port,
+                slots=slots,
+                tm_memory=tm_memory,
+                jm_memory=jm_memory,
+            )
+        )
     with open(os.path.join(conf, "log4j.properties"), "w") as f:
         f.write(LOG4J)
-    st = {"dist": os.path.abspath(dist), "conf": conf, "logs": logs, "rest_port": rest_port,
-          "rpc_port": rpc_port, "pool_port": pool_port, "pool_python": pool_python, "jm_heap": jm_heap,
-          "pool_env": dict(pool_extra_env or {}),
-          "next_tm": 1, "procs": {}, "taskmanagers": taskmanagers}
+    st = {
+        "dist": os.path.abspath(dist),
+        "conf": conf,
+        "logs": logs,
+        "rest_port": rest_port,
+        "rpc_port": rpc_port,
+        "pool_port": pool_port,
+        "pool_python": pool_python,
+        "jm_heap": jm_heap,
+        "pool_env": dict(pool_extra_env or {}),
+        "next_tm": 1,
+        "procs": {},
+        "taskmanagers": taskmanagers,
+    }
     os.makedirs(state, exist_ok=True)
     save(state, st)
     try:
@@ -408,8 +520,12 @@ def start(state: str, dist: Optional[str], taskmanagers: int = 2, rest_port: int
         tms = [st["procs"][start_taskmanager(st, state)] for _ in range(taskmanagers)]
         pool = [start_pool(st, state)] if pool_port is not None else []
         save(state, st)
-        _wait("Flink cluster", lambda: (overview(rest_port) or {}).get("taskmanagers") == taskmanagers,
-              [jm, *tms], timeout)
+        _wait(
+            "Flink cluster",
+            lambda: (overview(rest_port) or {}).get("taskmanagers") == taskmanagers,
+            [jm, *tms],
+            timeout,
+        )
         if pool:
             _wait("Beam worker pool", lambda: _connects(pool_port), pool, timeout)
     except BaseException:
@@ -427,9 +543,12 @@ def add_taskmanager(state: str, timeout: float = 120) -> str:
 
     def registered() -> bool:
         try:
-            return name in {t["id"] for t in rest(st["rest_port"], "/taskmanagers").get("taskmanagers") or []}
+            return name in {
+                t["id"] for t in rest(st["rest_port"], "/taskmanagers").get("taskmanagers") or []
+            }
         except (OSError, ValueError):
             return False
+
     _wait(f"TaskManager {name}", registered, [st["procs"][name]], timeout)
     return name
 
@@ -454,9 +573,13 @@ def status(state: str) -> dict:
     if not st:
         raise ClusterError(f"no cluster recorded in {state}")
     procs = {n: {"pid": p["pid"], "alive": alive(p)} for n, p in st["procs"].items()}
-    return {"rest": f"http://localhost:{st['rest_port']}", "overview": overview(st["rest_port"]),
-            "processes": procs, "pool": f"localhost:{st['pool_port']}" if st.get("pool_port") else None,
-            "logs": st["logs"]}
+    return {
+        "rest": f"http://localhost:{st['rest_port']}",
+        "overview": overview(st["rest_port"]),
+        "processes": procs,
+        "pool": f"localhost:{st['pool_port']}" if st.get("pool_port") else None,
+        "logs": st["logs"],
+    }
 
 
 def env_lines(state: str) -> List[str]:
@@ -471,7 +594,9 @@ def env_lines(state: str) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="flink-cluster.sh", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--state", default=default_state(), help="the cluster's directory (default: %(default)s)")
+    ap.add_argument(
+        "--state", default=default_state(), help="the cluster's directory (default: %(default)s)"
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start", help="start the JobManager, the TaskManagers and the worker pool")
     s.add_argument("--taskmanagers", type=int, default=2)
@@ -479,30 +604,63 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     s.add_argument("--rest-port", type=int, default=8081)
     s.add_argument("--rpc-port", type=int, default=6123)
     s.add_argument("--pool-port", type=int, default=50000)
-    s.add_argument("--no-pool", action="store_true", help="no Beam worker pool (DOCKER/PROCESS environments)")
+    s.add_argument(
+        "--no-pool", action="store_true", help="no Beam worker pool (DOCKER/PROCESS environments)"
+    )
     s.add_argument("--tm-memory", default="1280m", help="each TaskManager's process size")
-    s.add_argument("--pool-python", help="the python of the worker pool and its SDK workers "
-                                         "(default: this one, the tar2tf venv's)")
-    s.add_argument("--pool-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="more environment for the pool and its SDK workers (repeatable)")
-    s.add_argument("--dist", default=default_dist(), help="the Flink distribution (lib/, bin/bash-java-utils.jar)")
+    s.add_argument(
+        "--pool-python",
+        help="the python of the worker pool and its SDK workers "
+        "(default: this one, the tar2tf venv's)",
+    )
+    s.add_argument(
+        "--pool-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more environment for the pool and its SDK workers (repeatable)",
+    )
+    s.add_argument(
+        "--dist",
+        default=default_dist(),
+        help="the Flink distribution (lib/, bin/bash-java-utils.jar)",
+    )
     s.add_argument("--timeout", type=float, default=120)
-    others = [sub.add_parser("stop", help="stop every process of the cluster, by PID"),
-              sub.add_parser("status", help="the REST overview and the processes"),
-              sub.add_parser("env", help="FLINK_MASTER=... ENVIRONMENT_TYPE=... lines for launch/flink.sh"),
-              sub.add_parser("add-taskmanager", help="start one more TaskManager (e.g. to replace a lost one)")]
+    others = [
+        sub.add_parser("stop", help="stop every process of the cluster, by PID"),
+        sub.add_parser("status", help="the REST overview and the processes"),
+        sub.add_parser(
+            "env", help="FLINK_MASTER=... ENVIRONMENT_TYPE=... lines for launch/flink.sh"
+        ),
+        sub.add_parser(
+            "add-taskmanager", help="start one more TaskManager (e.g. to replace a lost one)"
+        ),
+    ]
     for p in [s, *others]:  # --state also after the command
         p.add_argument("--state", dest="sub_state", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     state = os.path.abspath(a.sub_state or a.state)
     try:
         if a.cmd == "start":
-            st = start(state, a.dist, a.taskmanagers, a.rest_port, a.rpc_port,
-                       None if a.no_pool else a.pool_port, a.slots, a.tm_memory, pool_python=a.pool_python,
-                       pool_extra_env=dict(kv.split("=", 1) for kv in a.pool_env), timeout=a.timeout)
-            print(f"Flink cluster: web UI http://localhost:{a.rest_port}, {a.taskmanagers} TaskManager(s)"
-                  + (f", Beam worker pool localhost:{a.pool_port}" if not a.no_pool else "")
-                  + f"; logs {st['logs']}", file=sys.stderr)
+            st = start(
+                state,
+                a.dist,
+                a.taskmanagers,
+                a.rest_port,
+                a.rpc_port,
+                None if a.no_pool else a.pool_port,
+                a.slots,
+                a.tm_memory,
+                pool_python=a.pool_python,
+                pool_extra_env=dict(kv.split("=", 1) for kv in a.pool_env),
+                timeout=a.timeout,
+            )
+            print(
+                f"Flink cluster: web UI http://localhost:{a.rest_port}, {a.taskmanagers} TaskManager(s)"
+                + (f", Beam worker pool localhost:{a.pool_port}" if not a.no_pool else "")
+                + f"; logs {st['logs']}",
+                file=sys.stderr,
+            )
             print("\n".join(env_lines(state)))
         elif a.cmd == "stop":
             ran = stop(state)

@@ -41,6 +41,7 @@ def remote_master(beam_args: Sequence[str]) -> Optional[str]:
     from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
 
     from pipelines.options import runner_name
+
     if runner_name(list(beam_args)).rsplit(".", 1)[-1] != "FlinkRunner":
         return None
     o = PipelineOptions(list(beam_args))
@@ -52,6 +53,7 @@ def remote_master(beam_args: Sequence[str]) -> Optional[str]:
 
 def _environment_config(beam_args: Sequence[str]) -> Optional[str]:
     from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+
     p = PipelineOptions(list(beam_args)).view_as(PortableOptions)
     return p.environment_config if (p.environment_type or "").upper() == "EXTERNAL" else None
 
@@ -59,6 +61,7 @@ def _environment_config(beam_args: Sequence[str]) -> Optional[str]:
 def _pool_log(master: str, env_config: Optional[str]) -> Optional[str]:
     """The log of the pool of a launch/flink-cluster.sh cluster serving this job, if any."""
     from launch import flink_cluster
+
     if not env_config:
         return None
     st = flink_cluster.load(flink_cluster.default_state())
@@ -84,6 +87,7 @@ class Watcher(threading.Thread):
     def _jobs(self) -> Optional[dict]:
         import json
         import urllib.request
+
         try:
             with urllib.request.urlopen(self.base + "/jobs/overview", timeout=3) as r:
                 return {j["jid"]: j for j in json.load(r).get("jobs", [])}
@@ -92,9 +96,12 @@ class Watcher(threading.Thread):
 
     def _cancel(self, jid: str) -> None:
         import urllib.request
+
         try:
-            urllib.request.urlopen(urllib.request.Request(f"{self.base}/jobs/{jid}?mode=cancel",
-                                                          method="PATCH"), timeout=5).close()
+            urllib.request.urlopen(
+                urllib.request.Request(f"{self.base}/jobs/{jid}?mode=cancel", method="PATCH"),
+                timeout=5,
+            ).close()
         except OSError as e:
             log.warning("could not cancel Flink job %s: %s", jid, e)
 
@@ -116,23 +123,38 @@ class Watcher(threading.Thread):
         while not self.done.wait(POLL):
             if self.job_id is None:
                 jobs = self._jobs() or {}
-                new = sorted((j for jid, j in jobs.items() if jid not in self.before
-                              and j.get("name", "").startswith("BeamApp")), key=lambda j: j.get("start-time", 0))
+                new = sorted(
+                    (
+                        j
+                        for jid, j in jobs.items()
+                        if jid not in self.before and j.get("name", "").startswith("BeamApp")
+                    ),
+                    key=lambda j: j.get("start-time", 0),
+                )
                 if new:
                     self.job_id = new[0]["jid"]
-                    print(f"tar2tf: Flink job {self.job_id} ({new[0].get('name')}); web UI {self.base}/"
-                          f"#/job/running/{self.job_id}/overview", file=sys.stderr, flush=True)
+                    print(
+                        f"tar2tf: Flink job {self.job_id} ({new[0].get('name')}); web UI {self.base}/"
+                        f"#/job/running/{self.job_id}/overview",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             err = self._pool_error()
             if err:
-                self.problem = (f"tar2tf: the Beam worker pool cannot start Python workers ({err}; pool log: "
-                                f"{self.pool_log}): start it from the tar2tf venv (launch/flink-cluster.sh "
-                                "start does); the Flink job is cancelled")
+                self.problem = (
+                    f"tar2tf: the Beam worker pool cannot start Python workers ({err}; pool log: "
+                    f"{self.pool_log}): start it from the tar2tf venv (launch/flink-cluster.sh "
+                    "start does); the Flink job is cancelled"
+                )
                 print(self.problem, file=sys.stderr, flush=True)
                 if self.job_id is None:  # submitted but not yet listed: wait for it to cancel it
                     for _ in range(20):
                         jobs = self._jobs() or {}
-                        new = [jid for jid, j in jobs.items() if jid not in self.before
-                               and j.get("name", "").startswith("BeamApp")]
+                        new = [
+                            jid
+                            for jid, j in jobs.items()
+                            if jid not in self.before and j.get("name", "").startswith("BeamApp")
+                        ]
                         if new:
                             self.job_id = new[0]
                             break
@@ -154,7 +176,7 @@ def watching(beam_args: Sequence[str]) -> Iterator[Optional[Watcher]]:
     that one error (exit code 1)."""
     try:
         master = remote_master(beam_args)
-    except Exception:  # noqa: BLE001 - bad options: the job itself says why
+    except Exception:
         master = None
     if master is None:
         yield None

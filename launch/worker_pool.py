@@ -35,12 +35,15 @@ from typing import List, Optional, Sequence, Tuple
 
 log = logging.getLogger("tar2tf.worker_pool")
 
-HARNESS = ("from apache_beam.runners.worker.sdk_worker import SdkHarness; "
-           "SdkHarness({url!r}, worker_id={wid!r}, state_cache_size=0, data_buffer_time_limit_ms=-1).run()")
+HARNESS = (
+    "from apache_beam.runners.worker.sdk_worker import SdkHarness; "
+    "SdkHarness({url!r}, worker_id={wid!r}, state_cache_size=0, data_buffer_time_limit_ms=-1).run()"
+)
 
 
 def _servicer_base():
     from apache_beam.portability.api import beam_fn_api_pb2_grpc
+
     return beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer
 
 
@@ -54,21 +57,32 @@ class SharedWorkerPool(_servicer_base()):
         with self.lock:
             self.workers = [(w, p) for w, p in self.workers if p.poll() is None]
 
-    def StartWorker(self, request, context):  # noqa: N802 - gRPC method name
+    def StartWorker(self, request, context):
         from apache_beam.portability.api import beam_fn_api_pb2
+
         self._reap()
-        cmd = [self.python, "-c", HARNESS.format(url=request.control_endpoint.url, wid=request.worker_id)]
+        cmd = [
+            self.python,
+            "-c",
+            HARNESS.format(url=request.control_endpoint.url, wid=request.worker_id),
+        ]
         try:
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         except OSError as e:
             return beam_fn_api_pb2.StartWorkerResponse(error=f"cannot start an SDK worker: {e}")
-        log.warning("started SDK worker %s (pid %d) for %s", request.worker_id, p.pid, request.control_endpoint.url)
+        log.warning(
+            "started SDK worker %s (pid %d) for %s",
+            request.worker_id,
+            p.pid,
+            request.control_endpoint.url,
+        )
         with self.lock:
             self.workers.append((request.worker_id, p))
         return beam_fn_api_pb2.StartWorkerResponse()
 
-    def StopWorker(self, request, context):  # noqa: N802 - gRPC method name
+    def StopWorker(self, request, context):
         from apache_beam.portability.api import beam_fn_api_pb2
+
         # the id may also name another TaskManager's live worker: let the one whose control
         # stream was closed end by itself, and only reap
         self._reap()
@@ -84,6 +98,7 @@ class SharedWorkerPool(_servicer_base()):
 def serve(port: int, host: str = "localhost") -> Tuple[object, int, SharedWorkerPool]:
     import grpc
     from apache_beam.portability.api import beam_fn_api_pb2_grpc
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     pool = SharedWorkerPool()
     beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(pool, server)
@@ -97,9 +112,13 @@ def serve(port: int, host: str = "localhost") -> Tuple[object, int, SharedWorker
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--service_port", type=int, required=True)
-    ap.add_argument("--host", default="localhost", help="interface to listen on (default: loopback only)")
+    ap.add_argument(
+        "--host", default="localhost", help="interface to listen on (default: loopback only)"
+    )
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     server, port, pool = serve(a.service_port, a.host)
     log.warning("worker pool listening on %s:%d (python %s)", a.host, port, pool.python)
     try:

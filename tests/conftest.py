@@ -5,6 +5,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(1, os.path.join(ROOT, "launch", "setup.d"))  # set-up code the tests exercise
 # Beam's local runner converts in SDK worker processes (its multi_processing mode): they must
 # import the ops these tests define in their own modules, as a user's workers import theirs
 os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -16,12 +16,11 @@ import urllib.request
 from typing import Dict, List, Optional
 
 import pytest
-
 from ais_fixtures import free_ports
 from ops_fixtures import ROOT
 
 sys.path.insert(0, ROOT)
-from launch import flink_cluster  # noqa: E402
+from launch import flink_cluster
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
 FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")
@@ -75,12 +74,20 @@ class Cluster:
         return flink_cluster.rest(self.rest_port, path, timeout=10)
 
     def env(self, **extra) -> Dict[str, str]:
-        e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TAR2TF_CACHE=CACHE, TF_CPP_MIN_LOG_LEVEL="3",
-                 FLINK_JOB_SERVER_JAR=self.setup["FLINK_JOB_SERVER_JAR"], FLINK_VERSION=self.setup["FLINK_VERSION"],
-                 FLINK_MASTER=f"localhost:{self.rest_port}", ENVIRONMENT_TYPE="EXTERNAL",
-                 ENVIRONMENT_CONFIG=f"localhost:{self.pool_port}", TAR2TF_FLINK_CLUSTER=self.state,
-                 # --ops slow_ops:slow_ops is imported where the job is built, too
-                 PYTHONPATH=os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p))
+        e = dict(
+            os.environ,
+            TAR2TF_PYTHON=sys.executable,
+            TAR2TF_CACHE=CACHE,
+            TF_CPP_MIN_LOG_LEVEL="3",
+            FLINK_JOB_SERVER_JAR=self.setup["FLINK_JOB_SERVER_JAR"],
+            FLINK_VERSION=self.setup["FLINK_VERSION"],
+            FLINK_MASTER=f"localhost:{self.rest_port}",
+            ENVIRONMENT_TYPE="EXTERNAL",
+            ENVIRONMENT_CONFIG=f"localhost:{self.pool_port}",
+            TAR2TF_FLINK_CLUSTER=self.state,
+            # --ops slow_ops:slow_ops is imported where the job is built, too
+            PYTHONPATH=os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p),
+        )
         e.update(extra)
         return e
 
@@ -90,8 +97,15 @@ class Cluster:
     def run(self, *args: str, timeout: float = 900, **extra) -> subprocess.CompletedProcess:
         """tar2tf on the cluster; on a timeout the whole run ends (the CLI and the job
         server it started), not only the script."""
-        p = subprocess.Popen(self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=self.env(**extra), cwd=ROOT, start_new_session=True)
+        p = subprocess.Popen(
+            self.command(*args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env(**extra),
+            cwd=ROOT,
+            start_new_session=True,
+        )
         try:
             out, err = p.communicate(timeout=timeout)
         finally:
@@ -100,12 +114,21 @@ class Cluster:
 
     def popen(self, *args: str, log: str, **extra) -> subprocess.Popen:
         with open(log, "w") as out:
-            return subprocess.Popen(self.command(*args), stdout=out, stderr=subprocess.STDOUT,
-                                    env=self.env(**extra), cwd=ROOT, start_new_session=True)
+            return subprocess.Popen(
+                self.command(*args),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env(**extra),
+                cwd=ROOT,
+                start_new_session=True,
+            )
 
     def job_id(self, stderr: str) -> str:
         """The Flink job id that tar2tf printed on submitting (launch/flink_watch.py)."""
-        m = re.search(r"tar2tf: Flink job ([0-9a-f]{32}) \(BeamApp[^)]*\); web UI http://localhost:(\d+)/", stderr)
+        m = re.search(
+            r"tar2tf: Flink job ([0-9a-f]{32}) \(BeamApp[^)]*\); web UI http://localhost:(\d+)/",
+            stderr,
+        )
         assert m, stderr[-3000:]
         assert int(m.group(2)) == self.rest_port
         return m.group(1)
@@ -126,15 +149,21 @@ class Cluster:
         out = {}
         for v in self.rest(f"/jobs/{jid}")["vertices"]:
             tms = self.rest(f"/jobs/{jid}/vertices/{v['id']}/taskmanagers")["taskmanagers"]
-            out[v["id"]] = {"name": v["name"], "parallelism": v["parallelism"],
-                            "taskmanagers": {t["taskmanager-id"] for t in tms
-                                             if t.get("status") == "FINISHED" or
-                                             t.get("status-counts", {}).get("FINISHED")}}
+            out[v["id"]] = {
+                "name": v["name"],
+                "parallelism": v["parallelism"],
+                "taskmanagers": {
+                    t["taskmanager-id"]
+                    for t in tms
+                    if t.get("status") == "FINISHED" or t.get("status-counts", {}).get("FINISHED")
+                },
+            }
         return out
 
     def sdk_workers(self) -> List[int]:
         """PIDs of the SDK worker processes the pool has started (its children)."""
         import psutil
+
         out = []
         for c in psutil.Process(self.procs["pool"]["pid"]).children(recursive=True):
             try:
@@ -147,6 +176,7 @@ class Cluster:
     def job_servers(self) -> List[int]:
         """PIDs of Beam job servers that submit to this cluster (started by tar2tf runs)."""
         import psutil
+
         out = []
         for p in psutil.process_iter(["pid", "cmdline"]):
             line = " ".join(p.info["cmdline"] or [])
@@ -175,9 +205,17 @@ def end_group(p: subprocess.Popen) -> None:
 def start_cluster(state: str, setup: Dict[str, str]) -> Cluster:
     rest_port, rpc_port, pool_port = free_ports(3)
     # the workers import tests/slow_ops.py for --ops slow_ops:slow_ops
-    flink_cluster.start(state, setup["FLINK_DIST"], taskmanagers=2, rest_port=rest_port, rpc_port=rpc_port,
-                        pool_port=pool_port, tm_memory="1024m",
-                        pool_extra_env={"PYTHONPATH": TESTS, "TAR2TF_TEST_DELAY": SLOW_DELAY}, timeout=180)
+    flink_cluster.start(
+        state,
+        setup["FLINK_DIST"],
+        taskmanagers=2,
+        rest_port=rest_port,
+        rpc_port=rpc_port,
+        pool_port=pool_port,
+        tm_memory="1024m",
+        pool_extra_env={"PYTHONPATH": TESTS, "TAR2TF_TEST_DELAY": SLOW_DELAY},
+        timeout=180,
+    )
     return Cluster(state, setup, rest_port, pool_port)
 
 
@@ -199,6 +237,7 @@ def session_cluster(flink_cluster_setup, tmp_path_factory):
 def files_under(root: str) -> Dict[str, str]:
     """Relative path -> sha256 of every file under root (work directories included)."""
     from ops_fixtures import sha256_file
+
     out = {}
     for d, _, names in os.walk(root):
         for n in names:
@@ -207,7 +246,9 @@ def files_under(root: str) -> Dict[str, str]:
     return out
 
 
-def wait_for(cond, timeout: float, what: str, proc: Optional[subprocess.Popen] = None, log: str = "") -> None:
+def wait_for(
+    cond, timeout: float, what: str, proc: Optional[subprocess.Popen] = None, log: str = ""
+) -> None:
     deadline = time.time() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
@@ -220,7 +261,7 @@ def wait_for(cond, timeout: float, what: str, proc: Optional[subprocess.Popen] =
 def pieces_done(out_dir: str) -> int:
     """Input shards converted so far (their piece sidecars, written last)."""
     n = 0
-    for d, _, names in os.walk(os.path.join(out_dir, ".tar2tf-work")):
+    for _d, _, names in os.walk(os.path.join(out_dir, ".tar2tf-work")):
         n += sum(1 for x in names if re.fullmatch(r"piece-\d+\.json", x))
     return n
 

@@ -1,4 +1,4 @@
-"""launch/flink_job_server.py: the manifest-only launcher jar that Java really follows, the
+"""launch/setup.d/flink_job_server.py: the manifest-only launcher jar that Java really follows, the
 choice of Beam versions to assemble a Flink job server from, and its SLF4J binding (the
 server on this machine, if assembled, really logs)."""
 
@@ -9,9 +9,8 @@ import socket
 import subprocess
 import zipfile
 
+import flink_job_server as fjs  # set-up code: launch/setup.d, outside the installed package
 import pytest
-
-from launch import flink_job_server as fjs
 
 _CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
 

@@ -5,7 +5,7 @@
 # that Beam publishes a job server for (FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS) down.
 # Where Maven serves no such jar, the same server is assembled from its parts:
 # beam-runners-flink-<flink>:<beam'> and its dependencies (the newest <beam'> <= <beam> that
-# resolves), started through a manifest-only jar (launch/flink_job_server.py), with an
+# resolves), started through a manifest-only jar (launch/setup.d/flink_job_server.py), with an
 # SLF4J binding so that the server logs (WARN and above; docs/runners.md).
 # $TAR2TF_FLINK_JOB_SERVER_JAR (+ $TAR2TF_FLINK_VERSION) may name a jar you already have.
 # Result, read by launch/flink.sh and tests/test_flink.py:
@@ -66,7 +66,7 @@ if [[ -f "$envfile" ]] && grep -qx "BEAM_VERSION=$BEAM" "$envfile"; then
     # logging binding gets one: a small download, not the whole server again); if that
     # fails the server still runs, only without logs, and the next run retries
     if [[ "$jar" == "$TAR2TF_CACHE"/flink-job-server/*-assembled.jar ]] &&
-       ! "$PY" "$ROOT/launch/flink_job_server.py" --cache "$TAR2TF_CACHE" --update "$jar"; then
+       ! "$PY" "$ROOT/launch/setup.d/flink_job_server.py" --cache "$TAR2TF_CACHE" --update "$jar"; then
       echo "WARNING [50-flink]: could not update $jar (log: $TAR2TF_CACHE/mvn-flink-assemble.log)" >&2
     fi
     exit 0
@@ -109,7 +109,7 @@ for v in $FLINKS; do
 done
 echo "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log)" >&2
 # shellcheck disable=SC2086
-if got=$("$PY" "$ROOT/launch/flink_job_server.py" --cache "$TAR2TF_CACHE" --beam "$BEAM" --flink $FLINKS); then
+if got=$("$PY" "$ROOT/launch/setup.d/flink_job_server.py" --cache "$TAR2TF_CACHE" --beam "$BEAM" --flink $FLINKS); then
   read -r v jar <<<"$got"
   write_env "$v" "$jar"
   echo "Flink $v job server assembled: $jar" >&2

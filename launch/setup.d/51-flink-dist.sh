@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Apache Flink distribution's jars for a local standalone session cluster
 # (launch/flink-cluster.sh), of the Flink minor version the job server of 50-flink.sh runs:
-# PyPI's apache-flink-libraries sdist (launch/flink_dist.py), extracted once into
+# PyPI's apache-flink-libraries sdist (launch/setup.d/flink_dist.py), extracted once into
 #   $TAR2TF_CACHE/flink-dist/<version>/{lib/*.jar,bin/bash-java-utils.jar}
 # Result: FLINK_DIST=<that directory> in $TAR2TF_CACHE/flink-dist.env (read by
 # launch/flink_cluster.py).  A later run with that directory in place does nothing.
@@ -34,7 +34,7 @@ if [[ -f "$marker" ]] && grep -qx "flink=$FLINK" "$marker" && [[ -n $(find "$mar
   exit 0
 fi
 echo "getting the Flink $FLINK distribution's jars (PyPI apache-flink-libraries, ~230 MB)" >&2
-if dist=$("$PY" "$ROOT/launch/flink_dist.py" --cache "$TAR2TF_CACHE" --flink "$FLINK" 2>"$TAR2TF_CACHE/flink-dist.err"); then
+if dist=$("$PY" "$ROOT/launch/setup.d/flink_dist.py" --cache "$TAR2TF_CACHE" --flink "$FLINK" 2>"$TAR2TF_CACHE/flink-dist.err"); then
   printf 'FLINK_DIST=%s\n' "$dist" > "$envfile.tmp" && mv "$envfile.tmp" "$envfile"
   rm -f "$marker"
   echo "Flink distribution: $dist" >&2

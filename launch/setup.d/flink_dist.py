@@ -7,7 +7,7 @@ but PyFlink's ``apache-flink-libraries`` source distribution carries its jars:
 ``deps/bin/bash-java-utils.jar`` (which computes a TaskManager's memory and CPU options).
 Its shell scripts are not there, so ``flink_cluster`` starts the JVMs itself.
 
-    python launch/flink_dist.py --cache DIR --flink 1.19
+    python launch/setup.d/flink_dist.py --cache DIR --flink 1.19
 
 prints the directory holding ``lib/`` and ``bin/bash-java-utils.jar`` for the newest
 1.19.x on PyPI, fetching it once (``pip download --no-deps --no-binary :all:``, ~230 MB)
@@ -35,16 +35,22 @@ def _version_key(v: str) -> Tuple[int, ...]:
 def complete(home: str) -> bool:
     """A distribution directory with what a cluster needs (written by `fetch` only whole)."""
     lib = os.path.join(home, "lib")
-    return (os.path.isfile(os.path.join(home, BASH_JAVA_UTILS)) and os.path.isdir(lib)
-            and any(f.startswith("flink-dist") and f.endswith(".jar") for f in os.listdir(lib)))
+    return (
+        os.path.isfile(os.path.join(home, BASH_JAVA_UTILS))
+        and os.path.isdir(lib)
+        and any(f.startswith("flink-dist") and f.endswith(".jar") for f in os.listdir(lib))
+    )
 
 
 def cached(root: str, minor: str) -> Optional[str]:
     """The newest complete <minor>.x distribution under root, if any."""
     if not os.path.isdir(root):
         return None
-    found = [d for d in os.listdir(root)
-             if re.fullmatch(re.escape(minor) + r"\.\d+", d) and complete(os.path.join(root, d))]
+    found = [
+        d
+        for d in os.listdir(root)
+        if re.fullmatch(re.escape(minor) + r"\.\d+", d) and complete(os.path.join(root, d))
+    ]
     return os.path.join(root, max(found, key=_version_key)) if found else None
 
 
@@ -61,7 +67,11 @@ def extract(sdist: str, home: str) -> None:
             # <package>-<version>/deps/lib/<jar> or .../deps/bin/bash-java-utils.jar
             if not m.isfile() or len(parts) != 4 or parts[1] != "deps":
                 continue
-            if parts[2] == "lib" and parts[3].endswith(".jar") or "/".join(parts[2:]) == BASH_JAVA_UTILS:
+            if (
+                parts[2] == "lib"
+                and parts[3].endswith(".jar")
+                or "/".join(parts[2:]) == BASH_JAVA_UTILS
+            ):
                 src = tf.extractfile(m)
                 with open(os.path.join(work, parts[2], parts[3]), "wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
@@ -83,8 +93,18 @@ def fetch(cache: str, minor: str, log) -> str:
     os.makedirs(download)
     nxt = ".".join(str(n) for n in _version_key(minor)[:1] + (_version_key(minor)[1] + 1,))
     # --no-binary: the package is only an sdist, and pip must not build it (we need its files)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", download,
-           f"{PACKAGE}>={minor},<{nxt}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "-d",
+        download,
+        f"{PACKAGE}>={minor},<{nxt}",
+    ]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -92,7 +112,7 @@ def fetch(cache: str, minor: str, log) -> str:
         got = [f for f in os.listdir(download) if f.startswith(PACKAGE) and f.endswith(".tar.gz")]
         if p.returncode != 0 or not got:
             raise ValueError(f"pip could not download {PACKAGE} {minor}.x (log: {log.name})")
-        version = got[0][len(PACKAGE) + 1:-len(".tar.gz")]
+        version = got[0][len(PACKAGE) + 1 : -len(".tar.gz")]
         home = os.path.join(root, version)
         extract(os.path.join(download, got[0]), home)
         return home
@@ -102,8 +122,12 @@ def fetch(cache: str, minor: str, log) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", required=True, help="where the distribution goes (flink-dist/<version>/)")
-    ap.add_argument("--flink", required=True, help="the Flink minor version (the job server's), e.g. 1.19")
+    ap.add_argument(
+        "--cache", required=True, help="where the distribution goes (flink-dist/<version>/)"
+    )
+    ap.add_argument(
+        "--flink", required=True, help="the Flink minor version (the job server's), e.g. 1.19"
+    )
     a = ap.parse_args(argv)
     os.makedirs(a.cache, exist_ok=True)
     with open(os.path.join(a.cache, "flink-dist.log"), "a") as log:

@@ -16,13 +16,13 @@ Python runner reads); ``-Dorg.slf4j.simpleLogger.defaultLogLevel=info`` override
 
 Used by launch/setup.d/50-flink.sh when ``mvn dependency:get`` finds no job server jar:
 
-    python launch/flink_job_server.py --cache DIR --beam 2.77.0 --flink 2.2 2.1 1.19
+    python launch/setup.d/flink_job_server.py --cache DIR --beam 2.77.0 --flink 2.2 2.1 1.19
 
 prints ``<flink version> <jar>`` of the first runner version that resolves (Beam versions
 from the newest not above --beam down, at most --tries per Flink version) and exits 0, or
 explains on stderr and exits 1.
 
-    python launch/flink_job_server.py --cache DIR --update JAR
+    python launch/setup.d/flink_job_server.py --cache DIR --update JAR
 
 brings a server assembled by an older version of this file up to date in place (today:
 the logging binding, one small download; nothing else is resolved again); exit 1 when
@@ -127,7 +127,7 @@ def launcher_bytes(jar: str, lib_dir: str) -> bytes:
     manifest = (
         _manifest_line("Manifest-Version: 1.0")
         + _manifest_line(f"Main-Class: {MAIN_CLASS}")
-        + _manifest_line("Created-By: tar2tf launch/flink_job_server.py")
+        + _manifest_line("Created-By: tar2tf launch/setup.d/flink_job_server.py")
         + _manifest_line(f"Class-Path: {class_path}")
         + b"\r\n"
     )
