@@ -120,10 +120,10 @@ class GCSEmulator:
 
 def use_gcs_endpoint(monkeypatch, url: str) -> None:
     """Point tar2tf's GCS stores at ``url`` (the emulator or a fault proxy before it)."""
-    from transforms import stores
+    from transforms.stores import registry
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
-    monkeypatch.setattr(stores, "_CACHE", {})
+    monkeypatch.setattr(registry, "_CACHE", {})
 
 
 _SHARED = SharedServer()
