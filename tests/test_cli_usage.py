@@ -76,10 +76,12 @@ DATAFLOW_WANT = dict(runner="DataflowRunner", project="p", region="r", temp_loca
                      setup_file="./setup.py", max_num_workers=50, machine_type="n2-standard-4",
                      requirements_file="r.txt", extra_packages=["x.whl"], sdk_container_image="i",
                      sdk_location="container")
-LOCAL_WANT = dict(direct_num_workers=2, direct_running_mode="multi_threading", save_main_session=True)
+LOCAL_WANT = dict(direct_num_workers=2, direct_running_mode="multi_threading",
+                  save_main_session=True)
 
 
-@pytest.mark.parametrize("flags, want", [(FLINK, FLINK_WANT), (DATAFLOW, DATAFLOW_WANT), (LOCAL, LOCAL_WANT)],
+@pytest.mark.parametrize("flags, want",
+                         [(FLINK, FLINK_WANT), (DATAFLOW, DATAFLOW_WANT), (LOCAL, LOCAL_WANT)],
                          ids=["flink", "dataflow", "local"])
 def test_beam_and_runner_flags_still_pass(flags, want):
     from apache_beam.options.pipeline_options import PipelineOptions

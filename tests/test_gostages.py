@@ -96,7 +96,8 @@ def test_user_stages_in_beam_pipeline(tmp_path):
     # a DoFn becomes a callable stage: set up once, then one output per kept record
     stage = as_stage(TagFn())
     assert callable(stage) and not isinstance(stage, beam.DoFn)
-    assert stage({"__key__": "000001", "x": b"1"}) == {"__key__": "000001", "x": b"1", "tag": b"dofn"}
+    kept = stage({"__key__": "000001", "x": b"1"})
+    assert kept == {"__key__": "000001", "x": b"1", "tag": b"dofn"}
     assert stage({"__key__": "000003", "x": b"3"}) is None  # the DoFn yields nothing: filtered
     assert as_stage(_only_even_cls) is _only_even_cls  # a plain callable is its own stage
     with pytest.raises(TypeError, match="a stage must be callable or a Beam DoFn"):
