@@ -112,11 +112,51 @@ LOCAL = [
 ]
 
 
-@pytest.mark.parametrize("flags", [FLINK, DATAFLOW, LOCAL], ids=["flink", "dataflow", "local"])
-def test_beam_and_runner_flags_still_pass(flags):
+# what the job's PipelineOptions hold after each flag set: a flag accepted but dropped (or
+# swallowed as the previous flag's value) would show here
+FLINK_WANT = dict(
+    runner="FlinkRunner",
+    flink_master="[local]",
+    flink_version="1.19",
+    flink_job_server_jar=FLINK[3].split("=", 1)[1],
+    environment_type="LOOPBACK",
+    parallelism=4,
+    flink_submit_uber_jar=True,
+    environment_config="img",
+)
+DATAFLOW_WANT = dict(
+    runner="DataflowRunner",
+    project="p",
+    region="r",
+    temp_location="gs://b/t",
+    setup_file="./setup.py",
+    max_num_workers=50,
+    machine_type="n2-standard-4",
+    requirements_file="r.txt",
+    extra_packages=["x.whl"],
+    sdk_container_image="i",
+    sdk_location="container",
+)
+LOCAL_WANT = dict(
+    direct_num_workers=2, direct_running_mode="multi_threading", save_main_session=True
+)
+
+
+@pytest.mark.parametrize(
+    "flags, want",
+    [(FLINK, FLINK_WANT), (DATAFLOW, DATAFLOW_WANT), (LOCAL, LOCAL_WANT)],
+    ids=["flink", "dataflow", "local"],
+)
+def test_beam_and_runner_flags_still_pass(flags, want):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     from launch.runner_args import check_beam_args
+    from pipelines.beam.options import effective_args
 
     check_beam_args(flags)  # no UsageError
+    args = effective_args(flags)  # the job's Beam arguments: the user's flags win over defaults
+    got = PipelineOptions(args).get_all_options()
+    assert {k: got[k] for k in want} == want
 
 
 def test_job_server_runners_keep_their_own_flags():

@@ -452,8 +452,10 @@ def test_ordered_stream_is_ordered_and_bounded():
     it = ordered_stream(list(range(8)), produce, num_workers=2, prefetch=1)
     assert next(it) == (0, 0)
     it.close()  # stops the workers
-    time.sleep(0.3)
-    assert not [t for t in threading.enumerate() if t.name.startswith("tar2tf-load")]
+    deadline = time.monotonic() + 30
+    while [t for t in threading.enumerate() if t.name.startswith("tar2tf-load")]:
+        assert time.monotonic() < deadline, "a tar2tf-load thread outlived close() by 30 s"
+        time.sleep(0.01)
 
 
 def _my_example(record):

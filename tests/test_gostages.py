@@ -81,7 +81,17 @@ def test_rename_samplef_filters_typemap():
     with pytest.raises(ValueError, match="more than one of jpg, cls"):
         Rename("x", "jpg", "cls")(sample())
     assert SampleF(lambda x: dict(x, n=b"1"))(sample())["n"] == b"1"
-    assert TFExampleF(lambda ex: ex)(example()) is not None
+
+    def _relabel(ex):
+        ex.features.feature["cls"].bytes_list.value[:] = [b"7"]
+        return ex
+
+    relabelled = TFExampleF(_relabel)(example())
+    assert feats(relabelled) == feats(example())
+    assert list(relabelled.features.feature["cls"].bytes_list.value) == [b"7"]
+    assert TFExampleF(lambda ex: None)(example()) is None  # f's None filters the example
+    with pytest.raises(TypeError, match="TFExampleF needs a callable"):
+        TFExampleF("not callable")
     assert FilterEmptySamples()({"__key__": "k", "__shard__": "s"}) is None
     assert FilterEmptySamples()(sample()) is not None
     assert FilterEmptyExamples()(ByKey()(example())) is None
@@ -112,7 +122,15 @@ def test_user_stages_in_beam_pipeline(tmp_path):
     members.insert(4, ("000009.txt", b"lonely"))  # a record without jpg/cls: emptied, then filtered
     members.append(("000010.cls", b"ten"))  # INT64 type map: not an integer -> reject
     shardgen.write_tar(str(tmp_path / "a.tar"), members)
-    assert isinstance(as_stage(TagFn()), object) and not isinstance(as_stage(TagFn()), beam.DoFn)
+    # a DoFn becomes a callable stage: set up once, then one output per kept record
+    stage = as_stage(TagFn())
+    assert callable(stage) and not isinstance(stage, beam.DoFn)
+    kept = stage({"__key__": "000001", "x": b"1"})
+    assert kept == {"__key__": "000001", "x": b"1", "tag": b"dofn"}
+    assert stage({"__key__": "000003", "x": b"3"}) is None  # the DoFn yields nothing: filtered
+    assert as_stage(_only_even_cls) is _only_even_cls  # a plain callable is its own stage
+    with pytest.raises(TypeError, match="a stage must be callable or a Beam DoFn"):
+        as_stage(42)
     res = convert(
         ConvertConfig(
             sources=str(tmp_path / "a.tar"),

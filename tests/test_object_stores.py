@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
@@ -78,10 +79,33 @@ def test_streamed_read_seek_and_size(backend):
         ]
         assert len(statuses) == 2 and set(statuses) <= {301, 307}
         assert backend.data.count("GET", backend.obj_re("d/blob.bin")) == 2
-    assert (
-        any(h.get("Range") == "bytes=250000-" for h in backend.data.headers)
-        or backend.scheme == "gs"
-    )
+    ranges = _ranges(backend.data)
+    if backend.scheme == "gs":  # each chunk one ranged GET of at most 64 KiB; the seek starts one
+        spans = [tuple(map(int, r[len("bytes=") :].split("-"))) for r in ranges]
+        assert spans[0] == (0, 65_535) and spans[-1] == (250_000, 299_999), ranges
+        assert all(0 < end - start + 1 <= 64 * 1024 for start, end in spans), ranges
+    else:  # the target streams the rest of the object from the seek's offset
+        assert ranges == ["bytes=250000-"], ranges
+
+
+def _logged_all(proxy, timeout: float = 30.0) -> None:
+    """Wait until ``proxy`` has logged every request that reached it.  It notes a request's
+    headers on arrival but logs it only once it has sent the response headers, so a client
+    that has its answer may be ahead of the log; every request is logged at least once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with proxy.lock:
+            if len(proxy.log) >= len(proxy.headers):
+                return
+        assert time.monotonic() < deadline, f"the proxy did not log its requests in {timeout} s"
+        time.sleep(0.01)
+
+
+def _ranges(proxy) -> list:
+    """The ``Range`` headers of the requests that reached ``proxy``, in arrival order (the
+    header's case is the client's own)."""
+    with proxy.lock:
+        return [v for h in proxy.headers for k, v in h.items() if k.lower() == "range"]
 
 
 def test_the_crc32c_a_bucket_keeps(backend):
@@ -303,7 +327,7 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
         f.raw.read(1 << 20)
     assert type(err.value).__name__ == "ObjectChangedError"
     assert "at byte 100000" in str(err.value) and "Ais-Version 1 -> 2" in str(err.value)
-    time.sleep(0.5)  # the proxy logs a request after sending its headers: let it catch up
+    _logged_all(front)  # the proxy logs a request after sending its headers
     # the first GET and one resume, each one request to the AIS proxy (the target's proxy
     # also logs the resumed body it could not finish sending): a changed object is not retried
     assert front.count("GET", obj) == 2

@@ -5,6 +5,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -402,25 +403,50 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
         assert os.path.getsize(by_index[i]["piece"]) == sum(by_index[i]["sizes"])
 
 
+def _pieces(work) -> int:
+    return sum(f.endswith(".tfrecord") for f in os.listdir(work)) if os.path.isdir(work) else 0
+
+
 def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
+    import threading
+
     import cloudpickle
 
     from pipelines.local import pool as shard_pool
     from transforms.tar.sources import resolve
 
+    def slow(record):  # a closure (reaches the worker through cloudpickle): ~0.1 s a shard
+        time.sleep(0.02)
+        return record
+
     urls, _ = resolve(shards)
-    cfg = ConvertConfig(sources=shards, output=str(tmp_path / "t-{}.record"), progress=False)
-    pool = shard_pool.Pool(
-        cloudpickle.dumps(cfg), str(tmp_path / "work"), 1, list(enumerate(urls * 50))
+    cfg = ConvertConfig(
+        sources=shards,
+        output=str(tmp_path / "t-{}.record"),
+        progress=False,
+        sample_stages=(Func(slow),),
     )
+    work = str(tmp_path / "work")
+    before = set(_children())
+    pool = shard_pool.Pool(cloudpickle.dumps(cfg), work, 1, list(enumerate(urls * 50)))
+    # close only once the pool really converts: a worker slow to start has no piece yet,
+    # and closing then would pass however close() behaved
+    deadline = time.monotonic() + 120
+    while _pieces(work) == 0:
+        assert time.monotonic() < deadline, "the pool converted nothing in 120 s"
+        time.sleep(0.01)
+    started = _pieces(work)
     pool.close()  # returns once its workers are reaped: nothing converts after it
-    left = (
-        [f for f in os.listdir(tmp_path / "work") if f.endswith(".tfrecord")]
-        if (tmp_path / "work").exists()
-        else []
-    )
-    assert len(left) <= 2  # the one in flight at close (and at most one taken meanwhile), not 200
-    with pytest.raises(Exception):  # noqa: B017 - cancelled or refused, both say nobody converts it
+    left = _pieces(work)
+    # the pieces done before close, the one in flight (and at most one taken meanwhile): not 200
+    assert started <= left <= started + 2 and left < 50
+    assert set(_children(zombies=True)) <= before  # the worker is reaped, not just killed
+    deadline = time.monotonic() + 60
+    while any(t.name.startswith("tar2tf-dispatch-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a dispatcher thread outlived close() by 60 s"
+        time.sleep(0.01)
+    assert _pieces(work) == left
+    with pytest.raises(Exception):  # noqa: B017 - cancelled or refused: nobody converts it any more
         pool.convert(150, urls[2])
 
 
