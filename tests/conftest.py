@@ -12,6 +12,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH")) if p
 )
 
+# Beam's local runner starts worker processes per job in its default (multi_processing)
+# mode: seconds of fixed cost that hundreds of small test jobs would pay.  The suite runs
+# the same graph in multi_threading mode; the tests of the default itself (golden digests,
+# the drivers, Ctrl-C) clear this for their jobs (DEFAULT_MODE_ENV).
+os.environ.setdefault("TAR2TF_DIRECT_RUNNING_MODE", "multi_threading")
+DEFAULT_MODE_ENV = {"TAR2TF_DIRECT_RUNNING_MODE": ""}
+
 # session fixtures shared by several modules (registered once, so they run once)
 pytest_plugins = ["ops_fixtures"]
 

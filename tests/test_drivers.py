@@ -7,6 +7,7 @@ import os
 import sys
 
 import shardgen
+from conftest import DEFAULT_MODE_ENV
 from ops_fixtures import ROOT, cli, output_digest
 
 
@@ -27,6 +28,7 @@ def test_beam_default_converts_in_beams_workers_and_local_in_tar2tfs(tmp_path):
         pid_dir = tmp_path / f"pids-{name}"
         pid_dir.mkdir()
         env = {
+            **DEFAULT_MODE_ENV,  # the default as a user gets it: Beam's worker processes
             "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
             "TAR2TF_TEST_PID_DIR": str(pid_dir),
         }

@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import DEFAULT_MODE_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
@@ -112,7 +113,9 @@ def _check(name: str, got: dict) -> None:
 
 def _tar2tf(args, out, extra=()):
     cmd = [sys.executable, "-m", "launch.cli"] + [a.replace("OUT", out) for a in args] + list(extra)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # the default runner as a user gets it (Beam's multi_processing mode), not the suite's
+    env = dict(os.environ, **DEFAULT_MODE_ENV)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 import shardgen
+from conftest import DEFAULT_MODE_ENV
 from ops_fixtures import ROOT, cli, output_digest
 
 from transforms.tfrecord.framing import read_records
@@ -43,7 +44,12 @@ def _terminal_sigint():
 def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
+    # the default as a user gets it (Beam's worker processes), not the suite's threads
+    env = {
+        "PYTHONPATH": os.path.join(ROOT, "tests"),
+        "TAR2TF_TEST_DELAY": "0.2",
+        **DEFAULT_MODE_ENV,
+    }
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
     args = [
         "convert",

@@ -19,7 +19,11 @@ from typing import List, Optional, Sequence
 
 log = logging.getLogger("tar2tf")
 
-LOCAL_DEFAULTS = ["--runner=FnApiRunner", "--direct_running_mode=multi_processing"]
+LOCAL_RUNNER = "--runner=FnApiRunner"
+DEFAULT_MODE = "multi_processing"
+# the local runner's running mode when the job names none: a user (or a test suite) that
+# runs many small jobs may prefer multi_threading, which starts no worker processes
+MODE_ENV = "TAR2TF_DIRECT_RUNNING_MODE"
 IN_PROCESS = "local"  # --runner local: the in-process driver, not a Beam runner
 
 
@@ -39,7 +43,10 @@ def effective_args(
     the local runner's worker count unless ``--direct_num_workers`` is given."""
     args = list(beam_args or [])
     if not _has(args, "--runner"):
-        args = LOCAL_DEFAULTS + args
+        args = [LOCAL_RUNNER] + args
+        if not _has(args, "--direct_running_mode"):
+            mode = os.environ.get(MODE_ENV) or DEFAULT_MODE
+            args.insert(1, f"--direct_running_mode={mode}")
     runner = runner_name(args)
     if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
         # in_memory runs one worker whatever the count (Beam warns about any other count)
