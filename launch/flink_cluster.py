@@ -54,7 +54,7 @@ TM_CLASS = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 UTILS_CLASS = "org.apache.flink.runtime.util.bash.BashJavaUtils"
 UTILS_PREFIX = "BASH_JAVA_UTILS_EXEC_RESULT:"
 # what the pool's python must import to run tar2tf's DoFns
-POOL_IMPORTS = "import apache_beam, transforms.records, pipelines.shard_convert"
+POOL_IMPORTS = "import apache_beam, transforms.records, pipelines.job.shard"
 
 CONFIG = """\
 # written by launch/flink_cluster.py

@@ -40,7 +40,7 @@ def remote_master(beam_args: Sequence[str]) -> Optional[str]:
         return None
     from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
 
-    from pipelines.options import runner_name
+    from pipelines.beam.options import runner_name
 
     if runner_name(list(beam_args)).rsplit(".", 1)[-1] != "FlinkRunner":
         return None
