@@ -65,7 +65,7 @@ CASES = _cases()
 @pytest.fixture(autouse=True)
 def turbo(monkeypatch):
     """The TurboJPEG path switched on, as ``TAR2TF_JPEG_DECODER=turbo`` does."""
-    monkeypatch.setattr(jpeg_codec, "_sj", jpeg_codec._lib)
+    monkeypatch.setattr(jpeg_codec, "_sj", jpeg_codec._load())
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def pillow_only(monkeypatch):
 def test_off_unless_asked_for():
     env = dict(os.environ)
     env.pop("TAR2TF_JPEG_DECODER", None)
-    code = "from transforms import jpeg_codec; print(jpeg_codec.enabled())"
+    code = "from transforms.ops import jpeg_codec; print(jpeg_codec.enabled())"
     for value, want in ((None, "False"), ("turbo", "True"), ("pillow", "False")):
         if value:
             env["TAR2TF_JPEG_DECODER"] = value

@@ -30,13 +30,21 @@ from typing import Optional
 
 from PIL import Image
 
-try:
-    import simplejpeg as _lib
-except ImportError:  # optional (the ``fast-jpeg`` / ``bench`` extras): Pillow decodes everything
-    _lib = None
+
+def _load():
+    """``simplejpeg``, or None when it is not installed (the ``fast-jpeg`` / ``bench`` extras
+    are optional: Pillow decodes everything).  Imported only when asked for: it imports
+    numpy, which a worker passing records through never needs."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
 # opt-in: on the machines measured so far the whole path (Pillow's header parse, TurboJPEG,
 # the copy into a Pillow image) was not faster than Pillow's own decode (docs/benchmarks.md)
-_sj = _lib if os.environ.get("TAR2TF_JPEG_DECODER", "").lower() == "turbo" else None
+_sj = _load() if os.environ.get("TAR2TF_JPEG_DECODER", "").lower() == "turbo" else None
 
 _MODES = ("RGB", "L")  # Pillow's modes for YCbCr / RGB and grayscale JPEGs
 # TurboJPEG's smallest scaling steps are 1/8: below 8 pixels a smaller factor than Pillow's
@@ -46,7 +54,7 @@ _MIN_SIDE = 16
 
 def available() -> bool:
     """Whether ``simplejpeg`` is installed (the path runs only with ``TAR2TF_JPEG_DECODER=turbo``)."""
-    return _lib is not None
+    return _load() is not None
 
 
 def enabled() -> bool:
