@@ -88,8 +88,9 @@ def test_resume_with_other_options_names_them_and_the_same_options_resume(
         "--no-progress",
         "--processes",
         "0",
-        "--direct_running_mode=in_memory",
-        "--direct_num_workers=1",
+        # the in-process driver, as the interrupted run: it continues after its journal
+        "--runner",
+        "local",
     ] + (["--work-dir", work_dir] if elsewhere else [])
 
     assert main(args + ["--max-shard-size", "8KB", "--dali-index"]) == 4

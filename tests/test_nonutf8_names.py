@@ -185,8 +185,10 @@ def test_resume_after_kill(shards, tmp_path):
         "--ops",
         "slow_ops:slow_ops",
         "--no-progress",
-        "--direct_running_mode=in_memory",
-        "--direct_num_workers=1",
+        "--runner",  # the in-process driver journals its final shards: where --resume goes on
+        "local",
+        "--processes",
+        "0",
     ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "launch.cli", *args],

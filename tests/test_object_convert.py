@@ -156,7 +156,7 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(
     assert journal and sorted(kept) == [
         backend.url(f"resumed/train-{i + 1}.record") for i in range(len(journal))
     ]
-    with pytest.raises(OutputExistsError, match="--resume to continue it"):
+    with pytest.raises(OutputExistsError, match="resume=True to continue it"):
         run()
     with monkeypatch.context() as m, caplog.at_level("INFO", logger="tar2tf"):
         m.setattr(

@@ -28,16 +28,21 @@ def _unescape(text: str) -> str:
 
 class _WorkerRecords(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != "Worker: %s" or not record.args:
+        # the message as formatted: the CLI's record factory may have formatted (and
+        # redacted) it already (launch.log_redact)
+        entry = record.getMessage()
+        if not entry.startswith("Worker: "):
             return True
-        entry = str(record.args[0] if isinstance(record.args, tuple) else record.args)
         message, location = _MESSAGE.search(entry), _LOCATION.search(entry)
         if message is None:
             return True
         where = _unescape(location.group(1)) if location else ""
-        if "/apache_beam/" in where and record.levelno < logging.ERROR:
-            return False
-        logging.getLogger("tar2tf").log(record.levelno, "%s", _unescape(message.group(1)))
+        text = _unescape(message.group(1))
+        if "/apache_beam/" in where and (
+            record.levelno < logging.ERROR or "KeyboardInterrupt" in text
+        ):
+            return False  # Beam's own notices, and its workers' reports of Ctrl-C
+        logging.getLogger("tar2tf").log(record.levelno, "%s", text)
         return False
 
 

@@ -146,10 +146,13 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # stream's journal is what a rerun with resume=True continues from
     hold = HOLD_BYTES if stream is not None and workers is None else 0
 
+    reused = []  # pieces an interrupted run left, verified
+
     def one(task):
         index, url = task
         info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
         if info is not None:
+            reused.append(index)
             return info
         if workers is not None:
             return workers.convert(index, url)
@@ -192,7 +195,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
             workers.close()
         if bar is not None:
             bar.close()
-    return _result(job, shards, pieces, num_workers)
+    return _result(job, shards, pieces, num_workers, len(resumed.pieces) + len(reused))
 
 
 def _placed(
@@ -222,15 +225,15 @@ def _placed(
         pool.close()
         if bar is not None:
             bar.close()
-    return _result(job, shards, list(resumed.pieces) + feed.pieces(), procs)
+    return _result(job, shards, list(resumed.pieces) + feed.pieces(), procs, len(resumed.pieces))
 
 
-def _result(job: Job, shards, pieces, num_workers: int) -> ConvertResult:
+def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
     """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
     ``num_workers``: for a second pass of a job whose features had several types."""
     next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls, job.work)))
     # the counts a Beam job's counters hold, from the pieces this process saw
-    counters = {"shards_rejected": len(job.list_rejects)}
+    counters = {"shards_rejected": len(job.list_rejects), "shards_resumed": resumed}
     for piece in pieces:
         for name, n in finalize.piece_counts(piece).items():
             counters[name] = counters.get(name, 0) + n
