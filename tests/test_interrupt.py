@@ -142,15 +142,17 @@ def test_busy_workers_end_with_a_killed_parent(tmp_path):
     )
     workers: list = []
     deadline = time.time() + 120
-    while time.time() < deadline and len(workers) < 2:  # the pool's processes, once they run a task
-        time.sleep(0.2)
-        workers = [
-            int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
-        ]
-    assert len(workers) == 2, "the job's worker processes did not start"
-    time.sleep(3)  # into their first (two-minute) record
-    proc.kill()
-    proc.wait(timeout=30)
+    try:
+        while time.time() < deadline and len(workers) < 2:  # the pool's processes, once they run
+            time.sleep(0.2)
+            workers = [
+                int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
+            ]
+        assert len(workers) == 2, "the job's worker processes did not start"
+        time.sleep(3)  # into their first (two-minute) record
+    finally:  # a failed wait must not leave the job running its two-minute ops
+        proc.kill()
+        proc.wait(timeout=30)
     for _ in range(100):
         if not any(_parent(w) is not None for w in workers):
             break
