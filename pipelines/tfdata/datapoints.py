@@ -153,15 +153,15 @@ def plain_spec(spec: Any) -> Any:
     return LeafSpec(name, None if name == "string" else np.dtype(spec.dtype.as_numpy_dtype), shape)
 
 
-def fit(element: Any, spec: Any) -> Any:
+def fit(element: Any, spec: Any, strict: bool = False) -> Any:
     """Cast an element's leaves to the spec (:class:`LeafSpec` leaves, see
     :func:`plain_spec`); raise OpError if a shape does not fit.  A uint8 array (an
     image) under a float spec is scaled to [0, 1] as ``tf.image.convert_image_dtype``
     scales it, as the record parsers read stored uint8 pixels; other dtypes are cast."""
     if isinstance(spec, dict):
-        return {k: fit(element[k], spec[k]) for k in spec}
+        return {k: fit(element[k], spec[k], strict) for k in spec}
     if isinstance(spec, tuple):
-        return tuple(fit(e, s) for e, s in zip(element, spec))
+        return tuple(fit(e, s, strict) for e, s in zip(element, spec))
     if spec.numpy is None:  # tf.string: bytes; a number or text asked for as a string is its text
         arr = np.asarray(element)
         if arr.dtype.kind in "biufU":
@@ -184,10 +184,14 @@ def fit(element: Any, spec: Any) -> Any:
             arr = convert_dtype(arr, spec.numpy)
         else:
             if arr.dtype.kind == "f" and spec.numpy.kind in "iu":
-                # nan, inf, 2.5 have no integer: a reject, as when the same load is written
-                # to files (transforms.tfrecord.example), never numpy's cast to -2**31
+                # nan and inf have no integer: a reject, never numpy's cast to -2**31.  With
+                # dtypes inferred from the first element (``strict``), a value must be
+                # whole, as when the same load is written to files
+                # (transforms.tfrecord.example); floats asked for as integers
+                # (output_types) are cast, as tf.data casts them
                 with np.errstate(invalid="ignore"):
-                    if not np.all(np.isfinite(arr) & np.equal(np.mod(arr, 1), 0)):
+                    whole = not strict or np.all(np.equal(np.mod(arr, 1), 0))
+                    if not (np.all(np.isfinite(arr)) and whole):
                         raise OpError(
                             f"value {str(element)[:40]} is not {spec.dtype} (no whole finite number)"
                         )

@@ -392,7 +392,7 @@ class Dataset:
         return Stages(
             tuple(self.sample_stages)
             + tuple(self.conversions)
-            + (ElementStage(self.selections, spec),)
+            + (ElementStage(self.selections, spec, strict=getattr(self, "_inferred_types", False)),)
         )
 
     def elements(
@@ -465,6 +465,8 @@ class Dataset:
         import tensorflow as tf
 
         spec = output_signature
+        # dtypes taken from the first element (none given): later values must fit them
+        self._inferred_types = output_signature is None and output_types is None
         if spec is None:
             probe = LoadStats()
             first = self.elements(template, 1, None, 1, probe, report=False)

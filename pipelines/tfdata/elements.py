@@ -27,16 +27,17 @@ Note = Callable[..., None]
 class ElementStage:
     """Last sample stage of in-memory mode: the record becomes one tf.data element."""
 
-    def __init__(self, sels, spec=None):
+    def __init__(self, sels, spec=None, strict: bool = False):
         # plain leaves: the stage pickles into worker processes without TensorFlow
         self.sels, self.spec = sels, None if spec is None else dp.plain_spec(spec)
+        self.strict = strict  # the dtypes were inferred: a value must fit them (dp.fit)
         self.light = all(getattr(s, "light", False) for s in sels)  # see transforms.opbase.Op.light
 
     def __call__(self, record):
         el = datapoint(self.sels, record)
         return {
             KEY: record.get(KEY),
-            "__element__": el if self.spec is None else dp.fit(el, self.spec),
+            "__element__": el if self.spec is None else dp.fit(el, self.spec, self.strict),
         }
 
     def describe(self):
