@@ -16,18 +16,13 @@ from ops_fixtures import ROOT, cli, output_digest
 N_SHARDS = 10
 
 
-# one Beam worker converting on its thread (pieces in the work dir), or the default mode's
-# two worker processes (they write into the final shards; Beam only collects), or
-# two threads sharing one worker process (whose pieces must still be converted in order)
+# the in-process driver journals the final shards it streams (where --resume goes on):
+# converting on this thread, in two worker processes (they write into the final shards), or
+# in one worker process
 MODES = {
-    "thread": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-    "workers": ["--direct_num_workers=2"],  # the default: Beam collects in_memory
-    "one-worker": [
-        "--direct_running_mode=multi_threading",
-        "--direct_num_workers=2",
-        "--processes",
-        "1",
-    ],
+    "thread": ["--runner", "local", "--processes", "0"],
+    "workers": ["--runner", "local", "--processes", "2"],
+    "one-worker": ["--runner", "local", "--processes", "1"],
 }
 
 
