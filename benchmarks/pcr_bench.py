@@ -2,9 +2,9 @@
 
 ``python -m benchmarks.pcr_bench '<json spec>'`` (started by ``run.py`` in its own process):
 
-1. ``pipelines.pcr.convert_pcr`` turns the tar shards into a PCR dataset (Beam, the same
+1. ``pipelines.beam.pcr.convert_pcr`` turns the tar shards into a PCR dataset (Beam, the same
    local runner mode as the TFRecord benchmark), timed; every image must be written.
-2. For scan groups 1, 2, 5 and all (10): ``transforms.pcr_reader.iter_pcr`` reads every
+2. For scan groups 1, 2, 5 and all (10): ``transforms.pcr.reader.iter_pcr`` reads every
    record at that level through an opener that counts the bytes the files deliver.  The
    count must equal the sum of the indexed prefixes (``RecordEntry.prefix(k)``): loading k
    groups reads exactly the prefix, nothing more.  Each level is timed twice: reading

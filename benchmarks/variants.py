@@ -10,11 +10,11 @@ The last stdout line is ``BENCH-RESULT {json}``, with the wall-clock time the cl
 tar2tf variants (both drivers, with explicit flags, so that they measure these modes
 whatever a given version's defaults are):
 
-* ``tar2tf-beam``: ``pipelines.convert.convert`` on Beam's FnApiRunner in
+* ``tar2tf-beam``: ``pipelines.beam.convert.convert`` on Beam's FnApiRunner in
   ``multi_processing`` mode with one process per core
   (``--direct_running_mode=multi_processing --direct_num_workers=N``): the CLI's default
   Beam runner.  The DoFns convert in Beam's worker processes.
-* ``tar2tf-local``: ``pipelines.local_convert.convert_in_process`` with one thread per core
+* ``tar2tf-local``: ``pipelines.local.driver.convert_in_process`` with one thread per core
   (the CLI's ``--runner local``): no Beam; with more than one worker, shards are converted
   by tar2tf's worker processes (``pipelines.local.pool``), which write local ``{}`` output
   shards themselves.

@@ -1,7 +1,7 @@
 """The TurboJPEG decode path (transforms/ops/jpeg_codec.py) gives exactly Pillow's pixels.
 
 Stated bound: zero difference.  Every JPEG here is decoded twice through
-``transforms.images.decode`` -- once with the TurboJPEG path switched on (it is opt-in:
+``transforms.ops.images.decode`` -- once with the TurboJPEG path switched on (it is opt-in:
 ``TAR2TF_JPEG_DECODER=turbo``), once with it off (Pillow) -- at full size and at the
 DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4, 1/8), and the arrays must be equal,
 byte for byte.  The test also checks that the fast

@@ -127,7 +127,7 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
     holds = []
     real = shard_convert.convert_shard
     monkeypatch.setattr(
-        "pipelines.convert.convert_shard",
+        "pipelines.local.driver.convert_shard",
         lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1],
     )
     for resume in (False, True):

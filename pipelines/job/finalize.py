@@ -180,7 +180,7 @@ class ShardFile:
     A local shard can also leave ranges to other processes (:meth:`reserve`): a worker
     writes a range into :attr:`local_path` at its offset and reports the range's CRC-32C
     (:meth:`filled`, from any thread); :meth:`close` waits for every range and combines
-    the CRCs (:func:`transforms.digests.crc32c_combine`)."""
+    the CRCs (:func:`transforms.tfrecord.digests.crc32c_combine`)."""
 
     def __init__(self, path: str, config: Optional[StoreConfig] = None, dali_index: bool = False):
         self.path, self.dali_index = path, dali_index

@@ -3,7 +3,7 @@
 
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
-is the one the Beam graph runs -- :func:`pipelines.convert.convert_shard` per input shard,
+is the one the Beam graph runs -- :func:`pipelines.job.shard.convert_shard` per input shard,
 the greedy packing of :mod:`pipelines.job.finalize`, the same manifest -- so the output files
 are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
 output template the final shards fill while later input shards still convert

@@ -65,10 +65,10 @@ class Pool:
     threads convert them in that order, from the start (while Beam still builds its
     graph), each on the next idle worker, and :meth:`convert` returns a task's result when
     asked.  The local runner hands each of its threads a fixed share of the shards (one
-    bundle per thread); converting in task order instead keeps every worker busy until the
+    share); converting in task order instead keeps every worker busy until the
     last shard, and the pieces come in the order the shard stream writes them.
     ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
-    ready (the job's shard stream and progress bar: ``pipelines.convert.piece_done``).
+    ready.
     ``place`` (``PieceFeed.place``): the workers write their pieces into the final shards
     where it puts them; a piece then waits for its predecessors to be placed (its worker
     converts its next shard meanwhile: :meth:`_pipeline`), so such a pool must be given

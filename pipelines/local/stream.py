@@ -58,7 +58,7 @@ class ShardStream:
     shard_journal.load` found; the stream starts after its shards).  Without a journal,
     :meth:`abort` removes the shards this stream finished, so nothing is left behind.
 
-    ``spool_limit`` (remote outputs; default :func:`transforms.upload.spool_limit`): the
+    ``spool_limit`` (remote outputs; default :func:`transforms.stores.upload.spool_limit`): the
     bytes of finished shards that may wait for the closer thread's upload before the
     writer waits too (:meth:`_make_room`)."""
 

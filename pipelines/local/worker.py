@@ -209,7 +209,7 @@ def serve() -> None:
     ends (an op raising SystemExit, say), and shutting down would close ``sys.stdin``,
     wait for that lock and abort the process.  Ctrl-C in a terminal reaches the workers
     too (one process group): they ignore it, and the interrupted parent ends them
-    (:meth:`pipelines.shard_pool.Pool.close`), without a traceback from each."""
+    (:meth:`pipelines.local.pool.Pool.close`), without a traceback from each."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,7 +1,7 @@
 """From converted records to tf.data elements: element specs, shapes, batches.
 
 A datapoint is the (value, label) structure of numpy leaves that
-:func:`transforms.leaves.datapoint` makes of a record (a dict for ``SelectDict`` / lists
+:func:`transforms.ops.leaves.datapoint` makes of a record (a dict for ``SelectDict`` / lists
 of ops, a tuple for ``SelectList``); this module gives its ``tf.TensorSpec`` structure
 (``spec_of``, the seed's ``output_shapes`` / ``output_types`` overriding what an element
 shows), fits elements to a spec and stacks them into batches.

@@ -2,7 +2,7 @@
 
 ``load`` without ``path`` (or with ``path=""``) returns a streaming ``tf.data.Dataset``; with ``path`` it writes
 TFRecord shards through the conversion pipeline and returns their paths.  Ops run as
-sample stages in both modes, through the same :class:`transforms.stages.Stages` code.
+sample stages in both modes, through the same :class:`transforms.ops.stages.Stages` code.
 ``remote_exec`` chooses where they run -- see ``docs/ops.md`` ("executed in the cluster"
 means: by Beam workers of the configured runner)::
 

@@ -5,7 +5,7 @@ TensorFlow so that it runs on the caller's threads (``pipelines.tfdata.dataset``
 local worker processes of ``pipelines.local.pool`` alike.  Every count goes to
 ``note(what, reject=None)``: ``note("records_read")``, ``note("records_yielded")``,
 ``note("records_filtered")``, or ``note("", reject)`` for a rejected record or shard (a
-:class:`~transforms.tar_records.ShardCorrupt` included: the stream cannot take back what
+:class:`~transforms.tar.records.ShardCorrupt` included: the stream cannot take back what
 it already yielded, so it only reports it).
 """
 
@@ -31,7 +31,9 @@ class ElementStage:
         # plain leaves: the stage pickles into worker processes without TensorFlow
         self.sels, self.spec = sels, None if spec is None else dp.plain_spec(spec)
         self.strict = strict  # the dtypes were inferred: a value must fit them (dp.fit)
-        self.light = all(getattr(s, "light", False) for s in sels)  # see transforms.opbase.Op.light
+        self.light = all(
+            getattr(s, "light", False) for s in sels
+        )  # see transforms.ops.base.Op.light
 
     def __call__(self, record):
         el = datapoint(self.sels, record)

@@ -1,13 +1,13 @@
 """A remote in-memory load's records, parsed as stored, cast to the dtypes asked for.
 
 ``Dataset.load(..., remote_exec=True)`` reads back the TFRecords its Beam job wrote.
-:func:`pipelines.parsers.make_record_parser` reads raw bytes only as the dtype they were
+:func:`pipelines.tfdata.parsers.make_record_parser` reads raw bytes only as the dtype they were
 stored as (casting in the parser would double its time per record: ``docs/benchmarks.md``),
 so the load parses with :func:`stored_spec` -- the requested structure and
 shapes, the first record's stored dtypes -- and, only where ``output_types`` /
 ``output_signature`` ask for another dtype, casts the parsed element with
 :func:`caster`.  The cast gives the in-memory load's values
-(:func:`pipelines.datapoints.fit`), leaf by leaf:
+(:func:`pipelines.tfdata.datapoints.fit`), leaf by leaf:
 
 * uint8 under a float dtype: ``tf.image.convert_image_dtype`` (scaled to [0, 1]), as
   ``fit`` scales pixels;

@@ -90,7 +90,7 @@ def _keep(x: Any, keep: Iterable[str]):
 class _Selection:
     """Keep the entries for which ``match(x, name)`` holds."""
 
-    light = True  # see transforms.opbase.Op.light (a user predicate is not: _ByF)
+    light = True  # see transforms.ops.base.Op.light (a user predicate is not: _ByF)
 
     def __init__(self, *args):
         self.args = args

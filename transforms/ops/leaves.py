@@ -151,7 +151,7 @@ class SelectionStage:
 
     def __init__(self, selections: Sequence[Any], bool_arrays: bool = False):
         self.sels = normalize_selections(selections)
-        self.light = all(s.light for s in self.sels)  # see transforms.opbase.Op.light
+        self.light = all(s.light for s in self.sels)  # see transforms.ops.base.Op.light
         self.bool_arrays = bool_arrays
 
     def __call__(self, record: Record) -> Record:

@@ -3,7 +3,7 @@
 * A *sample stage* is a callable ``record -> record | None``.  ``None`` filters the record
   out (counted as ``filtered``).  Ops from ``transforms.ops`` are sample stages.
 * ``to_example`` turns the final record into a ``tf.train.Example`` (or serialized bytes);
-  default: :func:`transforms.example.record_to_example` with the type map.
+  default: :func:`transforms.tfrecord.example.record_to_example` with the type map.
 * An *example stage* is a callable ``tf.train.Example -> tf.train.Example | None``.
 
 Any exception inside a stage rejects that one record with the stage and the reason;

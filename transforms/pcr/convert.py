@@ -2,7 +2,7 @@
 
 Inputs come in *units*, each converted by one worker into one work *blob*:
 
-* ``("tar", i, url, url)``: one tar shard, read through :func:`transforms.fetch.read_shard`
+* ``("tar", i, url, url)``: one tar shard, read through :func:`transforms.tar.fetch.read_shard`
   (local, ``ais://``, ``gs://``); the image is the record's first image extension (or
   ``image_field``), the label the integer in ``label_field`` (default ``cls``).
 * ``("files", i, root, [[url, key, label], ...])``: a slice of an ImageFolder tree

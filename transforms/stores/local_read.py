@@ -5,11 +5,11 @@ deep inside the tar reader, which cannot tell it from a damaged archive.  :func:
 returns a buffered reader over :class:`LocalFile`, whose reads
 
 * turn an ``OSError`` of the OS (EIO from a failing disk, ESTALE on NFS, ...) into a
-  :class:`~transforms.fetch_errors.LocalReadError` naming the file, the byte the read
+  :class:`~transforms.stores.errors.LocalReadError` naming the file, the byte the read
   started at and the OS error;
 * check after every read of a regular file that its size and modification time are those
   it had when opened (one ``fstat`` per read of up to 1 MB).  A file truncated, rewritten
-  or appended to while it is read raises :class:`~transforms.fetch_errors.FileChangedError`
+  or appended to while it is read raises :class:`~transforms.stores.errors.FileChangedError`
   instead of handing out a mix of two versions, or an early end of file that would look
   like a truncated archive: what is on disk now may be complete again (``cp`` over it is
   a truncation then a rewrite) or a different file, so the shard is a ``fetch`` reject

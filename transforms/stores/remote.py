@@ -2,7 +2,7 @@
 SDK call run under the one retry policy (``transforms.stores.retry``).
 
 404/401/403 become ``FileNotFoundError``/``PermissionError`` (final, never retried); transient
-faults are retried by :class:`~transforms.retry.RetryPolicy`; anything else escapes as is.
+faults are retried by :class:`~transforms.stores.retry.RetryPolicy`; anything else escapes as is.
 """
 
 from __future__ import annotations

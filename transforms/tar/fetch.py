@@ -1,7 +1,7 @@
 """Fetch one shard and stream it into records: the ``fetch`` stage.
 
 Opening failures become one shard-level reject (``missing shard``, ``permission denied``,
-``fetch failed``); the stream itself goes to :func:`transforms.tar_records.iter_records`,
+``fetch failed``); the stream itself goes to :func:`transforms.tar.records.iter_records`,
 which turns damage into ``tar`` rejects, and a read the store fails mid-object (retries
 spent, the object changed) into ``fetch`` ones.  Transient network faults are retried
 inside the store, which resumes from the last good byte, so a retried shard never

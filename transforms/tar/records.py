@@ -24,7 +24,7 @@ shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
 data after it (other than zero padding) and trailing garbage after a complete gzip stream
 are ignored with a shard-level reject that says so, and the records are kept.
 
-A read that the store gave up on mid-object (:class:`~transforms.retry.FetchError`:
+A read that the store gave up on mid-object (:class:`~transforms.stores.retry.FetchError`:
 retries spent, or an object replaced while it was read), or that the OS failed on a local
 file (an I/O error, the file changed while read; :mod:`transforms.stores.local_read`), is no
 damage in the archive: its rejects (the record being read, and the shard-level one) have
