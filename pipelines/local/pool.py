@@ -62,10 +62,8 @@ class Pool:
     an idle one for one shard.
 
     ``tasks``: the ``(index, url)`` tasks the caller will ask for.  ``n`` dispatcher
-    threads convert them in that order, from the start (while Beam still builds its
-    graph), each on the next idle worker, and :meth:`convert` returns a task's result when
-    asked.  The local runner hands each of its threads a fixed share of the shards (one
-    share); converting in task order instead keeps every worker busy until the
+    threads convert them in that order, from the start, each on the next idle worker, and
+    :meth:`convert` returns a task's result when asked: every worker stays busy until the
     last shard, and the pieces come in the order the shard stream writes them.
     ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
     ready.
