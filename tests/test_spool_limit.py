@@ -218,6 +218,8 @@ def test_spool_limit_flag_overrides_the_environment(backend, tmp_path, monkeypat
                     "--work-dir",
                     str(tmp_path / name),  # the pieces: not spooled
                     "--no-progress",
+                    "--runner",  # the in-process driver's shard stream spools uploads
+                    "local",
                     *_store_flags(backend),
                     *flag,
                 ]
