@@ -146,11 +146,16 @@ def convert(
     p = beam.Pipeline(options=opts.make_pipeline_options(args))
     build(p, cfg, job.urls, job.list_rejects, job.work)
     record_job(cfg, job.urls, job.work)
-    with cleaned_on_failure(job), progress.watch(job.work, cfg.store, len(job.urls), cfg.progress):
+    with (
+        cleaned_on_failure(job),
+        progress.watch(job.work, cfg.store, len(job.urls), cfg.progress) as bar,
+    ):
         result = p.run()
         result.wait_until_finish()
-    counters = counters_of(result)
-    counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
-    res = result_of(job, counters)
+        counters = counters_of(result)
+        counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
+        res = result_of(job, counters)
+        if bar is not None:
+            bar.complete(res.totals["records_read"], counters.get("member_bytes_read", 0))
     again = retyped(cfg, res.manifest)
     return res if again is None else convert(again, beam_args, flag_names)

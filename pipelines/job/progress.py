@@ -55,6 +55,17 @@ class Progress:
             )
             self._bar.update(1)
 
+    def complete(self, records: int, nbytes: int) -> None:
+        """The job finished: every shard done, with these totals (the sidecars of the last
+        shards may be gone before a poll saw them)."""
+        with self._lock:
+            self._records, self._bytes = records, nbytes
+            elapsed = max(self._bar.format_dict.get("elapsed", 0.0), 1e-6)
+            self._bar.set_postfix(
+                records=records, MBps=f"{nbytes / 1e6 / elapsed:.1f}", refresh=False
+            )
+            self._bar.update(self._bar.total - self._bar.n)
+
     def close(self) -> None:
         self._bar.close()
 
