@@ -125,7 +125,8 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # worker processes pay off for heavy ops, and for any job whose workers write their
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (auto_processes)
-    placed = shard_stream.can_stream(cfg.output) and split_url(cfg.output)[0] == ""
+    local_output = split_url(cfg.output)[0] == ""
+    placed = shard_stream.can_stream(cfg.output) and local_output
     procs = (
         auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed)
         if auto
@@ -136,9 +137,9 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     record_job(cfg, urls, work)
     stream = new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
     tasks = list(enumerate(urls))[resumed.next_piece :]
-    if blob is not None and stream is not None and split_url(cfg.output)[0] == "":
+    if blob is not None and stream is not None and local_output:
         # local final shards: the workers write their frames into them where the stream
-        # places them, converting in input order, as in a local Beam job (pipelines.beam.convert)
+        # places them, converting in input order
         feed = shard_stream.PieceFeed(stream, len(urls), resumed.next_piece)
         return _placed(job, blob, procs, feed, tasks, resumed)
     workers = shard_pool.Pool(blob, work, procs) if blob is not None else None
@@ -163,16 +164,15 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # thread would only overlap copies into the page cache, and the two threads' hand-offs
     # of the GIL cost more than that (docs/benchmarks.md); output elsewhere is
     # a network upload, which a converter thread keeps overlapping with the next fetch
-    inline = threads == 1 and workers is None and split_url(cfg.output)[0] == ""
+    inline = threads == 1 and workers is None and local_output
     converted = _inline(one, tasks) if inline else _threaded(one, tasks, threads)
-    bar = Progress(len(urls), cfg.progress) if cfg.progress else None
+    bar = _bar(job, resumed)
     try:
         pieces = list(resumed.pieces)
         try:
             for piece in converted:
                 pieces.append(piece)
-                if bar is not None:
-                    bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+                bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
                 if stream is not None:
                     stream.add(piece)  # in input order, while later pieces convert
             if stream is not None:
@@ -193,8 +193,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     finally:
         if workers is not None:
             workers.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     return _result(job, shards, pieces, num_workers, len(resumed.pieces) + len(reused))
 
 
@@ -208,14 +207,12 @@ def _placed(
 ) -> ConvertResult:
     """The job whose ``procs`` worker processes write into the final shards where ``feed``
     places their pieces; the pool converts ``tasks`` in order, this thread takes the results."""
-    cfg = job.cfg
-    bar = Progress(len(job.urls), cfg.progress) if cfg.progress else None
+    bar = _bar(job, resumed)
     pool = shard_pool.Pool(blob, job.work, procs, tasks=tasks, place=feed.place)
     try:
         for index, url in tasks:
             info = pool.convert(index, url)  # raises a worker's error
-            if bar is not None:
-                bar.shard_done(len(info["sizes"]), info["member_bytes"])
+            bar.shard_done(len(info["sizes"]), info["member_bytes"])
         shards = feed.finish(len(job.urls))
     except BaseException as e:
         if not feed.settled:
@@ -223,9 +220,17 @@ def _placed(
         raise
     finally:
         pool.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     return _result(job, shards, list(resumed.pieces) + feed.pieces(), procs, len(resumed.pieces))
+
+
+def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
+    """The job's progress bar (quiet unless asked for, or stderr is a terminal), counting
+    the shards a resumed job's journal already holds."""
+    bar = Progress(len(job.urls), job.cfg.progress)
+    for piece in resumed.pieces:
+        bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+    return bar
 
 
 def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
