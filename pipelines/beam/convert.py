@@ -143,7 +143,7 @@ def convert(
     # built before the job's record is written: ops that cannot be pickled stop the job
     # before it leaves anything in its work directory
     worker_logs.install()
-    p = beam.Pipeline(options=opts.make_pipeline_options(args))
+    p = opts.make_pipeline(args)
     build(p, cfg, job.urls, job.list_rejects, job.work)
     record_job(cfg, job.urls, job.work)
     with (

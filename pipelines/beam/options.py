@@ -24,6 +24,7 @@ DEFAULT_MODE = "multi_processing"
 # the local runner's running mode when the job names none: a user (or a test suite) that
 # runs many small jobs may prefer multi_threading, which starts no worker processes
 MODE_ENV = "TAR2TF_DIRECT_RUNNING_MODE"
+MODE_FLAG = "--direct_running_mode"
 IN_PROCESS = "local"  # --runner local: the in-process driver, not a Beam runner
 
 
@@ -44,15 +45,15 @@ def effective_args(
     args = list(beam_args or [])
     if not _has(args, "--runner"):
         args = [LOCAL_RUNNER] + args
-        if not _has(args, "--direct_running_mode"):
+        if not _has(args, MODE_FLAG):
             mode = os.environ.get(MODE_ENV) or DEFAULT_MODE
-            args.insert(1, f"--direct_running_mode={mode}")
+            args.insert(1, f"{MODE_FLAG}={mode}")
     runner = runner_name(args)
     if runner in ("FnApiRunner", "DirectRunner") and not _has(args, "--direct_num_workers"):
         # in_memory runs one worker whatever the count (Beam warns about any other count)
         n = (
             1
-            if _value(args, "--direct_running_mode") == "in_memory"
+            if _value(args, MODE_FLAG) == "in_memory"
             else int(workers or 0) or os.cpu_count() or 1
         )
         args.append(f"--direct_num_workers={n}")
@@ -92,3 +93,66 @@ def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     return PipelineOptions(effective_args(beam_args))
+
+
+# Beam starts each multi_processing worker as `<python> -m ...sdk_worker_main` through a
+# shell.  A terminal's Ctrl-C goes to the whole foreground process group, so each worker
+# would die of it with its own KeyboardInterrupt traceback (and the runner's threads with
+# theirs) before tar2tf could print its one line.  Started with SIGINT ignored (an ignored
+# signal stays ignored across exec, and Python then installs no KeyboardInterrupt handler),
+# the workers leave Ctrl-C to the launching process, whose runner ends them as on any
+# failure.
+_WORKER_COMMAND = "trap '' INT; exec {} -m apache_beam.runners.worker.sdk_worker_main"
+
+
+class _InMemoryModeNotice(logging.Filter):
+    """Drops FnApiRunner's notice that ``in_memory`` with several workers runs one: with the
+    worker environment given to the runner (below), the mode flag is left at its default, and
+    the workers are processes all the same."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("If direct_num_workers is not equal to 1")
+
+
+_NOTICE = _InMemoryModeNotice()
+
+
+def make_pipeline(beam_args: Optional[Sequence[str]] = None):
+    """A ``beam.Pipeline`` for ``beam_args`` with tar2tf's defaults (:func:`effective_args`).
+    On the local runner's ``multi_processing`` mode, the runner gets its worker environment
+    from here: the same command as Beam's own, with SIGINT ignored in the workers."""
+    import shlex
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = effective_args(beam_args)
+    if runner_name(args) != "FnApiRunner" or _value(args, MODE_FLAG) != "multi_processing":
+        return beam.Pipeline(options=PipelineOptions(args))
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    env = SubprocessSDKEnvironment.from_command_string(
+        _WORKER_COMMAND.format(shlex.quote(sys.executable))
+    )
+    runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
+    if _NOTICE not in runner_log.filters:
+        runner_log.addFilter(_NOTICE)
+    return beam.Pipeline(
+        runner=FnApiRunner(default_environment=env),
+        options=PipelineOptions(_without(args, MODE_FLAG)),
+    )
+
+
+def _without(args: Sequence[str], flag: str) -> List[str]:
+    out: List[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out

@@ -437,7 +437,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     )
     args = opts.effective_args(beam_args)
     worker_logs.install()
-    p = beam.Pipeline(options=opts.make_pipeline_options(args))
+    p = opts.make_pipeline(args)
     build(p, cfg, units, list_rejects, inputs, classes, work)
     try:
         with prog.watch(work, cfg.store, len(units), cfg.progress):
