@@ -49,7 +49,9 @@ def test_beam_default_converts_in_beams_workers_and_local_in_tar2tfs(tmp_path):
         runs[name] = _who_converted(pid_dir)
     assert output_digest(str(tmp_path / "beam")) == output_digest(str(tmp_path / "local"))
     # Beam's SDK workers ran the op: no tar2tf worker process, and not the launching CLI
-    assert runs["beam"] and all("apache_beam" in cmd for cmd in runs["beam"].values()), runs["beam"]
+    assert runs["beam"] and all(
+        "pipelines.beam.sdk_worker" in cmd for cmd in runs["beam"].values()
+    ), runs["beam"]
     assert not any("pipelines.local.worker" in cmd for cmd in runs["beam"].values())
     # the in-process driver's own worker processes ran it
     assert runs["local"] and all(

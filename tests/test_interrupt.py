@@ -112,11 +112,26 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     assert output_digest(str(tmp_path / "o")) == output_digest(str(tmp_path / "ref"))
 
 
-def test_busy_workers_end_with_a_killed_parent(tmp_path):
-    """kill -9 of the CLI while its workers sit in a slow (or hung) op: they must not
-    keep converting for nobody, or live for ever."""
+@pytest.mark.parametrize(
+    "mode, busy",
+    [
+        (["--direct_num_workers=2"], 0.0),
+        (["--direct_num_workers=2"], 3.0),
+        (["--runner", "local", "--processes", "2"], 3.0),
+    ],
+    ids=["beam-starting", "beam-busy", "local-workers"],
+)
+def test_workers_end_with_a_killed_parent(tmp_path, mode, busy):
+    """kill -9 of the CLI while its workers (Beam's SDK workers, or the in-process driver's
+    pool) start, or sit in a slow (or hung) op: they must not keep converting for nobody, or
+    live for ever.  (A Beam SDK worker whose launcher dies before it connects would wait
+    for ever on its gRPC channel.)"""
     shardgen.make_shards(str(tmp_path / "in"), 4, 2, size=(32, 24))
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "120"}
+    env = {
+        "PYTHONPATH": os.path.join(ROOT, "tests"),
+        "TAR2TF_TEST_DELAY": "120",
+        **DEFAULT_MODE_ENV,
+    }
     args = [
         "convert",
         str(tmp_path / "in" / "train-{0000..0003}.tar"),
@@ -125,10 +140,7 @@ def test_busy_workers_end_with_a_killed_parent(tmp_path):
         "--ops",
         "slow_ops:slow_ops",
         "--no-progress",
-        "--runner",  # the in-process driver's pool: worker processes of the CLI itself
-        "local",
-        "--processes",
-        "2",
+        *mode,  # either way, the worker processes are the CLI's children
     ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "launch.cli", *args],
@@ -147,7 +159,7 @@ def test_busy_workers_end_with_a_killed_parent(tmp_path):
                 int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid
             ]
         assert len(workers) == 2, "the job's worker processes did not start"
-        time.sleep(3)  # into their first (two-minute) record
+        time.sleep(busy)  # into their first (two-minute) record, or still starting
     finally:  # a failed wait must not leave the job running its two-minute ops
         proc.kill()
         proc.wait(timeout=30)
@@ -158,7 +170,7 @@ def test_busy_workers_end_with_a_killed_parent(tmp_path):
     left = [w for w in workers if _parent(w) is not None]
     for w in left:
         os.kill(w, signal.SIGKILL)
-    assert not left, "a busy worker outlived its killed parent"
+    assert not left, "a worker outlived its killed parent"
 
 
 def _parent(pid: int):

@@ -95,14 +95,10 @@ def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
     return PipelineOptions(effective_args(beam_args))
 
 
-# Beam starts each multi_processing worker as `<python> -m ...sdk_worker_main` through a
-# shell.  A terminal's Ctrl-C goes to the whole foreground process group, so each worker
-# would die of it with its own KeyboardInterrupt traceback (and the runner's threads with
-# theirs) before tar2tf could print its one line.  Started with SIGINT ignored (an ignored
-# signal stays ignored across exec, and Python then installs no KeyboardInterrupt handler),
-# the workers leave Ctrl-C to the launching process, whose runner ends them as on any
-# failure.
-_WORKER_COMMAND = "trap '' INT; exec {} -m apache_beam.runners.worker.sdk_worker_main"
+# the worker command as Beam's own, through pipelines.beam.sdk_worker (Ctrl-C and a killed
+# launcher; see there); Beam runs it through a shell, so `exec` keeps the launcher the
+# worker's parent
+_WORKER_COMMAND = "{env}={pid} exec {python} -m pipelines.beam.sdk_worker"
 
 
 class _InMemoryModeNotice(logging.Filter):
@@ -120,7 +116,7 @@ _NOTICE = _InMemoryModeNotice()
 def make_pipeline(beam_args: Optional[Sequence[str]] = None):
     """A ``beam.Pipeline`` for ``beam_args`` with tar2tf's defaults (:func:`effective_args`).
     On the local runner's ``multi_processing`` mode, the runner gets its worker environment
-    from here: the same command as Beam's own, with SIGINT ignored in the workers."""
+    from here (:mod:`pipelines.beam.sdk_worker`)."""
     import shlex
     import sys
 
@@ -133,9 +129,12 @@ def make_pipeline(beam_args: Optional[Sequence[str]] = None):
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
-    env = SubprocessSDKEnvironment.from_command_string(
-        _WORKER_COMMAND.format(shlex.quote(sys.executable))
+    from pipelines.beam.sdk_worker import LAUNCHER_ENV
+
+    command = _WORKER_COMMAND.format(
+        env=LAUNCHER_ENV, pid=os.getpid(), python=shlex.quote(sys.executable)
     )
+    env = SubprocessSDKEnvironment.from_command_string(command)
     runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
     if _NOTICE not in runner_log.filters:
         runner_log.addFilter(_NOTICE)
