@@ -104,7 +104,7 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from pipelines.beam.convert import ConvertConfig
+    from pipelines.job.config import ConvertConfig
 
     conversions, selections = (), ()
     if args.ops:
@@ -179,20 +179,21 @@ def run(args) -> int:
     exit code (launch/job_exit.py)."""
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
-    from launch.log_redact import quiet_beam_worker
-    from pipelines.beam.convert import convert
     from pipelines.beam.options import in_process
     from pipelines.job import report
     from pipelines.local.driver import convert_in_process
     from transforms.redact import printable, redact_obj
 
-    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg = build_config(args)
     created = check_paths(args)
     try:
-        if in_process(args.beam_args):
+        if in_process(args.beam_args):  # no Beam import: seconds a small job need not pay
             res = convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
         else:
+            from launch.log_redact import quiet_beam_worker
+            from pipelines.beam.convert import convert
+
+            quiet_beam_worker(args.debug)  # the failure is said once, by launch.cli
             res = convert(cfg, args.beam_args)
     except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
         remove_if_empty(created)

@@ -36,14 +36,12 @@ FATAL = re.compile(r"ModuleNotFoundError|No module named|ImportError")
 def remote_master(beam_args: Sequence[str]) -> Optional[str]:
     """host:port of the Flink REST endpoint for a FlinkRunner job on a cluster, else None
     (the embedded `[local]`/`[auto]` mini-cluster, other runners)."""
-    if not any(a.startswith("--runner") for a in beam_args):
-        return None
-    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
-
     from pipelines.beam.options import runner_name
 
     if runner_name(list(beam_args)).rsplit(".", 1)[-1] != "FlinkRunner":
         return None
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
+
     o = PipelineOptions(list(beam_args))
     master = o.view_as(FlinkRunnerOptions).flink_master
     if not master or master in ("[local]", "[auto]"):

@@ -6,6 +6,14 @@ from __future__ import annotations
 from launch.cli import int_in, positive_float
 from transforms.stores import StoreConfig
 
+# the options in seconds: (flag, StoreConfig field, help)
+_SECONDS = (
+    ("--retry-initial", "retry_initial_s", "first backoff in seconds, doubling after each fault"),
+    ("--retry-max", "retry_max_s", "longest single backoff in seconds"),
+    ("--retry-total", "retry_total_s", "give up a request this many seconds after its first fault"),
+    ("--read-timeout", "read_timeout_s", "seconds to wait for a server's answer or next bytes"),
+)
+
 
 def add_store_args(p) -> None:
     """Object-store retry settings (docs/object-stores.md)."""
@@ -31,30 +39,13 @@ def add_store_args(p) -> None:
         default=d.retry_attempts,
         help=f"tries per request on transient faults: 5xx, 429, reset, short body (default {d.retry_attempts})",
     )
-    g.add_argument(
-        "--retry-initial",
-        type=positive_float,
-        default=d.retry_initial_s,
-        help=f"first backoff in seconds, doubling after each fault (default {d.retry_initial_s})",
-    )
-    g.add_argument(
-        "--retry-max",
-        type=positive_float,
-        default=d.retry_max_s,
-        help=f"longest single backoff in seconds (default {d.retry_max_s})",
-    )
-    g.add_argument(
-        "--retry-total",
-        type=positive_float,
-        default=d.retry_total_s,
-        help=f"give up a request this many seconds after its first fault (default {d.retry_total_s})",
-    )
-    g.add_argument(
-        "--read-timeout",
-        type=positive_float,
-        default=d.read_timeout_s,
-        help=f"seconds to wait for a server's answer or next bytes (default {d.read_timeout_s})",
-    )
+    for flag, field, text in _SECONDS:
+        g.add_argument(
+            flag,
+            type=positive_float,
+            default=getattr(d, field),
+            help=f"{text} (default {getattr(d, field)})",
+        )
     g.add_argument(
         "--ais-etl-name",
         help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)",

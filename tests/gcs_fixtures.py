@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,7 @@ import uuid
 import pytest
 import requests
 from ais_fixtures import CACHE, free_ports
-from shared_server import SharedServer, serve_or_skip
+from shared_server import SharedServer, serve_or_skip, stop_process
 
 
 def emulator_binary():
@@ -86,13 +85,7 @@ class GCSEmulator:
             return f.read()[-3000:].decode(errors="replace")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # helpers for tests (the real client, pointed at the emulator directly)

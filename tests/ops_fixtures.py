@@ -1,4 +1,4 @@
-"""Fixtures and helpers shared by the runners/operations tests (issue 6).
+"""Fixtures and helpers shared by the runners/operations tests.
 
 ``demo_output``: the embedded demo shards converted once per session on the default local
 runner, with DALI index files -- the reference output the Flink, staging and verify tests
@@ -66,6 +66,21 @@ def output_digest(out_dir: str) -> Dict[str, str]:
         else:
             d[name] = sha256_file(p)
     return d
+
+
+def tree_text(*roots: str) -> str:
+    """Every byte of the files under ``roots`` (files or directories), as latin-1 text: to
+    search a job's artifacts for a secret."""
+    out = []
+    for root in roots:
+        if os.path.isfile(root):
+            with open(root, "rb") as f:
+                out.append(f.read().decode("latin-1"))
+        for d, _, files in os.walk(root):
+            for name in files:
+                with open(os.path.join(d, name), "rb") as f:
+                    out.append(f.read().decode("latin-1"))
+    return "\n".join(out)
 
 
 def cli(

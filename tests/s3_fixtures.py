@@ -15,7 +15,6 @@ answers S3 requests itself, as S3 does.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import uuid
 import pytest
 import requests
 from ais_fixtures import free_ports
-from shared_server import SharedServer
+from shared_server import SharedServer, stop_process
 
 # distinctive values, so a test can look for them in every file a job writes
 ACCESS_KEY = "AKIATAR2TFTESTKEY0042"
@@ -67,13 +66,7 @@ class MotoServer:
             return f.read()[-3000:].decode(errors="replace")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.log.close()
         os.unlink(self.log.name)
 

@@ -3,6 +3,22 @@ fixture (pytest then makes one session fixture per module): the first user start
 last one stops it, by the PIDs it started."""
 
 import contextlib
+import os
+import signal
+import subprocess
+
+
+def stop_process(proc, sig=signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Stop a server started here, by its PID: ``sig``, then SIGKILL if it outlives
+    ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
 
 
 class SharedServer:

@@ -16,6 +16,7 @@ import sys
 import pytest
 import shardgen
 from faultproxy import FaultProxy
+from ops_fixtures import tree_text
 from range_server import NOT_FOUND_PAGE, RangeServer, replace_file
 
 from pipelines.beam.convert import ConvertConfig, convert
@@ -260,18 +261,6 @@ def test_dataset_load_over_http_matches_local(shards, server, tmp_path):
     assert all((a[0] == b[0]).all() and a[1] == b[1] for a, b in zip(mem_local, mem_http))
 
 
-def _all_text(*roots) -> str:
-    out = []
-    for root in roots:
-        if os.path.isfile(root):
-            out.append(open(root, "rb").read().decode("latin-1"))
-        for d, _, files in os.walk(root):
-            for f in files:
-                with open(os.path.join(d, f), "rb") as fh:
-                    out.append(fh.read().decode("latin-1"))
-    return "\n".join(out)
-
-
 def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_path):
     _, _, ref, _ = shards
     out = tmp_path / "out"
@@ -321,7 +310,7 @@ def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_pa
     assert len(gets) == N_SHARDS and all(h.get("Authorization") == SECRET for h in gets)
     assert all(h.get("X-Hub-Token") == "from-env-5e2b" for h in gets)
     assert summary.exists()
-    everything = r.stdout + r.stderr + _all_text(str(out), str(summary))
+    everything = r.stdout + r.stderr + tree_text(str(out), str(summary))
     assert "train-0003.tar" in everything  # the reject is there, naming the shard
     for secret in (SECRET, "tar2tf-http-secret", "from-env-5e2b"):
         assert secret not in everything

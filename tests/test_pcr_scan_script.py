@@ -15,18 +15,10 @@ from pcr_fixtures import convert_local, decode, make_image_folder, requires_jpeg
 
 from transforms.pcr import format as fmt
 from transforms.pcr import jpeg_scans as js
-from transforms.pcr import (
-    pcr_pb2,
-)
-from transforms.pcr import (
-    quality as pcr_quality,
-)
-from transforms.pcr import (
-    reader as pcr_reader,
-)
-from transforms.pcr import (
-    scan_script as pcr_scan_script,
-)
+from transforms.pcr import pcr_pb2
+from transforms.pcr import quality as pcr_quality
+from transforms.pcr import reader as pcr_reader
+from transforms.pcr import scan_script as pcr_scan_script
 from transforms.pcr.verify import verify_pcr
 
 pytestmark = requires_jpegtran

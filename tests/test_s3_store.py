@@ -16,6 +16,7 @@ import sys
 import pytest
 import shardgen
 from faultproxy import FaultProxy
+from ops_fixtures import tree_text
 from s3_fixtures import ACCESS_KEY, SECRET_KEY, moto_server, s3_env  # noqa: F401 - fixtures
 
 from pipelines.beam.convert import ConvertConfig, convert
@@ -153,16 +154,6 @@ def _bucket_text(server, bucket) -> str:
     return "\n".join(server.get(bucket, k).decode("latin-1") for k in server.keys(bucket))
 
 
-def _tree_text(*roots) -> str:
-    out = []
-    for root in roots:
-        if os.path.isfile(root):
-            out.append(open(root, "rb").read().decode("latin-1"))
-        for d, _, files in os.walk(root):
-            out += [open(os.path.join(d, f), "rb").read().decode("latin-1") for f in files]
-    return "\n".join(out)
-
-
 def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, tmp_path):
     server, bucket, proxy, _ = s3
     paths, ref, ref_manifest = local_run
@@ -216,7 +207,7 @@ def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, t
     manifest = json.loads(server.get(bucket, companion("out/train-{}.record", ".manifest.json")))
     assert manifest["totals"] == ref_manifest["totals"]
     assert not [k for k in out_keys if ".tar2tf-work" in k or ".tmp" in k]
-    everything = r.stdout + r.stderr + _bucket_text(server, bucket) + _tree_text(str(summary))
+    everything = r.stdout + r.stderr + _bucket_text(server, bucket) + tree_text(str(summary))
     for secret in (SECRET_KEY, ACCESS_KEY):
         assert secret not in everything
 
@@ -248,7 +239,7 @@ def test_convert_from_s3_to_local_keeps_credentials_out_of_every_artifact(
     assert [(r["shard"], r["stage"]) for r in rejects] == [
         (f"s3://{bucket}/in/train-0003.tar", "list")
     ]
-    text = _tree_text(str(tmp_path)) + caplog.text
+    text = tree_text(str(tmp_path)) + caplog.text
     assert SECRET_KEY not in text and ACCESS_KEY not in text
 
 

@@ -87,9 +87,8 @@ class ConvertShardFn(beam.DoFn):
         for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        yield Pickled(
-            info
-        )  # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
+        # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
+        yield Pickled(info)
 
 
 def build(
@@ -113,7 +112,7 @@ def build(
             finalize.write_shard, cfg.store, cfg.dali_index
         )
     return gather(shards, "GatherShards") | "Manifest" >> beam.FlatMap(
-        finish_job, beam.pvalue.AsSingleton(all_pieces), cfg, list_rejects, urls, work
+        finish_job, beam.pvalue.AsSingleton(all_pieces), cfg, list_rejects, urls
     )
 
 

@@ -217,8 +217,10 @@ def _finish(
     list_rejects: List[Reject],
     inputs: List[str],
     classes: Optional[List[str]],
-    work: str,
 ):
+    """The index, manifest and rejects; the launcher deletes the work directory once the job
+    has finished (a cluster may run WriteRecord again after this step: see
+    ``pipelines.job.setup``)."""
     from transforms.pcr import pcr_pb2
 
     records = sorted(records, key=lambda r: r["index"])
@@ -284,7 +286,6 @@ def _finish(
     }
     finalize.write_manifest(stem, manifest, rejects, cfg.store)
     replace.end(manifest_path(cfg.output), cfg.store)
-    cleanup.remove_work(work, cfg.store)
     yield Pickled(manifest)
 
 
@@ -317,7 +318,7 @@ def build(
         write_record_task, cfg.store
     )
     return gather(records, "GatherRecords") | "Finish" >> beam.FlatMap(
-        _finish, beam.pvalue.AsSingleton(all_infos), cfg, list_rejects, inputs, classes, work
+        _finish, beam.pvalue.AsSingleton(all_infos), cfg, list_rejects, inputs, classes
     )
 
 
@@ -446,6 +447,7 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     except BaseException as e:  # failed: only verified work stays (pipelines.job.cleanup)
         cleanup.after_failure(e, work, None, cfg.store)
         raise
+    cleanup.remove_work(work, cfg.store)
     mpath = manifest_path(cfg.output)
     manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))
     counters = counters_of(result)

@@ -28,15 +28,9 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import (
-    overlap,
-)
-from pipelines.job import (
-    phase as job_phase,
-)
-from pipelines.job import (
-    record as job_record,
-)
+from pipelines.job import overlap
+from pipelines.job import phase as job_phase
+from pipelines.job import record as job_record
 from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, get_store, join
 

@@ -2,9 +2,12 @@
 
 Set-up (:func:`prepare`): the options checked, the inputs resolved (templates -> shard URLs,
 ``list`` rejects), the outputs checked against ``overwrite`` / ``resume``, and the job's work
-directory chosen and recorded.  End (:func:`finish_job`): stale outputs of an earlier run
-removed, the manifest and rejects written, the work directory deleted, and
-(:func:`result_of`) what the caller gets back.  The Beam graph (``pipelines.beam.convert``)
+directory chosen and recorded.  End (:func:`finish_job`, the graph's last step): stale
+outputs of an earlier run removed, the manifest and rejects written; then, in the launching
+process once the job has finished (:func:`result_of`), the work directory deleted and what
+the caller gets back.  The work directory outlives the last step because a cluster may run
+a step again after it (Flink re-runs the tasks whose results a lost worker held), and a
+``WriteShard`` run again needs its pieces.  The Beam graph (``pipelines.beam.convert``)
 and the in-process driver (``pipelines.local.driver``) differ only in between: how the
 pieces are converted and the final shards written.
 """
@@ -78,8 +81,9 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
 
 
 def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
-    """The finished job's result, from the manifest it wrote."""
+    """The finished job's result, from the manifest it wrote; its work directory deleted."""
     cfg = job.cfg
+    cleanup.remove_work(job.work, cfg.store)
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     rejected = manifest["rejects"]["count"]
@@ -137,10 +141,9 @@ def plan_shards(pieces, cfg: ConvertConfig):
     )
 
 
-def finish_job(
-    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str], work: str
-):
-    """Stale outputs removed, manifest + rejects written, work dir deleted; yields the manifest."""
+def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]):
+    """Stale outputs removed, manifest + rejects written; yields the manifest.  Run again, it
+    writes the same manifest (the work directory is deleted by :func:`result_of`)."""
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
@@ -196,15 +199,12 @@ def finish_job(
     existing = finalize.existing_outputs(cfg.output, cfg.store)
     replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
     for kept in keep if not cfg.dali_index else ():
-        if store.exists(kept + ".idx"):
-            store.delete(
-                kept + ".idx"
-            )  # an earlier run's DALI index: its offsets are not this shard's
+        if store.exists(kept + ".idx"):  # an earlier run's DALI index: not this shard's offsets
+            store.delete(kept + ".idx")
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
     replace.end(mpath, cfg.store)
-    cleanup.remove_work(work, cfg.store)
     yield Pickled(manifest)
 
 

@@ -236,7 +236,7 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
 def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
     """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
     ``num_workers``: for a second pass of a job whose features had several types."""
-    next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls, job.work)))
+    next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls)))
     # the counts a Beam job's counters hold, from the pieces this process saw
     counters = {"shards_rejected": len(job.list_rejects), "shards_resumed": resumed}
     for piece in pieces:

@@ -245,7 +245,7 @@ class Dataset:
         )
 
     def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
-        from pipelines.beam.convert import ConvertConfig
+        from pipelines.job.config import ConvertConfig
 
         sels = self._stored_selections() if stored else self.selections
         # read back by _remote_dataset (stored=False), a single bool must say it is one

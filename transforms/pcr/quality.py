@@ -192,12 +192,13 @@ def plot(rep: Dict[str, Any], path: str) -> None:
         color="#9ecae1",
         label="fraction of bytes read",
     )
+
+    def column(name):  # a group with no figure is a gap in the line
+        return [float("nan") if r[name] is None else r[name] for r in rep["groups"]]
+
     ax.plot(
         ks,
-        [
-            r["ms_ssim_mean"] if r["ms_ssim_mean"] is not None else float("nan")
-            for r in rep["groups"]
-        ],
+        column("ms_ssim_mean"),
         "o-",
         color="#08519c",
         label="mean MS-SSIM vs full",
@@ -208,10 +209,7 @@ def plot(rep: Dict[str, Any], path: str) -> None:
     ax2 = ax.twinx()
     ax2.plot(
         ks,
-        [
-            r["psnr_db_mean"] if r["psnr_db_mean"] is not None else float("nan")
-            for r in rep["groups"]
-        ],
+        column("psnr_db_mean"),
         "s--",
         color="#d94801",
         label="mean PSNR (dB)",

@@ -38,9 +38,7 @@ from transforms.tfrecord.schema import (
     schema_of,
     schema_of_message,
 )
-from transforms.tfrecord.schema import (
-    LIST_FIELD as _LIST_FIELD,
-)
+from transforms.tfrecord.schema import LIST_FIELD as _LIST_FIELD
 
 
 class EncodeError(ValueError):
