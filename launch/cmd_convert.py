@@ -190,8 +190,8 @@ def run(args) -> int:
         if in_process(args.beam_args):  # no Beam import: seconds a small job need not pay
             res = convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
         else:
-            from launch.log_redact import quiet_beam_worker
             from pipelines.beam.convert import convert
+            from pipelines.beam.worker_logs import quiet_beam_worker
 
             quiet_beam_worker(args.debug)  # the failure is said once, by launch.cli
             res = convert(cfg, args.beam_args)

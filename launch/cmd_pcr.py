@@ -114,7 +114,7 @@ def run(args) -> int:
             local_paths.remove_if_empty(created)
             raise
 
-    from launch.log_redact import quiet_beam_worker
+    from pipelines.beam.worker_logs import quiet_beam_worker
 
     quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg, res = job()

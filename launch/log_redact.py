@@ -9,10 +9,9 @@ level are made, so quiet loggers cost nothing.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import logging
-import sys
+import os
 import traceback
 from typing import Iterator
 
@@ -37,11 +36,22 @@ def _not_a_step_failure(record: logging.LogRecord) -> bool:
 @contextlib.contextmanager
 def quiet_step_failures(debug: bool = False) -> Iterator[None]:
     """While a subcommand runs (unless ``debug``): Beam's logs of a failed step are
-    dropped, and so is the traceback its SDK worker prints (:func:`quiet_beam_worker`);
+    dropped, and so is the traceback its SDK worker prints
+    (:func:`pipelines.beam.worker_logs.quiet_beam_worker`);
     the CLI says the failure in one line.  Undone afterwards (the CLI's ``main`` may run
     in a process that runs other Beam jobs)."""
-    if debug:
-        yield
+    from pipelines.beam import worker_logs
+
+    if debug:  # Beam's worker processes, started later by this process, print theirs too
+        old = os.environ.get(worker_logs.DEBUG_ENV)
+        os.environ[worker_logs.DEBUG_ENV] = "1"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(worker_logs.DEBUG_ENV, None)
+            else:
+                os.environ[worker_logs.DEBUG_ENV] = old
         return
     loggers = [logging.getLogger(name) for name in STEP_FAILURE_LOGGERS]
     for lg in loggers:
@@ -51,9 +61,7 @@ def quiet_step_failures(debug: bool = False) -> Iterator[None]:
     finally:
         for lg in loggers:
             lg.removeFilter(_not_a_step_failure)
-        worker = sys.modules.get("apache_beam.runners.worker.sdk_worker")
-        if worker is not None and getattr(worker, "print", None) is _quiet_print:
-            del worker.print
+        worker_logs.unquiet_beam_worker()
 
 
 def install() -> None:
@@ -76,21 +84,3 @@ def install() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
-
-
-def quiet_beam_worker(debug: bool = False) -> None:
-    """Beam's SDK worker prints a failed bundle's traceback to stderr itself (``print``,
-    besides logging it), and the CLI then says the same failure in its one line: unless
-    ``--debug``, that print is dropped (a module-level ``print`` in that module shadows
-    the builtin for it alone).  Call before a job runs; imports Beam's worker module."""
-    if debug:
-        return
-    from apache_beam.runners.worker import sdk_worker
-
-    sdk_worker.print = _quiet_print
-
-
-def _quiet_print(*args, **kwargs):
-    if kwargs.get("file") is sys.stderr and args and str(args[0]).startswith("Traceback"):
-        return
-    builtins.print(*args, **kwargs)

@@ -14,6 +14,7 @@ import tarfile
 
 import pytest
 import shardgen
+from conftest import DEFAULT_MODE_ENV
 from ops_fixtures import cli
 
 SECRETS = ("s3cr3t", "tok123", "sig456", "amzsig789")
@@ -202,6 +203,32 @@ def test_debug_shows_the_traceback(shards):
     )
     assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr, p.stderr
     assert _lines(p)[-1].startswith("tar2tf convert: cannot connect"), p.stderr
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["one-line", "debug"])
+def test_a_failure_in_beams_worker_processes_is_one_line(shards, tmp_path, debug):
+    """On the default runner (Beam's SDK worker processes, not the suite's threads), an op
+    that fails inside the job: Beam's workers print and log the traceback of each failed
+    bundle, and the user gets tar2tf's one line; ``--debug`` shows the tracebacks."""
+    p = cli(
+        "convert",
+        str(shards / "train-*.tar"),
+        "--output",
+        str(tmp_path / "o" / "t-{}.rec"),
+        "--no-progress",
+        "--ops",
+        "raising_ops:value_error_in_job",
+        *(["--debug"] if debug else []),
+        env={"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)), **DEFAULT_MODE_ENV},
+    )
+    if debug:
+        assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr, p.stderr
+        assert "ERROR apache_beam.runners.worker" in p.stderr, p.stderr
+        assert _lines(p)[-1].startswith("tar2tf convert: ValueError: the op cannot be rebuilt")
+    else:
+        assert _lines(p) == [
+            "tar2tf convert: ValueError: the op cannot be rebuilt on this worker"
+        ], p.stderr
 
 
 def test_a_value_error_inside_a_job_is_not_a_usage_error(tmp_path):
