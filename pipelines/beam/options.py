@@ -113,19 +113,19 @@ class _InMemoryModeNotice(logging.Filter):
 _NOTICE = _InMemoryModeNotice()
 
 
-def make_pipeline(beam_args: Optional[Sequence[str]] = None):
-    """A ``beam.Pipeline`` for ``beam_args`` with tar2tf's defaults (:func:`effective_args`).
-    On the local runner's ``multi_processing`` mode, the runner gets its worker environment
-    from here (:mod:`pipelines.beam.sdk_worker`)."""
+def make_pipeline(args: Sequence[str]):
+    """A ``beam.Pipeline`` for ``args``, the job's Beam options with tar2tf's defaults
+    already in (what :func:`effective_args` returns).  On the local runner's
+    ``multi_processing`` mode, the runner gets its worker environment from here
+    (:mod:`pipelines.beam.sdk_worker`)."""
     import shlex
     import sys
 
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    args = effective_args(beam_args)
     if runner_name(args) != "FnApiRunner" or _value(args, MODE_FLAG) != "multi_processing":
-        return beam.Pipeline(options=PipelineOptions(args))
+        return beam.Pipeline(options=PipelineOptions(list(args)))
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
