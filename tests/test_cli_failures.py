@@ -172,8 +172,9 @@ def test_malformed_google_credentials_are_one_line(shards, tmp_path):
     assert "credentials" in line and str(key) in line, line
 
 
-def test_unreachable_ais_output_is_one_line(shards):
-    p = cli(
+def _to_unreachable_ais(shards) -> list:
+    """A convert whose output is an AIS cluster that nothing answers for (a closed port)."""
+    return [
         "convert",
         str(shards / "train-0000.tar"),
         "--output",
@@ -183,24 +184,17 @@ def test_unreachable_ais_output_is_one_line(shards):
         "http://127.0.0.1:9",
         "--retry-attempts",
         "1",
-    )
+    ]
+
+
+def test_unreachable_ais_output_is_one_line(shards):
+    p = cli(*_to_unreachable_ais(shards))
     line = _failure_line(p, 1)
     assert "cannot connect" in line and "127.0.0.1:9" in line, line
 
 
 def test_debug_shows_the_traceback(shards):
-    p = cli(
-        "convert",
-        str(shards / "train-0000.tar"),
-        "--output",
-        "ais://bkt/t-{}.rec",
-        "--no-progress",
-        "--ais-endpoint",
-        "http://127.0.0.1:9",
-        "--retry-attempts",
-        "1",
-        "--debug",
-    )
+    p = cli(*_to_unreachable_ais(shards), "--debug")
     assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr, p.stderr
     assert _lines(p)[-1].startswith("tar2tf convert: cannot connect"), p.stderr
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import shardgen
 from faultproxy import FaultProxy
-from ops_fixtures import tree_text
+from ops_fixtures import cli, tree_text
 from range_server import NOT_FOUND_PAGE, RangeServer, replace_file
 
 from pipelines.beam.convert import ConvertConfig, convert
@@ -207,20 +205,12 @@ def test_a_glob_over_http_is_a_usage_error(server, tmp_path):
         urls == [f"{server.url}/train-{i:04d}.tar?download=true" for i in range(2)]
         and rejects == []
     )
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.cli",
-            "convert",
-            f"{server.url}/train-*.tar",
-            "-o",
-            str(tmp_path / "o/x-{}.record"),
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    r = cli(
+        "convert",
+        f"{server.url}/train-*.tar",
+        "-o",
+        str(tmp_path / "o/x-{}.record"),
+        "--no-progress",
         timeout=300,
     )
     assert r.returncode == 2
@@ -265,7 +255,7 @@ def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_pa
     _, _, ref, _ = shards
     out = tmp_path / "out"
     summary = tmp_path / "summary.json"
-    env = {**os.environ, HEADERS_ENV: "X-Hub-Token: from-env-5e2b"}
+    env = {HEADERS_ENV: "X-Hub-Token: from-env-5e2b"}
     proxy.add(
         "status",
         "GET",
@@ -275,34 +265,25 @@ def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_pa
         body=NOT_FOUND_PAGE,
         content_type="text/html",
     )
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.cli",
-            "convert",
-            f"{proxy.url}/{TEMPLATE}",
-            "-o",
-            str(out / "train-{}.record"),
-            "--max-shard-size",
-            "5KB",
-            "--type-map",
-            "cls:int64",
-            "--http-header",
-            f"Authorization: {SECRET}",
-            "--max-rejects",
-            "1",
-            "--retry-initial",
-            "0.01",
-            "--summary-json",
-            str(summary),
-            "--no-progress",
-            "--direct_num_workers=2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    r = cli(
+        "convert",
+        f"{proxy.url}/{TEMPLATE}",
+        "-o",
+        str(out / "train-{}.record"),
+        "--max-shard-size",
+        "5KB",
+        "--type-map",
+        "cls:int64",
+        "--http-header",
+        f"Authorization: {SECRET}",
+        "--max-rejects",
+        "1",
+        "--retry-initial",
+        "0.01",
+        "--summary-json",
+        str(summary),
+        "--no-progress",
+        "--direct_num_workers=2",
         env=env,
     )
     assert r.returncode == 0, r.stderr
@@ -315,21 +296,13 @@ def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_pa
     for secret in (SECRET, "tar2tf-http-secret", "from-env-5e2b"):
         assert secret not in everything
     # a header that is not 'Name: value' is a usage error that does not echo the value
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.cli",
-            "convert",
-            f"{proxy.url}/{TEMPLATE}",
-            "-o",
-            str(tmp_path / "b/x-{}.record"),
-            "--http-header",
-            "Bearer sekrit-value",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    bad = cli(
+        "convert",
+        f"{proxy.url}/{TEMPLATE}",
+        "-o",
+        str(tmp_path / "b/x-{}.record"),
+        "--http-header",
+        "Bearer sekrit-value",
         timeout=300,
     )
     assert bad.returncode == 2 and "sekrit-value" not in bad.stderr + bad.stdout

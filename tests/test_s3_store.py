@@ -10,13 +10,11 @@ import json
 import os
 import random
 import re
-import subprocess
-import sys
 
 import pytest
 import shardgen
 from faultproxy import FaultProxy
-from ops_fixtures import tree_text
+from ops_fixtures import cli, tree_text
 from s3_fixtures import ACCESS_KEY, SECRET_KEY, moto_server, s3_env  # noqa: F401 - fixtures
 
 from pipelines.beam.convert import ConvertConfig, convert
@@ -168,33 +166,24 @@ def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, t
         after=os.path.getsize(paths[1]) // 2,
     )
     summary = tmp_path / "summary.json"
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.cli",
-            "convert",
-            f"s3://{bucket}/in/train-*.tar",
-            "-o",
-            f"s3://{bucket}/out/train-{{}}.record",
-            "--s3-endpoint",
-            proxy.url,
-            "--max-shard-size",
-            "5KB",
-            "--type-map",
-            "cls:int64",
-            "--retry-initial",
-            "0.01",
-            "--summary-json",
-            str(summary),
-            "--no-progress",
-            "--direct_num_workers=2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    r = cli(
+        "convert",
+        f"s3://{bucket}/in/train-*.tar",
+        "-o",
+        f"s3://{bucket}/out/train-{{}}.record",
+        "--s3-endpoint",
+        proxy.url,
+        "--max-shard-size",
+        "5KB",
+        "--type-map",
+        "cls:int64",
+        "--retry-initial",
+        "0.01",
+        "--summary-json",
+        str(summary),
+        "--no-progress",
+        "--direct_num_workers=2",
         env=env,
     )
     assert r.returncode == 0, r.stderr
