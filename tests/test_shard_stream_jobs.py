@@ -4,6 +4,7 @@ memory (or spilled), one worker on the calling thread, many small shards under a
 descriptor limit.  The stream itself: test_shard_stream."""
 
 import dataclasses
+import glob
 import os
 import time
 
@@ -17,11 +18,17 @@ from transforms.ops import Func
 
 
 def _crash_in_last_shard(record):
-    if record["__key__"] == "000022" and os.environ.get("TAR2TF_TEST_CRASH"):
-        # a crash some time into the shard: a worker converts its next shard while the
-        # piece it finished waits for its place, so a crash at once could come before
-        # the earlier pieces (converted in 0.01 s here) are placed and written
-        time.sleep(0.5)
+    out = os.environ.get("TAR2TF_TEST_CRASH")
+    if record["__key__"] == "000022" and out:
+        # a worker converts its next shard while the piece it finished waits for its
+        # place, so a crash at once could come before the earlier pieces are placed and
+        # written: crash once the stream has journaled a final shard (waiting for the
+        # journal itself, not for a fixed time, which a loaded machine may not honour)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not glob.glob(
+            os.path.join(out, ".tar2tf-work", "*", "journal-*.json")
+        ):
+            time.sleep(0.01)
         os._exit(5)
     return record
 
@@ -48,7 +55,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
             **kw,
         )
 
-    monkeypatch.setenv("TAR2TF_TEST_CRASH", "1")
+    monkeypatch.setenv("TAR2TF_TEST_CRASH", str(tmp_path / "o"))
     with pytest.raises(Exception, match="died with exit code 5"):
         convert_in_process(cfg("o"), num_workers=2)
     monkeypatch.delenv("TAR2TF_TEST_CRASH")

@@ -262,7 +262,12 @@ def test_a_stopping_job_does_not_upload_its_queued_shards(backend, tmp_path, mon
     )
     for p in _pieces():
         s.add(p)
-    time.sleep(0.5)  # one or two uploads done or under way
+    # one upload under way (polled: a fixed sleep may see none on a loaded machine)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not backend.front.count(
+        backend.put_method, _puts(backend)
+    ):
+        time.sleep(0.01)
     t0 = time.monotonic()
     s.abort(KeyboardInterrupt())
     assert time.monotonic() - t0 < 2.0  # 39 queued uploads at 0.3 s would take ~12 s
