@@ -260,6 +260,20 @@ class S3Store(RemoteStore):
         return int(self._head(url)["ContentLength"])
 
 
+def _redirect_hint(url: str, status: int, code: str) -> str:
+    """What to do about a redirect, which S3 clients do not follow.  AIStore's S3 API
+    redirects every object request from its proxy to the target holding the object unless
+    the cluster reverse-proxies them (docs/object-stores.md); AWS answers 301 for a bucket
+    asked for in another region (``PermanentRedirect``)."""
+    said = f"{url}: redirected (HTTP {status}{', ' + code if code else ''}), which S3 clients do not follow"
+    if code == "PermanentRedirect":
+        return f"{said}: the bucket is in another region; set AWS_DEFAULT_REGION to it"
+    return (
+        f"{said}: on AIStore's S3 API turn on the cluster feature S3-Reverse-Proxy "
+        "(ais config cluster features S3-Reverse-Proxy), or read ais:// directly"
+    )
+
+
 class _S3Errors:
     """botocore errors -> the Store contract: 404 (``NoSuchKey``, ``NoSuchBucket``, a HEAD's
     bare 404) -> FileNotFoundError, 401/403 -> PermissionError, other statuses ->
@@ -292,6 +306,8 @@ class _S3Errors:
                 ) from e
             if status in (401, 403):
                 raise PermissionError(f"{self.url}: access denied (HTTP {status}, {code})") from e
+            if status in (301, 302, 303, 307, 308):
+                raise S3StatusError(_redirect_hint(self.url, status, code), status) from e
             raise S3StatusError(f"{self.url}: {code or 'error'} (HTTP {status})", status) from e
         if isinstance(
             e,

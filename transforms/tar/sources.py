@@ -17,7 +17,7 @@ order is the order of records in the output.
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -147,11 +147,71 @@ def _confirmed(store, url: str) -> bool:
 
 def glob_match(url: str, pattern: str) -> bool:
     """Shell-style matching where ``*``, ``?`` and ``[...]`` stay within one path segment, as
-    in a shell, gsutil and Beam's filesystems; ``**`` crosses segments.  (``fnmatch`` alone
-    lets ``*`` match ``/``: ``data/*.tar`` would take ``data/old/x.tar`` too.)"""
-    if not fnmatch.fnmatchcase(url, pattern):
-        return False
-    return "**" in pattern or url.count("/") == pattern.count("/")
+    in a shell, gsutil and Beam's filesystems.  ``**`` as a whole segment matches zero or
+    more directories (``src/**/*.tar`` takes ``src/a.tar`` and ``src/x/y/a.tar``), as
+    Python's recursive glob and gsutil do; ``**`` inside a segment (``src/**.tar``) matches
+    any characters, ``/`` included, as in gsutil.  (``fnmatch`` alone lets ``*`` match
+    ``/``: ``data/*.tar`` would take ``data/old/x.tar`` too.)"""
+    return _glob_regex(pattern).match(url) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> "re.Pattern[str]":
+    parts = pattern.split("/")
+    out = []
+    for i, seg in enumerate(parts):
+        last = i == len(parts) - 1
+        if seg == "**":
+            # zero or more whole segments; at the end, anything below
+            out.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            out.append(_segment_regex(seg) + ("" if last else "/"))
+    return re.compile("".join(out) + r"\Z", re.S)
+
+
+def _segment_regex(seg: str) -> str:
+    """One path segment's glob as a regex, with fnmatch's rules for ``[...]`` (``[!..]``
+    negates, a ``]`` first is literal, an unclosed ``[`` is literal)."""
+    out, i, n = [], 0, len(seg)
+    while i < n:
+        c = seg[i]
+        i += 1
+        if c == "*":
+            if i < n and seg[i] == "*":
+                while i < n and seg[i] == "*":
+                    i += 1
+                out.append(".*")
+            else:
+                out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i
+            if j < n and seg[j] == "!":
+                j += 1
+            if j < n and seg[j] == "]":
+                j += 1
+            while j < n and seg[j] != "]":
+                j += 1
+            if j >= n:
+                out.append(re.escape(c))
+                continue
+            body = seg[i:j]
+            i = j + 1
+            body = re.sub(r"([\\&~|\[])", r"\\\1", body)
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            elif body.startswith("^"):
+                body = "\\" + body
+            try:
+                re.compile(f"[{body}]")
+            except re.error:  # a reversed range (``[z-a]``): matches nothing, as in fnmatch
+                out.append("(?!)")
+                continue
+            out.append(f"(?!/)[{body}]")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
 
 
 def _glob_index(url, globs, order):
