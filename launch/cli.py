@@ -113,10 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _only_in_process_runner(extra: List[str]) -> bool:
-    """``--runner local`` alone: nothing for Beam's option parser to check (importing Beam
-    for it costs seconds)."""
-    return extra in (["--runner", "local"], ["--runner=local"])
+def check_runner_args(extra: List[str], tar2tf_flags) -> None:
+    """Raise :class:`UsageError` for leftover flags that no driver would honour: flags
+    neither tar2tf's nor Beam's (Beam would only log them and run without them), and,
+    with ``--runner local``, Beam options (the in-process driver would ignore them; with
+    no ``--runner``, a Beam option makes the job a Beam job instead).  ``--runner local``
+    alone imports no Beam (that costs seconds)."""
+    from pipelines.beam.options import beam_only, names_in_process
+
+    rest = beam_only(extra) if names_in_process(extra) else extra
+    if not rest:
+        return
+    from launch.runner_args import check_beam_args
+
+    check_beam_args(extra, tar2tf_flags=tar2tf_flags)
+    if rest is not extra:
+        raise UsageError(
+            f"tar2tf: {' '.join(rest)}: Beam pipeline option(s), which --runner local (the "
+            "in-process driver) does not take; drop --runner local to run Beam "
+            "(--runner beam: its local runner)"
+        )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -133,14 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if extra and not _only_in_process_runner(extra):
-            # Beam only logs what it cannot parse and runs without it: a misspelled tar2tf
-            # flag would be ignored by a job that then "succeeds"
-            from launch.runner_args import check_beam_args
-
-            check_beam_args(
-                extra, tar2tf_flags=parser.subcommands[args.command]._option_string_actions
-            )
+        if extra:
+            check_runner_args(extra, parser.subcommands[args.command]._option_string_actions)
     except UsageError as e:
         from transforms.redact import one_line
 

@@ -1,8 +1,11 @@
 """``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards.
 
-Other ``--flags`` are passed to Beam if they are Beam pipeline options (``--runner=FlinkRunner``
-...); any other flag is a usage error (launch/runner_args.py: :func:`check_beam_args`).
-``--runner local`` runs the in-process driver instead of a Beam job (``pipelines.local``).
+With no runner flag the job runs on the in-process driver (``pipelines.local``; also
+``--runner local``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
+they are Beam pipeline options (``--runner beam``: Beam's local runner, ``--runner
+FlinkRunner``, ``--direct_num_workers=4`` ...); any other flag is a usage error
+(launch/runner_args.py: :func:`check_beam_args`).  ``--shuffle`` needs the Beam graph, so
+with no runner flag it runs on Beam's local runner.
 """
 
 from __future__ import annotations
@@ -51,6 +54,14 @@ def register(sub) -> None:
         help="tar members larger than this are rejected (default 256MB)",
     )
     p.add_argument(
+        "--max-record-size",
+        type=size,
+        metavar="SIZE",
+        default="512MB",
+        help="records whose members add up to more than this are rejected; it also bounds "
+        "what the tar reader holds, see docs/bad-input.md (default 512MB)",
+    )
+    p.add_argument(
         "--max-image-pixels",
         type=int_in(1),
         metavar="N",
@@ -97,8 +108,8 @@ def register(sub) -> None:
         "--processes",
         type=int_in(0),
         metavar="N",
-        help="local runs: N worker processes (default: one per core); with --runner local, "
-        "0 converts on threads of this process",
+        help="local runs: N worker processes (default: one per core); on the in-process "
+        "driver, 0 converts on threads of this process",
     )
     p.set_defaults(func=run, accepts_beam_args=True)
 
@@ -125,6 +136,7 @@ def build_config(args):
         type_map=args.type_map,
         sample_stages=tuple(stages),
         max_member_size=args.max_member_size,
+        max_record_size=args.max_record_size,
         max_rejects=args.max_rejects,
         overwrite=args.overwrite,
         resume=args.resume,
@@ -177,17 +189,21 @@ def workers(processes) -> int:
 def run(args) -> int:
     """Failures propagate to ``launch.cli.main``, which says them in one line with their
     exit code (launch/job_exit.py)."""
+    from launch.cli import UsageError
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
-    from pipelines.beam.options import in_process
+    from pipelines.beam.options import in_process, names_in_process
     from pipelines.job import report
     from pipelines.local.driver import convert_in_process
     from transforms.redact import printable, redact_obj
 
+    if args.shuffle and names_in_process(args.beam_args):
+        raise UsageError("--shuffle needs the Beam graph: drop --runner local (or --runner beam)")
     cfg = build_config(args)
     created = check_paths(args)
     try:
-        if in_process(args.beam_args):  # no Beam import: seconds a small job need not pay
+        # no Beam import: seconds a small job need not pay
+        if in_process(args.beam_args, shuffle=args.shuffle):
             res = convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
         else:
             from pipelines.beam.convert import convert

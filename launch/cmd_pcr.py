@@ -5,8 +5,11 @@ sorted class names) or tar shard templates (local, ``ais://``, ``gs://``; label 
 integer in ``--label-field``, default ``cls``).  JPEGs are made progressive losslessly
 with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
 jpegtran a custom scan script for 3-component images (its text travels with the job, so
-remote workers need no copy; a bad script is a usage error).  Other ``--flags`` go to
-Beam if they are Beam pipeline options (else a usage error).  See docs/pcr.md.
+remote workers need no copy; a bad script is a usage error).  With no runner flag (or
+``--runner local``) the job runs in this process, on threads of Beam's local runner
+(``pipelines.beam.options.PCR_IN_PROCESS``); other ``--flags`` make it a Beam job if they
+are Beam pipeline options (``--runner beam``: the local runner's worker processes;
+``--runner FlinkRunner`` ...), else they are a usage error.  See docs/pcr.md.
 """
 
 from __future__ import annotations
@@ -84,8 +87,11 @@ def run(args) -> int:
     """Failures propagate to ``launch.cli.main`` (one line, its exit code: launch/job_exit.py)."""
     from launch import local_paths
     from launch.job_exit import rejects_exit
+    from pipelines.beam.options import PCR_IN_PROCESS, in_process
     from pipelines.beam.pcr import PcrConfig, convert_pcr
     from transforms.redact import printable, redact_obj
+
+    beam_args = list(PCR_IN_PROCESS) if in_process(args.beam_args) else args.beam_args
 
     def job():
         if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
@@ -109,7 +115,7 @@ def run(args) -> int:
             store=store_config(args),
         )
         try:
-            return cfg, convert_pcr(cfg, args.beam_args)
+            return cfg, convert_pcr(cfg, beam_args)
         except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
             local_paths.remove_if_empty(created)
             raise

@@ -1,14 +1,17 @@
-"""Beam pipeline options with an offline, local default.
+"""Which driver runs a job, and Beam pipeline options with an offline, local default.
 
-With no ``--runner``, a job runs on Beam's own local runner (FnApiRunner) in its
-``multi_processing`` mode, with one SDK worker process per core: the DoFns of the graph do
-the conversion in those processes, as they do on Flink's or Dataflow's workers.  Processes,
-not threads, because Pillow's Python plugins, tar headers and Example building hold the GIL
-between the codec calls (docs/benchmarks.md compares the modes).  Beam's ``DirectRunner``
-would first try to download the Prism binary (no network here, and a stall risk on
-networks that drop packets); FnApiRunner is the engine DirectRunner falls back to anyway.
-``--runner local`` is not a Beam runner: it names tar2tf's in-process driver
-(``pipelines.local``), which the CLI runs instead of a Beam job.
+With no runner flag and no Beam option, a job runs on tar2tf's in-process driver
+(``pipelines.local``): the fastest path on one machine, with no Beam start-up to pay
+(docs/benchmarks.md).  ``--runner local`` names that driver.  Any Beam pipeline option or
+Beam runner name makes it a Beam job, as TFDS builds with its plain writer unless it is
+given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own
+local runner (FnApiRunner) in its ``multi_processing`` mode, with one SDK worker process
+per core: the DoFns of the graph do the conversion in those processes, as they do on
+Flink's or Dataflow's workers.  Processes, not threads, because Pillow's Python plugins,
+tar headers and Example building hold the GIL between the codec calls.  Beam's own
+``DirectRunner`` would first try to download the Prism binary (no network here, and a
+stall risk on networks that drop packets); FnApiRunner is the engine DirectRunner falls
+back to anyway.
 """
 
 from __future__ import annotations
@@ -26,11 +29,46 @@ DEFAULT_MODE = "multi_processing"
 MODE_ENV = "TAR2TF_DIRECT_RUNNING_MODE"
 MODE_FLAG = "--direct_running_mode"
 IN_PROCESS = "local"  # --runner local: the in-process driver, not a Beam runner
+# runner names for Beam's local runner as tar2tf sets it up (FnApiRunner, multi_processing)
+LOCAL_BEAM = ("beam", "directrunner")
 
 
-def in_process(args: Sequence[str]) -> bool:
-    """Whether ``args`` ask for tar2tf's in-process driver (``--runner local``)."""
-    return runner_name(args).lower() == IN_PROCESS
+def names_in_process(args: Sequence[str]) -> bool:
+    """Whether ``args`` name tar2tf's in-process driver (``--runner local``)."""
+    return _has(args, "--runner") and runner_name(args).lower() == IN_PROCESS
+
+
+def in_process(args: Sequence[str], shuffle: bool = False) -> bool:
+    """Whether a job given ``args`` (the flags tar2tf's parser left over) runs on the
+    in-process driver: with ``--runner local``, or with no Beam option at all -- unless it
+    shuffles (``shuffle``), which only the Beam graph does.  Any Beam option is a Beam
+    job: the user asked for Beam's behaviour, and the in-process driver would silently
+    ignore it."""
+    if names_in_process(args):
+        return True
+    return not args and not shuffle
+
+
+# ``tar2tf pcr`` has no Beam-free driver: in place of one, with no runner flag (or
+# ``--runner local``) it runs the Beam graph on the local runner's threads, in this
+# process.  Its work is jpegtran subprocesses, which threads overlap as well as worker
+# processes do, without the seconds each worker process costs to start.
+PCR_IN_PROCESS = (LOCAL_RUNNER, f"{MODE_FLAG}=multi_threading")
+
+
+def beam_only(args: Sequence[str]) -> List[str]:
+    """The arguments other than ``--runner local`` (and its value): with that runner they
+    would be ignored, so the CLI refuses them (``launch.cli``)."""
+    out: List[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+        elif a == "--runner" and i + 1 < len(args) and args[i + 1].lower() == IN_PROCESS:
+            skip = True
+        elif a.lower() != f"--runner={IN_PROCESS}":
+            out.append(a)
+    return out
 
 
 def _has(args: Sequence[str], flag: str) -> bool:
@@ -43,6 +81,8 @@ def effective_args(
     """``beam_args`` with tar2tf's local defaults; ``workers`` (default: the core count) is
     the local runner's worker count unless ``--direct_num_workers`` is given."""
     args = list(beam_args or [])
+    if _has(args, "--runner") and runner_name(args).lower() in LOCAL_BEAM:
+        args = _without(args, "--runner")  # then set up as with no runner: FnApiRunner
     if not _has(args, "--runner"):
         args = [LOCAL_RUNNER] + args
         if not _has(args, MODE_FLAG):

@@ -7,13 +7,15 @@ sample stages in both modes, through the same :class:`transforms.ops.stages.Stag
 means: by Beam workers of the configured runner)::
 
     remote_exec   in-memory load                         load(path=...)
-    False         threads in this process                 threads in this process (no Beam)
+    False         threads in this process                 the in-process driver (no Beam)
     True          Beam job, then a dataset over its       Beam job on the configured runner
-                  TFRecords (parsed back to the same
-                  elements)
-    None          Beam job if a cluster runner is         Beam job (local FnApiRunner unless
-                  configured (beam_args --runner=...),    --runner is given)
-                  else threads in this process
+                  TFRecords (parsed back to the same      (local FnApiRunner unless --runner
+                  elements)                               is given)
+    None          Beam job if a cluster runner is         Beam job if beam_args hold a Beam
+                  configured (beam_args --runner=...),    option or runner, or shuffle=True;
+                  else threads in this process            else the in-process driver
+
+``beam_args=["--runner=local"]`` names the in-process driver, as on the CLI.
 
 An op that cannot be pickled (so cannot be shipped to Beam workers, e.g. a ``Func``
 closing over a generator) makes True/None run in this process, with a warning saying why.
@@ -189,13 +191,34 @@ class Dataset:
                     return f"{stage_name(part)} cannot be pickled ({e.__class__.__name__}: {e})"
         return None
 
-    def _use_beam(self, remote_exec, in_memory: bool, extra=()) -> bool:
+    def _use_beam(self, remote_exec, in_memory: bool, extra=(), shuffle=False) -> bool:
         mode = self.remote_exec if remote_exec is _UNSET else remote_exec
         if mode is False:
             return False
-        cluster = not opts.is_local(opts.effective_args(self.beam_args))
-        if mode is None and in_memory and not cluster:
+        if opts.names_in_process(self.beam_args):
+            rest = opts.beam_only(self.beam_args)
+            conflict = (
+                f"takes no Beam options ({' '.join(rest)})"
+                if rest
+                else "cannot shuffle (a Beam graph step)"
+                if shuffle
+                else "is not Beam (remote_exec=True)"
+                if mode is True
+                else None
+            )
+            if conflict:
+                raise ValueError(
+                    f"beam_args name --runner=local, the in-process driver, which {conflict}"
+                )
             return False
+        if mode is None:
+            if in_memory:
+                if opts.is_local(opts.effective_args(self.beam_args)):
+                    return False
+            elif opts.in_process(self.beam_args, shuffle):
+                # as TFDS builds with its plain writer unless given Beam options: the
+                # in-process driver is the fastest on one machine, and writes the same bytes
+                return False
         why = self.unshippable(extra)
         if why is not None:
             warnings.warn(
@@ -274,7 +297,7 @@ class Dataset:
         )
 
     def _convert(self, cfg, num_workers, remote_exec, extra=()):
-        if self._use_beam(remote_exec, in_memory=False, extra=extra):
+        if self._use_beam(remote_exec, in_memory=False, extra=extra, shuffle=cfg.shuffle):
             from pipelines.beam.convert import convert
 
             args = list(self.beam_args)
