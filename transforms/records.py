@@ -19,6 +19,9 @@ from typing import Any, Dict, Optional
 KEY = "__key__"
 SHARD = "__shard__"
 META_KEYS = (KEY, SHARD)
+# the in-memory stream's last sample stage puts a record's element under this name
+ELEMENT = "__element__"
+INTERNAL_FIELDS = (KEY, SHARD, ELEMENT)
 
 STAGES = ("list", "fetch", "tar", "op", "encode", "write")
 
@@ -78,6 +81,16 @@ class Reject:
 
 def is_reject(item: Any) -> bool:
     return isinstance(item, Reject)
+
+
+def is_internal_name(name: str) -> bool:
+    """Whether ``name`` is in the namespace of a record's internal fields: ``__key__``,
+    ``__shard__``, ``__element__`` (:data:`INTERNAL_FIELDS`) and any ``__name__`` a later
+    stage may add.  A tar member whose extension is such a name (``r1.__key__``) would
+    overwrite the field with its bytes, so the reader rejects its record
+    (:mod:`transforms.tar.records`).  The whole namespace is reserved, not only today's
+    fields, so that an internal field added later never meets data that converted before."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def payload_keys(record: Record):

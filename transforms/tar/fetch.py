@@ -15,7 +15,12 @@ from typing import Iterator, Optional, Union
 from transforms.records import Record, Reject
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.local_read import NotRegularFileError
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
+from transforms.tar.records import (
+    DEFAULT_MAX_MEMBER_SIZE,
+    DEFAULT_MAX_RECORD_SIZE,
+    TarStats,
+    iter_records,
+)
 
 
 def read_shard(
@@ -23,6 +28,7 @@ def read_shard(
     config: Optional[StoreConfig] = None,
     max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
     stats: Optional[TarStats] = None,
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> Iterator[Union[Record, Reject]]:
     try:
         stream = get_store(url, config).open_read(url)
@@ -59,7 +65,9 @@ def read_shard(
                 counts_record=False,
             )
             return
-        yield from iter_records(stream, url, max_member_size, stats)
+        yield from iter_records(
+            stream, url, max_member_size, stats, max_record_size=max_record_size
+        )
 
 
 def _html_page(stream) -> bool:

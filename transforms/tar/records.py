@@ -41,7 +41,7 @@ import zlib
 from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
-from transforms.records import KEY, SHARD, Record, Reject
+from transforms.records import KEY, SHARD, Record, Reject, is_internal_name
 from transforms.stores.errors import (
     FetchError,
     FileChangedError,
@@ -51,7 +51,15 @@ from transforms.stores.errors import (
 from transforms.tar.reader import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
+# A record holds all of its members in memory until it is converted, so this bounds what
+# one record (and the grouping window: all of its open records together) can hold.
+DEFAULT_MAX_RECORD_SIZE = 512 * 1000 * 1000
 DEFAULT_GROUP_WINDOW = 64
+# How far past the end-of-archive marker a stream is read: zero padding to the tar's
+# blocking (10 KiB by default, 1 MiB for `tar -b 2048`), a gzip trailer, or the start of
+# data tar would ignore (a concatenated archive) all fit; a stream that goes on further (a
+# server sending an endless body, an endless gzip member) is not read to its end.
+AFTER_END_LIMIT = 4 << 20
 
 # What a damaged stream can raise from the tar reader (TarFormatError is a tarfile.TarError) / gzip / zlib.
 _STREAM_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
@@ -85,16 +93,49 @@ class ShardCorrupt(Reject):
     content that may be wrong is never written as good."""
 
 
-def _open_stream(stream: BinaryIO):
+def _open_stream(stream: BinaryIO) -> "Tuple[BinaryIO, Optional[_Source]]":
     """Gzip streams are decoded by :mod:`gzip`, which checks the CRC32 and length trailer
-    (tarfile's own gzip reader does not)."""
+    (tarfile's own gzip reader does not).  The second value is the compressed source under
+    the gzip reader (None for a plain tar), whose reads can be bounded once the archive
+    has ended."""
     if not hasattr(stream, "peek"):
         stream = (
             io.BufferedReader(stream) if isinstance(stream, io.RawIOBase) else _Peekable(stream)
         )
     if stream.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=stream, mode="rb")
-    return stream
+        source = _Source(stream)
+        return gzip.GzipFile(fileobj=source, mode="rb"), source
+    return stream, None
+
+
+class _PastTheEnd(Exception):
+    """The compressed source was read :data:`AFTER_END_LIMIT` bytes past the point where
+    the archive ended."""
+
+
+class _Source:
+    """The compressed stream as the gzip reader takes it, counting the bytes taken.  After
+    :meth:`stop_after` it gives at most ``n`` more and then raises :class:`_PastTheEnd`:
+    the gzip reader consumes zero padding after a member one byte at a time, without
+    end, so bounding what it decompresses is not enough to bound what it reads."""
+
+    def __init__(self, f: BinaryIO):
+        self._f = f
+        self.taken = 0
+        self._limit: Optional[int] = None
+
+    def stop_after(self, n: int) -> None:
+        self._limit = self.taken + n
+
+    def read(self, n: int = -1) -> bytes:
+        if self._limit is not None:
+            left = self._limit - self.taken
+            if left <= 0:
+                raise _PastTheEnd()
+            n = left if n is None or n < 0 else min(n, left)
+        data = self._f.read(n)
+        self.taken += len(data)
+        return data
 
 
 class _Peekable(io.BufferedReader):
@@ -116,12 +157,24 @@ class _RawAdapter(io.RawIOBase):
 
 
 class _Group:
-    __slots__ = ("key", "entries", "problem")
+    __slots__ = ("key", "entries", "problem", "size")
 
     def __init__(self, key: str):
         self.key = key
-        self.entries: Dict[str, bytes] = {}
+        # extension -> bytes; None for a member of a record already rejected (its bytes are
+        # not read, the extension stays for duplicate detection)
+        self.entries: Dict[str, Optional[bytes]] = {}
         self.problem: Optional[str] = None
+        self.size = 0  # bytes of the members held
+
+    def reject(self, problem: str) -> int:
+        """Mark the record rejected (the first problem stands) and drop the bytes it holds:
+        the number of bytes freed."""
+        self.problem = self.problem or problem
+        freed, self.size = self.size, 0
+        for ext in self.entries:
+            self.entries[ext] = None
+        return freed
 
 
 def iter_records(
@@ -130,6 +183,7 @@ def iter_records(
     max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
     stats: Optional[TarStats] = None,
     group_window: int = DEFAULT_GROUP_WINDOW,
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> Iterator[Union[Record, Reject]]:
     """Yield records and rejects from one tar / tgz stream, in tar order.
 
@@ -139,16 +193,30 @@ def iter_records(
     ``x/001.cls, x/002.cls, x/002.jpg, x/001.jpg`` is common: members join their open
     record while it is within the window; a record is emitted when it leaves the window
     or its directory ends.  A key seen again after its record was emitted is a duplicate.
+
+    Memory: a record whose members add up to more than ``max_record_size`` bytes is
+    rejected (its bytes are dropped as soon as it is, and no more of them are read), and
+    the open records together hold at most ``max_record_size`` bytes: a member that would
+    go over makes the oldest other open records leave the window first.  So the records
+    this reader holds never exceed ``max_record_size`` bytes, whatever the input.
     """
     stats = stats if stats is not None else TarStats()
     window = max(1, int(group_window))
     emitted = set()
     pending: "OrderedDict[str, _Group]" = OrderedDict()
+    held = 0  # bytes of the members the open records hold: at most max_record_size
     last_dup: Optional[str] = None
     directory = None
 
+    def take(key: str) -> _Group:
+        """Close the open record ``key``: it leaves the window."""
+        nonlocal held
+        g = pending.pop(key)
+        held -= g.size
+        emitted.add(key)
+        return g
+
     def finish(g: _Group):
-        emitted.add(g.key)
         if g.problem:
             return Reject(shard, g.key, "tar", g.problem)
         rec: Record = {KEY: g.key, SHARD: shard}
@@ -157,11 +225,11 @@ def iter_records(
 
     def flush(keep: int):
         while len(pending) > keep:
-            yield finish(pending.popitem(last=False)[1])
+            yield finish(take(next(iter(pending))))
 
     current: Optional[str] = None  # key of the record whose member was read last
     try:
-        stream = _open_stream(stream)
+        stream, source = _open_stream(stream)
         tar = TarStream(stream)
     except _STREAM_ERRORS as e:
         broke = _fetch_broke(e)
@@ -185,8 +253,7 @@ def iter_records(
             # Damage (or a failed read) while reading a header: the record read last may
             # have lost later members, so it is rejected; the other open records are complete.
             if current is not None and current in pending:
-                pending.pop(current)
-                emitted.add(current)
+                take(current)
                 if broke:
                     yield Reject(
                         shard, current, "fetch", f"{broke}; the read broke after this record"
@@ -251,21 +318,29 @@ def iter_records(
             last_dup = None
             yield from flush(window)
         current = key
+        if is_internal_name(ext):
+            # as an entry it would overwrite the record's own field (its key, its shard...)
+            # with bytes, which no later stage expects
+            held -= group.reject(
+                f"member named like an internal field: {member.name} (extensions of the "
+                f"form __name__, such as {KEY} and {SHARD}, are the record's own fields)"
+            )
+            continue
         if member.islink():
             # GNU tar stores the second name of a hard link as a link entry without data.
             # Following it would mean keeping every earlier member's bytes (the target may
             # be anywhere before it in the shard), so the record is rejected instead of
             # being written without that member.
             kind = "hard link" if member.type == b"1" else "symbolic link"
-            group.problem = group.problem or (
+            held -= group.reject(
                 f"{kind} member {member.name} -> {member.linkname}: links are not followed"
             )
             continue
         if member.size == 0:
-            group.problem = group.problem or f"zero-length member: {member.name}"
+            held -= group.reject(f"zero-length member: {member.name}")
             continue
         if member.size > max_member_size:
-            group.problem = group.problem or (
+            held -= group.reject(
                 f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}"
             )
             continue
@@ -279,11 +354,22 @@ def iter_records(
             last_dup = key
             stats.duplicate_members += 1
             continue
+        if not group.problem and group.size + member.size > max_record_size:
+            held -= group.reject(
+                f"record too large: {key!r} is over max-record-size {max_record_size} bytes "
+                f"with member {member.name} ({group.size} + {member.size} bytes)"
+            )
+        if group.problem:  # the record is rejected anyway: its bytes are not read
+            group.entries[ext] = None
+            continue
+        while held + member.size > max_record_size:
+            # the open records together stay within max_record_size: the oldest others leave
+            # the window (the record this member joins fits on its own, checked above)
+            yield finish(take(next(k for k in pending if k != key)))
         try:
             data = tar.read(member)
         except _STREAM_ERRORS as e:
-            pending.pop(key, None)
-            emitted.add(key)
+            take(key)
             broke = _fetch_broke(e)
             if broke:
                 yield Reject(shard, key, "fetch", f"{broke}; member {member.name} is incomplete")
@@ -328,14 +414,15 @@ def iter_records(
             return
         stats.member_bytes += len(data)
         group.entries[ext] = data
+        group.size += len(data)
+        held += len(data)
     if stats.members and not tar.ended:
         # The stream stopped exactly at a member boundary, without the zero blocks that end
         # every tar: a shard cut short (a partial download or copy).  The record read last
         # may have lost members that came after the cut, so it is rejected like any record
         # at a truncation point; the shard-level reject says what happened.
         if current is not None and current in pending:
-            pending.pop(current)
-            emitted.add(current)
+            take(current)
             yield Reject(
                 shard,
                 current,
@@ -353,33 +440,66 @@ def iter_records(
         )
         return
     yield from flush(0)
+    if source is not None:
+        source.stop_after(AFTER_END_LIMIT)
     yield from _after_the_end(stream, tar.offset, shard)
 
 
 def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject]:
-    """Read what follows the end-of-archive block at ``offset``, to the end of the stream.
+    """Read what follows the end-of-archive block at ``offset``, to the end of the stream
+    but no further than :data:`AFTER_END_LIMIT` bytes past it.
 
-    Reading stops at that block, as GNU tar's does (without ``-i``), but the rest is read:
-    gzip checks its CRC trailer only at the end of each member.  Zero padding (tar fills
-    its 10 KiB records) is normal; other data, e.g. ``cat a.tar b.tar``, whose second
-    archive no tar reader lists, is reported so that its records are not lost unnoticed.
-    Bytes after a complete gzip stream that are not gzip are ignored like ``gzip -d``
-    does ("trailing garbage ignored"): the gzip reader has checked the CRC of the member
-    before them when it finds they are no gzip header, so the records stand.  Any other
-    error, a CRC or length mismatch above all, leaves the content unverified: a
-    :class:`ShardCorrupt`.
+    Records end at that block, as GNU tar's listing does (without ``-i``), but what follows
+    is read: gzip checks its CRC trailer only at the end of each member.  Zero padding
+    (tar fills its 10 KiB records) is normal; other data, e.g. ``cat a.tar b.tar``, whose
+    second archive no tar reader lists, is reported so that its records are not lost
+    unnoticed.  Bytes after a complete gzip stream that are not gzip are ignored like
+    ``gzip -d`` does ("trailing garbage ignored"): the gzip reader has checked the CRC of
+    the member before them when it finds they are no gzip header, so the records stand.
+    Any other error, a CRC or length mismatch above all, leaves the content unverified: a
+    :class:`ShardCorrupt`.  So does a gzip stream that goes on past the limit (its
+    trailer is never reached); a plain stream that does (a server sending an endless
+    body) keeps its records, with a shard-level reject that says reading stopped.
     """
-    pos, data_at, error = offset, None, None
+    pos, data_at, error, cut = offset, None, None, False
+    limit = offset + AFTER_END_LIMIT
     try:
-        while True:
-            chunk = stream.read(1 << 16)
+        while pos <= limit:  # one byte past the limit tells that the stream goes on
+            chunk = stream.read(min(1 << 16, limit + 1 - pos))
             if not chunk:
                 break
             if data_at is None and chunk.count(0) != len(chunk):
                 data_at = pos + len(chunk) - len(chunk.lstrip(b"\0"))
             pos += len(chunk)
+        cut = pos > limit
+    except _PastTheEnd:
+        cut = True
     except _STREAM_ERRORS as e:
         error = e
+    if cut:
+        what = (
+            f"stream goes on after the end-of-archive marker: reading stopped "
+            f"{AFTER_END_LIMIT} bytes past it (offset {offset})"
+        )
+        if data_at is not None:
+            what += f", with data from offset {data_at} on"
+        if isinstance(stream, gzip.GzipFile):
+            yield ShardCorrupt(
+                shard,
+                None,
+                "tar",
+                f"{what}, before the gzip CRC check at the end of the stream: content unverified",
+                counts_record=False,
+            )
+        else:
+            yield Reject(
+                shard,
+                None,
+                "tar",
+                f"{what}, as tar stops at the marker; the records before it are kept",
+                counts_record=False,
+            )
+        return
     if data_at is not None:
         yield Reject(
             shard,
