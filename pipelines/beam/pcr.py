@@ -38,7 +38,7 @@ from pipelines.beam import worker_logs
 from pipelines.beam.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.beam.distribute import gather, spread
 from pipelines.beam.shuffle import sort_key
-from pipelines.job import cleanup, finalize, overlap, replace, workfiles
+from pipelines.job import cleanup, finalize, output_lock, overlap, replace, workfiles
 from pipelines.job import progress as prog
 from pipelines.job import record as job_record
 from pipelines.job.element_coding import Pickled
@@ -379,7 +379,22 @@ def resume_conflict(cfg: PcrConfig, inputs: List[str], work: str) -> Optional[st
 
 
 def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
-    """Run the conversion; raises OutputExistsError, ValueError, RuntimeError (no jpegtran)."""
+    """Run the conversion; raises OutputExistsError, ValueError, RuntimeError (no jpegtran).
+    The output's lock is held from before its files are looked at to the end of the job
+    (``pipelines.job.output_lock``)."""
+    output = cfg.output.rstrip("/")
+    lock = output_lock.acquire(
+        output_lock.pcr_lock_url(output), cfg.store, output=output, command="pcr"
+    )
+    try:
+        res = _convert_pcr(cfg, beam_args)
+    finally:
+        lock.release()
+    lock.check()
+    return res
+
+
+def _convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
     t0 = time.time()
     if cfg.images_per_record <= 0:
         raise ValueError("images_per_record must be positive")

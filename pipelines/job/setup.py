@@ -23,7 +23,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import transforms
-from pipelines.job import cleanup, finalize, overlap, replace
+from pipelines.job import cleanup, finalize, output_lock, overlap, replace
 from pipelines.job import journal as shard_journal
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
@@ -48,6 +48,7 @@ class Job:
     list_rejects: List[Reject]
     work: str
     started: float
+    lock: Optional[output_lock.OutputLock] = None  # released by result_of / cleaned_on_failure
 
 
 def prepare(cfg: ConvertConfig, flag_names: Tuple[str, str] = ("--overwrite", "--resume")) -> Job:
@@ -63,11 +64,17 @@ def prepare(cfg: ConvertConfig, flag_names: Tuple[str, str] = ("--overwrite", "-
         raise ValueError("records_per_shard must be positive")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     work = work_dir_for(cfg, urls)
-    check_outputs(cfg, work, *flag_names, inputs=urls)
-    overlap.check_convert(
-        cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS]
-    )
-    return Job(cfg, urls, list_rejects, work, t0)
+    lock_url = output_lock.lock_url_for(cfg.output)  # before the outputs are looked at
+    lock = output_lock.acquire(lock_url, cfg.store, output=cfg.output, command="convert")
+    try:
+        check_outputs(cfg, work, *flag_names, inputs=urls)
+        overlap.check_convert(
+            cfg.output, urls, work, [finalize.companion(cfg.output, x) for x in COMPANIONS]
+        )
+    except BaseException:
+        lock.release()
+        raise
+    return Job(cfg, urls, list_rejects, work, t0, lock)
 
 
 @contextlib.contextmanager
@@ -76,7 +83,11 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
     try:
         yield
     except BaseException as e:
-        cleanup.after_failure(e, job.work, job.cfg.output, job.cfg.store)
+        try:
+            cleanup.after_failure(e, job.work, job.cfg.output, job.cfg.store)
+        finally:
+            if job.lock is not None:
+                job.lock.release()
         raise
 
 
@@ -84,6 +95,9 @@ def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
     """The finished job's result, from the manifest it wrote; its work directory deleted."""
     cfg = job.cfg
     cleanup.remove_work(job.work, cfg.store)
+    if job.lock is not None:
+        job.lock.release()
+        job.lock.check()  # another job took the output over while this one ran: fail
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
     manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     rejected = manifest["rejects"]["count"]
