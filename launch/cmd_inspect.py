@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from launch.cli import int_in
+from launch.store_args import add_store_args, store_config
 from transforms.stores import StoreConfig, basename, get_store
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
@@ -32,7 +33,10 @@ def register(sub) -> None:
         help="print a shard's schema and records; PNG contact sheet of its images",
         description=__doc__,
     )
-    p.add_argument("shard", help="a TFRecord file (local path, gs://, ais://)")
+    p.add_argument(
+        "shard",
+        help="a TFRecord file: local path, ais://, gs://, s3://, https:// or a Beam filesystem",
+    )
     p.add_argument(
         "-n",
         "--records",
@@ -51,7 +55,7 @@ def register(sub) -> None:
         "--label", help="feature to print under each image (default cls/label/class/txt)"
     )
     p.add_argument("--no-sheet", action="store_true", help="do not write a contact sheet")
-    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    add_store_args(p, etl=False)
     p.set_defaults(func=run)
 
 
@@ -100,7 +104,12 @@ def _label_of(rec: Dict[str, Any], label: Optional[str]) -> str:
     return ""
 
 
-def contact_sheet(items: List[Tuple[Any, str]], path: str, thumb: int = THUMB) -> Tuple[int, int]:
+def contact_sheet(
+    items: List[Tuple[Any, str]],
+    path: str,
+    thumb: int = THUMB,
+    config: Optional[StoreConfig] = None,
+) -> Tuple[int, int]:
     """Grid of thumbnails with a caption line under each; returns (columns, rows)."""
     from PIL import Image, ImageDraw
 
@@ -116,7 +125,7 @@ def contact_sheet(items: List[Tuple[Any, str]], path: str, thumb: int = THUMB) -
         t.thumbnail((thumb, thumb))
         sheet.paste(t, (x + (thumb - t.width) // 2, y + (thumb - t.height) // 2))
         draw.text((x + 2, y + thumb + 2), caption, fill="black")
-    store = get_store(path)
+    store = get_store(path, config)
     buf = io.BytesIO()
     sheet.save(buf, format="PNG")
     store.write_bytes(path, buf.getvalue())
@@ -193,7 +202,7 @@ def inspect(
 
 
 def run(args) -> int:
-    config = StoreConfig(ais_endpoint=args.ais_endpoint)
+    config = store_config(args)
     try:
         items = inspect(
             args.shard, args.records, 0 if args.no_sheet else args.images, args.label, config
@@ -209,6 +218,6 @@ def run(args) -> int:
             print("no images found: no contact sheet written", file=sys.stderr)
         else:
             path = args.sheet or basename(args.shard) + ".contact.png"
-            cols, rows = contact_sheet(items, path)
+            cols, rows = contact_sheet(items, path, config=config)
             print(f"contact sheet: {path} ({len(items)} images, {cols}x{rows})", file=sys.stderr)
     return 0

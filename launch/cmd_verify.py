@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from transforms.stores import StoreConfig
+from launch.store_args import add_store_args, store_config
 
 EXIT_MISMATCH = 5
 
@@ -28,7 +28,7 @@ def register(sub) -> None:
         "--decode-images", action="store_true", help="also decode every image feature (Pillow)"
     )
     p.add_argument("--json", dest="json_path", help="write the report as JSON here ('-' = stdout)")
-    p.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
+    add_store_args(p, etl=False)
     p.set_defaults(func=run)
 
 
@@ -37,9 +37,7 @@ def run(args) -> int:
     from transforms.redact import printable
 
     try:
-        report = verify(
-            args.output, args.decode_images, StoreConfig(ais_endpoint=args.ais_endpoint)
-        )
+        report = verify(args.output, args.decode_images, store_config(args))
     except FileNotFoundError as e:
         print(f"tar2tf verify: no manifest for {args.output}: {e}", file=sys.stderr)
         return 2

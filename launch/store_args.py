@@ -1,5 +1,6 @@
-"""Object-store options shared by the subcommands that read or write buckets
-(``convert``, ``pcr``): endpoint, retry bounds, timeouts, AIS ETL.  See docs/object-stores.md."""
+"""Object-store options shared by every subcommand that reads or writes buckets
+(``convert``, ``pcr``, ``verify``, ``inspect``): endpoints, headers, retry bounds, timeouts,
+AIS ETL.  See docs/object-stores.md."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ _SECONDS = (
 )
 
 
-def add_store_args(p) -> None:
-    """Object-store retry settings (docs/object-stores.md)."""
+def add_store_args(p, etl: bool = True) -> None:
+    """Object-store endpoints, headers and retry settings (docs/object-stores.md).
+    ``etl``: also ``--ais-etl-name``, for the subcommands that read input shards; an ETL
+    transforms what it serves, so reading a job's output back through one makes no sense."""
     d = StoreConfig()
     g = p.add_argument_group("object stores (ais://, gs://, s3://, http(s)://)")
     g.add_argument("--ais-endpoint", help="AIStore proxy URL (default $AIS_ENDPOINT)")
@@ -46,10 +49,11 @@ def add_store_args(p) -> None:
             default=getattr(d, field),
             help=f"{text} (default {getattr(d, field)})",
         )
-    g.add_argument(
-        "--ais-etl-name",
-        help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)",
-    )
+    if etl:
+        g.add_argument(
+            "--ais-etl-name",
+            help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)",
+        )
 
 
 def store_config(args) -> StoreConfig:
@@ -71,6 +75,6 @@ def store_config(args) -> StoreConfig:
         retry_max_s=args.retry_max,
         retry_total_s=args.retry_total,
         read_timeout_s=args.read_timeout,
-        ais_etl_name=args.ais_etl_name,
+        ais_etl_name=getattr(args, "ais_etl_name", None),
         s3_endpoint=getattr(args, "s3_endpoint", None),
     )
