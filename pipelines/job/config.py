@@ -9,7 +9,7 @@ from transforms.ops import image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
+from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, DEFAULT_MAX_RECORD_SIZE
 from transforms.tfrecord import schema as exs
 
 
@@ -29,6 +29,9 @@ class ConvertConfig:
     record_to_example: Optional[Callable] = None
     example_stages: Sequence[Callable] = ()
     max_member_size: Union[int, str] = DEFAULT_MAX_MEMBER_SIZE
+    # records whose members add up to more than this are rejected; it also bounds the bytes
+    # the tar reader's grouping window holds (docs/bad-input.md: the memory bound)
+    max_record_size: Union[int, str] = DEFAULT_MAX_RECORD_SIZE
     max_rejects: int = 0
     overwrite: bool = False
     resume: bool = False
@@ -86,6 +89,11 @@ class ConvertConfig:
             "shuffle": self.shuffle,
             "seed": self.seed if self.shuffle else None,
             # only when set: the manifests (and work directories) of jobs at the default stay as they were
+            **(
+                {"max_record_size": parse_size(self.max_record_size)}
+                if parse_size(self.max_record_size) != DEFAULT_MAX_RECORD_SIZE
+                else {}
+            ),
             **(
                 {"max_image_pixels": self.max_image_pixels}
                 if self.max_image_pixels not in (None, image_limits.DEFAULT_MAX_IMAGE_PIXELS)

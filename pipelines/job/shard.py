@@ -100,7 +100,13 @@ def convert_shard(
     keys: List[str] = []
     corrupt: Optional[Reject] = None
     try:
-        for item in read_shard(url, cfg.store, parse_size(cfg.max_member_size), stats):
+        for item in read_shard(
+            url,
+            cfg.store,
+            parse_size(cfg.max_member_size),
+            stats,
+            max_record_size=parse_size(cfg.max_record_size),
+        ):
             if isinstance(item, ShardCorrupt):
                 corrupt = item
                 continue
