@@ -17,6 +17,10 @@ from typing import List
 from launch.cli import int_in, size
 from launch.store_args import add_store_args, store_config
 
+# the CLI's bound when --max-shard-size is not given (docs/cli.md says why this size); the
+# Python API keeps writing one file unless asked
+DEFAULT_MAX_SHARD_SIZE = "200MB"
+
 
 def register(sub) -> None:
     p = sub.add_parser("convert", help="convert tar shards to TFRecord shards", description=__doc__)
@@ -37,7 +41,10 @@ def register(sub) -> None:
         "--max-shard-size",
         type=size,
         metavar="SIZE",
-        help="bound on each output file, framing included: 100MB, 1GiB, 5000000",
+        default=DEFAULT_MAX_SHARD_SIZE,
+        help="bound on each output file, framing included: 100MB, 1GiB, 5000000 "
+        f"(default {DEFAULT_MAX_SHARD_SIZE}: files of 100 MB or more, as TensorFlow advises, "
+        "and enough of them to read in parallel; docs/cli.md)",
     )
     p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
     p.add_argument(
