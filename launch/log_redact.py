@@ -1,10 +1,10 @@
 """Log records of the CLI's process, redacted and escaped before any handler sees them.
 
 Beam, the object-store SDKs and tar2tf log URLs (an ``--ais-endpoint`` with a password in
-it, a signed URL) and names read from tar members (which may hold terminal escapes).  A
-record factory applies ``transforms.redact.printable`` to each record's message and to
-its formatted traceback as the record is made: only records that pass their logger's
-level are made, so quiet loggers cost nothing.
+it, a signed URL) and names read from tar members (which may hold terminal escapes).
+:func:`install` puts in the record factory of ``transforms.redact.install_log_redaction``,
+which the in-process driver's worker processes install too (they print to the same
+terminal).
 """
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import traceback
 from typing import Iterator
 
-from transforms.redact import printable
+from transforms.redact import install_log_redaction
 
-_installed = False
 # Beam's loggers that log a failed step's traceback (several times over, chained) before
 # the failure reaches the CLI, which says it in one line: quiet unless --debug
 STEP_FAILURE_LOGGERS = (
@@ -65,22 +63,5 @@ def quiet_step_failures(debug: bool = False) -> Iterator[None]:
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    make = logging.getLogRecordFactory()
-
-    def factory(*args, **kwargs):
-        record = make(*args, **kwargs)
-        try:
-            record.msg, record.args = printable(record.getMessage()), None
-        except Exception:
-            return record
-        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
-            record.exc_text = printable(
-                "".join(traceback.format_exception(*record.exc_info))
-            ).rstrip("\n")
-        return record
-
-    logging.setLogRecordFactory(factory)
+    """Every log record of this process redacted and escaped as it is made."""
+    install_log_redaction()

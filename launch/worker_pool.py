@@ -33,6 +33,8 @@ import time
 from concurrent import futures
 from typing import List, Optional, Sequence, Tuple
 
+from pipelines.worker_python import python_c
+
 log = logging.getLogger("tar2tf.worker_pool")
 
 HARNESS = (
@@ -61,11 +63,10 @@ class SharedWorkerPool(_servicer_base()):
         from apache_beam.portability.api import beam_fn_api_pb2
 
         self._reap()
-        cmd = [
-            self.python,
-            "-c",
-            HARNESS.format(url=request.control_endpoint.url, wid=request.worker_id),
-        ]
+        # the current directory (the pool's) off the worker's path: see pipelines.worker_python
+        cmd = python_c(
+            HARNESS.format(url=request.control_endpoint.url, wid=request.worker_id), self.python
+        )
         try:
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         except OSError as e:

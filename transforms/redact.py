@@ -16,8 +16,10 @@ characters themselves and are left to ``json``.
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any
+import traceback
+from typing import Any, Optional
 
 MASK = "***"
 
@@ -35,12 +37,19 @@ _SECRET_NAMES = (
     r"secret_key|sessiontoken|session_token|credential|credentials|"
     r"security-token"
 )
+# Punctuation that ends a sentence or closes a bracket around a URL ("(see ...?token=x).")
+# is prose, not the value: a value stops before a run of it that ends the value anyway
+_TRAILING = r"[)\]},.;:!]*"
 _SECRET_PARAM = re.compile(
-    r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")=(?P<value>[^&#\s\"'<>]*)", re.IGNORECASE
+    r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")="
+    r"(?P<value>[^&#\s\"'<>]*?)(?=" + _TRAILING + r"(?:[&#\s\"'<>]|\Z))",
+    re.IGNORECASE,
 )
 # "Authorization: Bearer xyz" / "token=xyz" said in an SDK's exception text
 _HEADER = re.compile(
-    r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)(?P<value>[^\s\"',;]+)", re.IGNORECASE
+    r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)"
+    r"(?P<value>[^\s\"',;]+?)(?=" + _TRAILING + r"(?:[\s\"',;]|\Z))",
+    re.IGNORECASE,
 )
 
 
@@ -89,3 +98,54 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """:func:`printable`, newlines and tabs escaped as well: a value shown inside one line."""
     return printable(text).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+_factory_installed = False
+
+
+def install_log_redaction() -> None:
+    """Every log record this process makes from now on has its message and its traceback
+    passed through :func:`printable` as it is made, before any handler (or logging's
+    last-resort printer) sees it: the CLI's process (``launch.log_redact``) and every worker
+    process that logs to the same terminal (``pipelines.local.worker``).  Only records that
+    pass their logger's level are made, so quiet loggers cost nothing.  Idempotent."""
+    global _factory_installed
+    if _factory_installed:
+        return
+    _factory_installed = True
+    make = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = make(*args, **kwargs)
+        try:
+            record.msg, record.args = printable(record.getMessage()), None
+        except Exception:
+            return record
+        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+            record.exc_text = printable(
+                "".join(traceback.format_exception(*record.exc_info))
+            ).rstrip("\n")
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+def log_settings() -> tuple:
+    """``(level, format)`` of this process's root logger, for a worker process that logs
+    to the same stream (:func:`log_like`); format None: no handler (logging's last resort
+    prints the bare message of a WARNING or worse)."""
+    root = logging.getLogger()
+    fmt: Optional[str] = None
+    for h in root.handlers:
+        style = getattr(h.formatter, "_style", None)
+        if type(style) is logging.PercentStyle:  # what basicConfig's format= takes
+            fmt = style._fmt
+            break
+    return root.getEffectiveLevel(), fmt
+
+
+def log_like(level: int, fmt: Optional[str]) -> None:
+    """A worker process's logging as :func:`log_settings` of its parent gave it, to its
+    stderr, redacted and escaped (:func:`install_log_redaction`)."""
+    install_log_redaction()
+    logging.basicConfig(level=level, format=fmt or "%(message)s")

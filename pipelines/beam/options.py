@@ -137,8 +137,10 @@ def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
 
 # the worker command as Beam's own, through pipelines.beam.sdk_worker (Ctrl-C and a killed
 # launcher; see there); Beam runs it through a shell, so `exec` keeps the launcher the
-# worker's parent
-_WORKER_COMMAND = "{env}={pid} exec {python} -m pipelines.beam.sdk_worker"
+# worker's parent.  `-c`, not `-m`: a `pipelines/` in the current directory would be found
+# first (pipelines.worker_python keeps the current directory off the worker's path)
+_WORKER_COMMAND = "{env}={pid} exec {argv}"
+_WORKER_CODE = "from pipelines.beam.sdk_worker import main; main()"
 
 
 class _InMemoryModeNotice(logging.Filter):
@@ -170,10 +172,10 @@ def make_pipeline(args: Sequence[str]):
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     from pipelines.beam.sdk_worker import LAUNCHER_ENV
+    from pipelines.worker_python import python_c
 
-    command = _WORKER_COMMAND.format(
-        env=LAUNCHER_ENV, pid=os.getpid(), python=shlex.quote(sys.executable)
-    )
+    argv = " ".join(shlex.quote(a) for a in python_c(_WORKER_CODE, sys.executable))
+    command = _WORKER_COMMAND.format(env=LAUNCHER_ENV, pid=os.getpid(), argv=argv)
     env = SubprocessSDKEnvironment.from_command_string(command)
     runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
     if _NOTICE not in runner_log.filters:

@@ -1,8 +1,9 @@
 """A worker process of Beam's local runner (``multi_processing`` mode), tied to its job.
 
 Beam starts each such worker as ``python -m apache_beam.runners.worker.sdk_worker_main``;
-tar2tf's local default (:func:`pipelines.beam.options.make_pipeline`) starts this module
-instead, which runs that same main after three settings:
+tar2tf's local default (:func:`pipelines.beam.options.make_pipeline`) starts this module's
+:func:`main` instead (``python -P -c``: nothing imported from the current directory, see
+:mod:`pipelines.worker_python`), which runs that same main after three settings:
 
 * **SIGINT ignored.**  A terminal's Ctrl-C goes to the whole foreground process group.  Each
   worker would die of it with its own KeyboardInterrupt traceback, and the runner's threads

@@ -27,6 +27,7 @@ from pipelines.local.messages import (
     WriteFailed,
     Written,
 )
+from pipelines.worker_python import python_c
 
 _BOOT = "from pipelines.local.worker import serve; serve()"
 
@@ -66,14 +67,17 @@ class Worker:
     directory; it imports while the caller goes on."""
 
     def __init__(self, blob: bytes, work: str):
+        from transforms.redact import log_settings
+
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT],
+            python_c(_BOOT),  # the current directory off its sys.path
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=worker_env(),
         )
         try:
-            self._send(Job(blob, work))
+            # its log records go to this process's stderr: at this process's level and format
+            self._send(Job(blob, work, *log_settings()))
         except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
             pass
 

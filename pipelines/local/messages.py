@@ -26,7 +26,7 @@ A worker's life, in messages (→: to the worker, ←: to the parent):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 # (what, reject) as given to a streamed shard's ``note`` callback: the counts of
 # ``pipelines.tfdata.elements.shard_elements``.  Plain tuples: there is one per record.
@@ -39,10 +39,14 @@ Note = Tuple[str, Any]
 class Job(NamedTuple):
     """→ The job, once, the first message a worker reads: ``blob`` is its
     :class:`~pipelines.job.config.ConvertConfig` pickled with cloudpickle
-    (:func:`pipelines.local.pool.pack`), ``work`` its work directory (piece files)."""
+    (:func:`pipelines.local.pool.pack`), ``work`` its work directory (piece files);
+    ``log_level`` and ``log_format``: the parent's logging, which the worker's log records
+    follow, redacted and escaped (``transforms.redact.log_settings``)."""
 
     blob: bytes
     work: str
+    log_level: int = 30  # logging.WARNING, without importing logging here
+    log_format: Optional[str] = None
 
 
 class Convert(NamedTuple):

@@ -1,6 +1,7 @@
 """The worker side of :mod:`pipelines.local.pool`: a process that converts input shards.
 
-Started as ``python -c "from pipelines.local.worker import serve; serve()"``.  The
+Started as ``python -P -c "from pipelines.local.worker import serve; serve()"``
+(:mod:`pipelines.worker_python`: nothing imported from the current directory).  The
 messages are those of :mod:`pipelines.local.messages`: it reads the :class:`Job` and then
 :class:`Convert` tasks from stdin, and answers each with :class:`Converted` (the piece's
 info) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
@@ -49,6 +50,12 @@ def _task_loop(inp, out) -> None:
     )
 
     job = pickle.load(inp)
+    from transforms.redact import log_like
+
+    # a retry warning names a URL (maybe with a password or a signed query) and a server's
+    # reason phrase (maybe with terminal escapes): this process writes to the user's
+    # terminal as the parent does, so its records are redacted and escaped as the parent's
+    log_like(job.log_level, job.log_format)
     work = job.work
     cfg = pickle.loads(job.blob)
     stages = cfg.stages()
