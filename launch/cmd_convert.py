@@ -122,6 +122,7 @@ def register(sub) -> None:
 
 
 def build_config(args):
+    from launch.type_map_names import through_selections
     from pipelines.job.config import ConvertConfig
 
     conversions, selections = (), ()
@@ -140,7 +141,7 @@ def build_config(args):
         base=args.base,
         max_shard_size=args.max_shard_size,
         records_per_shard=args.records_per_shard,
-        type_map=args.type_map,
+        type_map=through_selections(args.type_map, selections),
         sample_stages=tuple(stages),
         max_member_size=args.max_member_size,
         max_record_size=args.max_record_size,
