@@ -93,6 +93,19 @@ def register(sub) -> None:
         "--dali-index", action="store_true", help="write DALI tfrecord2idx files beside shards"
     )
     p.add_argument(
+        "--tfds",
+        action="store_true",
+        help="also write TensorFlow Datasets metadata beside the shards, for "
+        "tfds.builder_from_directory(DIR); --output must be a local DIR/<split>.tfrecord "
+        "(docs/tfds.md)",
+    )
+    p.add_argument(
+        "--tfds-image",
+        metavar="NAMES",
+        help="with --tfds: features holding one encoded image each, read as "
+        "tfds.features.Image: jpg, or jpg,png:1 (channels; default 3)",
+    )
+    p.add_argument(
         "--shuffle", action="store_true", help="globally shuffle records across shards (seeded)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed for --shuffle and random ops")
@@ -194,6 +207,21 @@ def workers(processes) -> int:
     return max(1, processes if processes is not None else os.cpu_count() or 1)
 
 
+def check_tfds(args) -> None:
+    """``--tfds``: an output TFDS cannot load is a usage error before the job runs."""
+    from launch.cli import UsageError
+
+    if args.tfds_image and not args.tfds:
+        raise UsageError("--tfds-image needs --tfds")
+    if args.tfds:
+        from pipelines.export import tfds
+
+        try:
+            tfds.check_output(args.output, args.tfds_image, args.type_map)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+
+
 def run(args) -> int:
     """Failures propagate to ``launch.cli.main``, which says them in one line with their
     exit code (launch/job_exit.py)."""
@@ -208,6 +236,7 @@ def run(args) -> int:
     if args.shuffle and names_in_process(args.beam_args):
         raise UsageError("--shuffle needs the Beam graph: drop --runner local (or --runner beam)")
     cfg = build_config(args)
+    check_tfds(args)
     created = check_paths(args)
     try:
         # no Beam import: seconds a small job need not pay
@@ -231,4 +260,10 @@ def run(args) -> int:
             "--summary-json", args.summary_json, json.dumps(rep, indent=1, sort_keys=True)
         ):
             return 1
-    return rejects_exit("convert", res, cfg.max_rejects)
+    code = rejects_exit("convert", res, cfg.max_rejects)
+    if code == 0 and args.tfds:  # metadata only for a complete output (pipelines/export/tfds.py)
+        from pipelines.export import tfds
+
+        written = tfds.write_metadata(args.output, res.manifest, args.tfds_image)
+        print(printable(tfds.summary_line(written, args.output)), file=sys.stderr)
+    return code

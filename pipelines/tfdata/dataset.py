@@ -243,12 +243,28 @@ class Dataset:
         max_shard_size=None,
         remote_exec=_UNSET,
         prefetch: int = 64,
+        tfds: bool = False,
+        tfds_image=None,
         **convert_options,
     ):
         """See the module docstring.  ``convert_options`` go to ``ConvertConfig``
-        (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...)."""
+        (``records_per_shard``, ``type_map``, ``overwrite``, ``max_rejects``, ``shuffle``...).
+        ``tfds=True`` with ``path="DIR/<split>.tfrecord"`` also writes TensorFlow Datasets
+        metadata into DIR; ``tfds_image`` names features read as images (docs/tfds.md)."""
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, not {num_workers!r}")
+        if tfds or tfds_image:
+            return self._to_tfds(
+                tfds,
+                tfds_image,
+                template,
+                path,
+                num_workers,
+                record_to_example,
+                max_shard_size,
+                remote_exec,
+                convert_options,
+            )
         if path is not None and path != "":  # seed 000: an empty path means in memory
             return self._to_tfrecords(
                 template,
@@ -266,6 +282,25 @@ class Dataset:
         return self._stream_dataset(
             template, num_workers, output_types, output_shapes, output_signature, prefetch
         )
+
+    def _to_tfds(self, tfds_flag, image, template, path, *args):
+        """``load(path=..., tfds=True)``: the TFRecords, then their TFDS metadata
+        (pipelines/export/tfds.py), written only for a complete output."""
+        from pipelines.export import tfds
+
+        if not tfds_flag:
+            raise ValueError("tfds_image needs tfds=True")
+        tfds.check_output(path, image, args[-1].get("type_map"))
+        paths = self._to_tfrecords(template, path, *args)
+        res = self.last_result
+        if res.exit_code != 0:
+            count = res.manifest["rejects"]["count"]
+            raise ValueError(
+                f"tfds: metadata not written: {count} rejects, more than max_rejects "
+                f"{args[-1].get('max_rejects', 0)} or every record (see {res.rejects_path})"
+            )
+        tfds.write_metadata(path, res.manifest, image)
+        return paths
 
     def _config(self, template, output, record_to_example, max_shard_size, options, stored=True):
         from pipelines.job.config import ConvertConfig

@@ -1,0 +1,1 @@
+"""Metadata that lets other loaders read a finished job's output (``tfds``: TensorFlow Datasets)."""

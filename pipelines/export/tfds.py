@@ -1,0 +1,378 @@
+"""TensorFlow Datasets metadata for a finished job (``--tfds``, ``load(..., tfds=True)``).
+
+A job that writes ``DIR/<split>.tfrecord`` leaves shards ``<split>-00000-of-0000N.tfrecord``
+(``pipelines.job.finalize.shard_names``).  This module writes TFDS's ``dataset_info.json`` and
+``features.json`` into ``DIR``, so that ``tfds.builder_from_directory(DIR)`` reads the split:
+its split info carries tar2tf's file-name template (:data:`FILE_TEMPLATE`) and the record
+count of every shard from the manifest, and its features are typed from the manifest's
+schema (:func:`feature_specs`; the mapping and its reasons are in docs/tfds.md).
+
+A second job writing another split into the same directory adds it: the update reads the
+metadata there, checks that the features agree, and rewrites it with both splits, under an
+exclusive ``fcntl`` lock on a file in ``DIR`` (released by the kernel if the job dies, so a
+crash leaves no stale lock).  Each file is written under a temporary name and renamed,
+``dataset_info.json`` last: a reader sees the old metadata or the new, never a mix.  Local
+directories only: object stores offer no such lock (:func:`check_output` says so before the
+job runs).
+
+TensorFlow and TFDS are imported only here and only when metadata is written: ``--tfds`` is
+optional, and a job without it never pays their import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+from transforms.stores import split_url
+from transforms.tfrecord.schema import BYTES, FLOAT, INT64, parse_type_map
+
+log = logging.getLogger("tar2tf")
+
+#: output suffix -> TFDS file format (TFDS picks its reader by the suffix; tar2tf writes TFRecord)
+FILE_FORMATS = {"tfrecord": "tfrecord"}
+#: tar2tf's shard names (train-00000-of-00004.tfrecord) in TFDS's template language
+FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+LOCK_NAME = ".tar2tf-tfds.lock"
+INFO_NAME, FEATURES_NAME = "dataset_info.json", "features.json"
+DEFAULT_VERSION = "1.0.0"
+# a TFDS split name ((\w|-)+ in its file-name regex), ASCII so that it is also a valid part
+# of a split expression such as "train[:10%]"; "all" is TFDS's name for every split together
+_SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+#: channels of a --tfds-image feature, decoded as tf.image.decode_image does
+IMAGE_CHANNELS = (1, 3, 4)
+
+Spec = Tuple[Any, ...]  # ("image", channels) or ("tensor", dtype, shape)
+
+
+class TfdsError(ValueError):
+    """The output cannot be described for TFDS: one line that says why."""
+
+
+def parse_image(spec: Union[None, str, Sequence[str]]) -> Dict[str, int]:
+    """``"jpg,png:1"`` (or a list of such entries) -> feature name -> channels (default 3)."""
+    if not spec:
+        return {}
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: Dict[str, int] = {}
+    for item in items:
+        if not isinstance(item, str):
+            raise TfdsError(f"--tfds-image entries are feature names, not {item!r}")
+        name, sep, channels = item.strip().partition(":")
+        if not name:
+            continue
+        if sep and channels not in tuple(str(c) for c in IMAGE_CHANNELS):
+            raise TfdsError(
+                f"--tfds-image {item.strip()}: channels must be one of {IMAGE_CHANNELS}"
+            )
+        out[name] = int(channels) if sep else 3
+    return out
+
+
+def _local(output: str) -> str:
+    return split_url(output)[2]
+
+
+def check_output(
+    output: Any,
+    image: Union[None, str, Sequence[str]] = None,
+    type_map: Union[None, str, Mapping[str, str]] = None,
+) -> str:
+    """The split name of an output TFDS can load, or :class:`TfdsError` (before the job runs)."""
+    if isinstance(output, os.PathLike):
+        output = os.fspath(output)
+    if not isinstance(output, str):
+        raise TfdsError(
+            "tfds needs the output as one file name such as out/train.tfrecord, "
+            f"not {type(output).__name__}"
+        )
+    scheme = split_url(output)[0]
+    if scheme:
+        raise TfdsError(
+            f"--tfds writes its metadata to a local directory only, not to {scheme}:// "
+            "(the update of a split needs a lock that object stores do not offer); "
+            "convert to a local directory and copy it"
+        )
+    name = os.path.basename(_local(output))
+    stem, dot, suffix = name.rpartition(".")
+    if "{}" in name or not dot or suffix not in FILE_FORMATS:
+        raise TfdsError(
+            f"--tfds needs an output named <split>.tfrecord, whose shards "
+            f"<split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
+        )
+    if not _SPLIT.match(stem) or stem == "all":
+        raise TfdsError(
+            f"--tfds: {stem!r} cannot be a TFDS split name (letters, digits, '_' and '-', "
+            "starting with a letter or digit; not 'all')"
+        )
+    images = parse_image(image)
+    types = parse_type_map(type_map)
+    for n in images:
+        if types.get(n, BYTES) != BYTES:
+            raise TfdsError(f"--tfds-image {n}: --type-map types it {types[n]}, not bytes")
+    if importlib.util.find_spec("tensorflow_datasets") is None:
+        raise TfdsError("--tfds needs the tensorflow-datasets package: pip install 'tar2tf[tfds]'")
+    return stem
+
+
+# -- features ---------------------------------------------------------------------------
+
+
+def feature_specs(
+    schema: Mapping[str, Mapping[str, Any]], image: Union[None, str, Sequence[str]] = None
+) -> Dict[str, Spec]:
+    """Manifest schema -> feature name -> ``("tensor", dtype, shape)`` or ``("image", channels)``.
+
+    One value in every record: a scalar, shape ``()``.  The same number n > 1 in every record:
+    shape ``(n,)``.  A number that varies, or a feature some records lack: shape ``(None,)``,
+    which TFDS reads as a variable-length vector, empty where the feature is missing (TFDS's
+    optional scalars would return a sentinel such as the smallest int64 instead).  Bytes
+    stay bytes (a ``tf.string`` tensor); the names in ``image`` become ``Image`` features.
+    """
+    images = parse_image(image)
+    names = set(schema)
+    for n in images:
+        s = schema.get(n)
+        if s is None:
+            raise TfdsError(
+                f"--tfds-image {n}: no such feature was written "
+                f"(written: {', '.join(sorted(names))})"
+            )
+        if s.get("dtype") != BYTES or s.get("shape") != [1] or s.get("optional"):
+            raise TfdsError(
+                f"--tfds-image {n}: TFDS Image needs one encoded image in every record; "
+                f"{n} is {s.get('dtype')} with shape {s.get('shape')}"
+                + (", missing from some records" if s.get("optional") else "")
+            )
+    arrays = sorted(n for n in names if f"{n}/shape" in names and f"{n}/dtype" in names)
+    if arrays:
+        n = arrays[0]
+        raise TfdsError(
+            f"--tfds: {n!r} is an array (raw bytes + {n}/shape + {n}/dtype), which TFDS "
+            f"features cannot describe; encode it to PNG or JPEG (an Encode op) and use "
+            f"--tfds-image {n}"
+        )
+    out: Dict[str, Spec] = {}
+    for name, s in sorted(schema.items()):
+        if name in images:
+            out[name] = ("image", images[name])
+            continue
+        dtype, shape = s.get("dtype"), list(s.get("shape") or [-1])
+        if dtype == "none":  # a feature with no value list in any record: nothing to read
+            log.warning("--tfds: feature %r holds no values; it is left out of the features", name)
+            continue
+        if dtype not in (BYTES, INT64, FLOAT):
+            raise TfdsError(f"--tfds: feature {name!r} has values of several types ({dtype})")
+        if s.get("optional") or shape in ([-1], [0]):
+            dims: Tuple[Optional[int], ...] = (None,)
+        elif shape == [1]:
+            dims = ()
+        else:
+            dims = (int(shape[0]),)
+        out[name] = ("tensor", dtype, dims)
+    return out
+
+
+def nest(flat: Mapping[str, Spec]) -> Dict[str, Any]:
+    """TFDS names nested features ``a/b`` in Examples: a flat name with ``/`` becomes nested;
+    a name that is both a feature and a prefix of another cannot be described."""
+    root: Dict[str, Any] = {}
+    for name in sorted(flat):  # "a" before "a/b"
+        parts = name.split("/")
+        node = root
+        for i, p in enumerate(parts):
+            clash = not p or (i < len(parts) - 1 and not isinstance(node.get(p, {}), dict))
+            if clash or (i == len(parts) - 1 and p in node):
+                raise TfdsError(
+                    f"--tfds: feature name {name!r} does not fit TFDS's nesting of names by '/'"
+                )
+            if i < len(parts) - 1:
+                node = node.setdefault(p, {})
+        node[parts[-1]] = flat[name]
+    return root
+
+
+def to_tfds(nested: Mapping[str, Any]):
+    """:func:`nest`'s dict -> a ``tfds.features.FeaturesDict``."""
+    import numpy as np
+    import tensorflow_datasets as tfds
+
+    dtypes = {BYTES: np.object_, INT64: np.int64, FLOAT: np.float32}
+
+    def one(v):
+        if isinstance(v, dict):
+            return tfds.features.FeaturesDict({k: one(x) for k, x in v.items()})
+        if v[0] == "image":
+            return tfds.features.Image(shape=(None, None, v[1]))
+        return tfds.features.Tensor(shape=v[2], dtype=dtypes[v[1]])
+
+    return one(dict(nested))
+
+
+# -- metadata ---------------------------------------------------------------------------
+
+
+def identity(directory: str) -> Tuple[str, str]:
+    """``(name, version)`` for a dataset directory: TFDS's own layout ``<name>/<version>``
+    when the directory is named as a version, else its name and :data:`DEFAULT_VERSION`."""
+    from tensorflow_datasets.core.utils.version import Version
+
+    base = os.path.basename(directory)
+    version = DEFAULT_VERSION
+    if Version.is_valid(base):
+        version, base = base, os.path.basename(os.path.dirname(directory))
+    name = re.sub(r"\W", "_", base.lower(), flags=re.ASCII)
+    if not re.match(r"[a-z]", name):  # TFDS names start with a letter
+        name = "tar2tf_" + name
+    return name, version
+
+
+@contextlib.contextmanager
+def locked(directory: str) -> Iterator[None]:
+    """An exclusive lock on ``directory``'s TFDS metadata, held by this process until exit."""
+    import fcntl
+
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _check_shards(output: str, split: str, shards: Sequence[Mapping[str, Any]]) -> None:
+    suffix = output.rpartition(".")[2]
+    n = len(shards)
+    if not n:
+        raise TfdsError("--tfds: the job wrote no shards, so there is no split to describe")
+    want = [f"{split}-{i:05d}-of-{n:05d}.{suffix}" for i in range(n)]
+    got = [os.path.basename(_local(s["path"])) for s in shards]
+    if got != want:
+        raise TfdsError(
+            f"--tfds: shard names {got[0]!r}... do not follow {FILE_TEMPLATE} (expected {want[0]!r})"
+        )
+
+
+def _feature_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """Names of the top-level features that differ between two features.json dicts."""
+
+    def feats(d):
+        return d.get("featuresDict", {}).get("features", {})
+
+    a, b = feats(old), feats(new)
+    names = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+    return ", ".join(names) if names else "their layout"
+
+
+def _write_files(info, directory: str) -> None:
+    """``info``'s files into ``directory``: each written under a temporary name, synced, then
+    renamed, ``dataset_info.json`` last, so that its new splits appear with their features."""
+    tmp = tempfile.mkdtemp(prefix=".tar2tf-tfds-", dir=directory)
+    try:
+        info.write_to_directory(tmp)
+        names = sorted(os.listdir(tmp), key=lambda f: (f == INFO_NAME, f))
+        for f in names:
+            fd = os.open(os.path.join(tmp, f), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for f in names:
+            os.replace(os.path.join(tmp, f), os.path.join(directory, f))
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_metadata(
+    output: Any,
+    manifest: Mapping[str, Any],
+    image: Union[None, str, Sequence[str]] = None,
+) -> Dict[str, Any]:
+    """Add (or replace) the split of this job's output in its directory's TFDS metadata;
+    returns ``{"path": dataset_info.json, "split": name, "examples": n, "splits": [...]}``."""
+    if isinstance(output, os.PathLike):
+        output = os.fspath(output)
+    split = check_output(output, image)
+    directory = os.path.abspath(os.path.dirname(_local(output)) or ".")
+    shards = manifest["shards"]
+    _check_shards(output, split, shards)
+    flat = feature_specs(manifest["schema"], image)
+    suffix = output.rpartition(".")[2]
+    fmt = FILE_FORMATS[suffix]
+
+    from google.protobuf import json_format
+    from tensorflow_datasets.core import dataset_info, naming
+    from tensorflow_datasets.core import splits as split_lib
+    from tensorflow_datasets.core.utils.version import Version
+
+    features = to_tfds(nest(flat))
+    new_features = json_format.MessageToDict(features.to_proto())
+    info_path = os.path.join(directory, INFO_NAME)
+    with locked(directory):
+        name, version = identity(directory)
+        protos = []
+        if os.path.exists(info_path):
+            old = dataset_info.read_from_json(info_path)
+            fpath = os.path.join(directory, FEATURES_NAME)
+            with open(fpath, encoding="utf-8") as f:
+                old_features = json.load(f)
+            if old_features != new_features:
+                raise TfdsError(
+                    f"--tfds: the features of split {split!r} differ from those of the splits "
+                    f"already in {directory} ({_feature_diff(old_features, new_features)}); "
+                    "every split of a TFDS dataset has the same features"
+                )
+            if old.file_format and old.file_format != fmt:
+                raise TfdsError(f"--tfds: {directory} holds {old.file_format} splits, not {fmt}")
+            # keep the name and version the other splits' templates were written with
+            name, version = old.name or name, old.version or version
+            protos = [p for p in old.splits if p.name != split]
+        template = naming.ShardedFileTemplate(
+            data_dir=directory, template=FILE_TEMPLATE, dataset_name=name, filetype_suffix=suffix
+        )
+        ours = split_lib.SplitInfo(
+            name=split,
+            shard_lengths=[int(s["records"]) for s in shards],
+            num_bytes=sum(int(s["bytes"]) for s in shards),
+            filename_template=template.replace(split=split),
+        )
+        protos.append(ours.to_proto())
+        protos.sort(key=lambda p: p.name)  # the same file whichever job finished first
+        info = dataset_info.DatasetInfo(
+            builder=dataset_info.DatasetIdentity(
+                name=name, version=Version(version), data_dir=directory, module_name=""
+            ),
+            features=features,
+            description="TFRecord shards written by tar2tf; each split's manifest is "
+            "<split>.tfrecord.manifest.json.",
+        )
+        info.set_file_format(fmt)
+        info.set_splits(split_lib.SplitDict.from_proto(protos, template))
+        _write_files(info, directory)
+    return {
+        "path": info_path,
+        "split": split,
+        "examples": ours.num_examples,
+        "splits": [p.name for p in protos],
+    }
+
+
+def summary_line(written: Mapping[str, Any], output: str) -> str:
+    """What the CLI says after writing the metadata (paths as the user gave them)."""
+    d = os.path.dirname(_local(output)) or "."
+    return (
+        f"tfds: {os.path.join(d, INFO_NAME)}: split {written['split']} "
+        f"({written['examples']} examples); splits: {', '.join(written['splits'])}"
+    )
