@@ -201,9 +201,9 @@ def test_debug_shows_the_traceback(shards):
 
 @pytest.mark.parametrize("debug", [False, True], ids=["one-line", "debug"])
 def test_a_failure_in_beams_worker_processes_is_one_line(shards, tmp_path, debug):
-    """On the default runner (Beam's SDK worker processes, not the suite's threads), an op
-    that fails inside the job: Beam's workers print and log the traceback of each failed
-    bundle, and the user gets tar2tf's one line; ``--debug`` shows the tracebacks."""
+    """On Beam's local runner (``--runner beam``: its SDK worker processes, not the suite's
+    threads), an op that fails inside the job: Beam's workers print and log the traceback of
+    each failed bundle, and the user gets tar2tf's one line; ``--debug`` shows the tracebacks."""
     p = cli(
         "convert",
         str(shards / "train-*.tar"),
@@ -212,6 +212,8 @@ def test_a_failure_in_beams_worker_processes_is_one_line(shards, tmp_path, debug
         "--no-progress",
         "--ops",
         "raising_ops:value_error_in_job",
+        "--runner",
+        "beam",
         *(["--debug"] if debug else []),
         env={"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)), **DEFAULT_MODE_ENV},
     )

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -188,9 +189,13 @@ def test_unpicklable_func_runs_locally_with_warning(data, tmp_path):
         ds = dataset.load(TEMPLATE, remote_exec=True)
     assert sum(1 for _ in ds) == 12
     with pytest.warns(RuntimeWarning, match="running the ops in this process"):
-        paths = dataset.load(
-            TEMPLATE, path=str(tmp_path / "u.record")
-        )  # remote_exec None: detected
+        paths = dataset.load(TEMPLATE, path=str(tmp_path / "u.record"), remote_exec=True)
+    assert sum(1 for p in paths for _ in read_records(p)) == 12
+    # remote_exec None, no Beam options: the in-process driver, nothing to ship or warn of
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = dataset.load(TEMPLATE, path=str(tmp_path / "v.record"))
+    assert not [w for w in caught if "running the ops in this process" in str(w.message)]
     assert sum(1 for p in paths for _ in read_records(p)) == 12
 
 

@@ -4,7 +4,8 @@ streams) and compared with ``tests/golden_digests.json``.
 
 These digests were recorded before the code was reorganised into subpackages and the Beam
 graph was made to do its own work on every runner; a refactor that changes any output byte
-fails here.  Both drivers (Beam's local runner and ``--runner local``) must give them.
+fails here.  Both drivers (the in-process default and ``--runner beam``, Beam's local
+runner) must give them.
 
 Regenerate (only for an intended change of output bytes, said so in the commit):
 ``TAR2TF_RECORD_GOLDEN=1 bash tests/run.sh tests/test_golden_digests.py``.
@@ -113,22 +114,23 @@ def _check(name: str, got: dict) -> None:
 
 def _tar2tf(args, out, extra=()):
     cmd = [sys.executable, "-m", "launch.cli"] + [a.replace("OUT", out) for a in args] + list(extra)
-    # the default runner as a user gets it (Beam's multi_processing mode), not the suite's
+    # Beam's local runner as a user gets it (its multi_processing mode), not the suite's
     env = dict(os.environ, **DEFAULT_MODE_ENV)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-RUNNERS = {"beam": [], "local": ["--runner", "local"]}
+# no runner flag: the in-process driver (pcr: the Beam graph on threads of the CLI)
+RUNNERS = {"beam": ["--runner", "beam"], "local": []}
 
 
-# --shuffle and pcr are Beam graphs only (docs/runners.md); digests are recorded from the
-# default runner
+# --shuffle is a Beam graph only (docs/runners.md: with no runner flag it runs on Beam's
+# local runner too); digests are recorded from Beam's local runner
 CASES = [
     (job, runner)
     for job in sorted(JOBS)
     for runner in sorted(RUNNERS)
-    if runner == "beam" or (job not in ("shuffle", "pcr") and not RECORD)
+    if runner == "beam" or (job != "shuffle" and not RECORD)
 ]
 
 

@@ -2,7 +2,8 @@
 workers) during a local conversion: the job ends promptly with exit code 1 and a message,
 leaves no process behind, every file under a final name is a complete shard, and
 ``--resume`` then writes an uninterrupted run's bytes.  On both drivers: Beam's local runner
-(whose SDK worker processes convert) and ``--runner local`` (whose worker pool does)."""
+(``--runner beam``: its SDK worker processes convert) and the in-process driver (the
+default, ``--runner local``: its worker pool or threads do)."""
 
 import glob
 import os
@@ -38,7 +39,11 @@ def _terminal_sigint():
 
 @pytest.mark.parametrize(
     "mode",
-    [[], ["--runner", "local"], ["--runner", "local", "--processes", "0"]],
+    [
+        ["--runner", "beam", "--direct_num_workers=2"],
+        ["--runner", "local"],
+        ["--runner", "local", "--processes", "0"],
+    ],
     ids=["beam", "local-workers", "local-threads"],
 )
 def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
@@ -65,7 +70,6 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
         "--ops",
         "slow_ops:slow_ops",
         "--no-progress",
-        "--direct_num_workers=2",
         *mode,
     ]
     proc = subprocess.Popen(
@@ -115,8 +119,8 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
 @pytest.mark.parametrize(
     "mode, busy",
     [
-        (["--direct_num_workers=2"], 0.0),
-        (["--direct_num_workers=2"], 3.0),
+        (["--runner", "beam", "--direct_num_workers=2"], 0.0),
+        (["--runner", "beam", "--direct_num_workers=2"], 3.0),
         (["--runner", "local", "--processes", "2"], 3.0),
     ],
     ids=["beam-starting", "beam-busy", "local-workers"],

@@ -1,7 +1,7 @@
 """Tar member names that are not valid UTF-8 (legacy Latin-1 ustar / GNU names, pax
 ``hdrcharset=BINARY``) convert like any other: ``__key__`` holds the name's bytes as in the
 tar, rejects JSON escapes them, and the written files, the in-memory stream and
-WebDataset's own reader agree on the records -- on the default runner, in-process and
+WebDataset's own reader agree on the records -- on Beam's local runner, in-process and
 after ``--resume``."""
 
 import glob
@@ -96,7 +96,7 @@ def _check(out_dir, src_dir):
     assert raw.isascii() and b"lnk\\udce9" in raw  # escaped in the JSON text, never raw bytes
 
 
-def test_default_runner_and_in_process(shards, tmp_path):
+def test_beam_and_in_process(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
     p = cli(
         "convert",
@@ -108,6 +108,8 @@ def test_default_runner_and_in_process(shards, tmp_path):
         "--max-rejects",
         "1",
         "--no-progress",
+        "--runner",
+        "beam",
     )
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
