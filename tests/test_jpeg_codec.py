@@ -7,6 +7,10 @@ DCT-domain scales Pillow's ``draft`` picks (1/2, 1/4, 1/8), and the arrays must 
 byte for byte.  The test also checks that the fast
 path really took the eligible files (so equality is not Pillow against itself) and that
 the files it must not take (CMYK, tiny, damaged) fall back to Pillow with Pillow's result.
+
+This decoder belongs to the ``pillow`` image codec (``TAR2TF_IMAGE_CODEC=pillow``), which
+every test here runs with; the default ``numpy`` codec is tested in
+``tests/test_numpy_codec.py``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ CASES = _cases()
 
 @pytest.fixture(autouse=True)
 def turbo(monkeypatch):
-    """The TurboJPEG path switched on, as ``TAR2TF_JPEG_DECODER=turbo`` does."""
+    """The TurboJPEG path switched on, as ``TAR2TF_JPEG_DECODER=turbo`` does, in the
+    ``pillow`` codec it belongs to."""
+    monkeypatch.setattr(images, "CODEC", "pillow")
     monkeypatch.setattr(jpeg_codec, "_sj", jpeg_codec._load())
 
 

@@ -27,6 +27,7 @@ from transforms.ops import (
     as_selection,
     fuse,
     images,
+    numpy_codec,
     random_angle,
     with_seed,
 )
@@ -255,9 +256,11 @@ def test_encode(photo):
     assert jpg[:2] == b"\xff\xd8" and jpg == Encode(
         Resize("img", (48, 32)), "jpeg", quality=80
     ).value(r)
+    # q80 with 4:2:0 chroma on a 48x32 image; the default codec's area resize keeps more
+    # detail than Pillow's bilinear (5.8 there), so the JPEG round trip loses a little more
     assert (
         np.abs(Decode("j").value(rec(j=jpg)).astype(int) - Resize("img", (48, 32)).value(r)).mean()
-        < 6
+        < 8
     )
     assert Encode(Convert("img", "float32"), "png").value(r) == png
     rgba = np.concatenate([photo, photo[:, :, :1]], axis=2)
@@ -350,9 +353,11 @@ def test_selections():
         ("PNG", "LA", None),
     ],
 )
-def test_pillow_chain_equals_array_functions(photo, fmt, mode, channels):
-    """Nested image ops stay in Pillow (no array round trips between them); the result must
-    be exactly what the array functions give, for every mode, with and without a draft."""
+def test_pillow_chain_equals_array_functions(photo, fmt, mode, channels, monkeypatch):
+    """With the pillow codec, nested image ops stay in Pillow (no array round trips between
+    them); the result must be exactly what the array functions give, for every mode, with
+    and without a draft."""
+    monkeypatch.setattr(images, "CODEC", "pillow")
     big = Image.fromarray(shardgen.image_array(7, (240, 160))).convert(mode)
     data = _save(big, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
     r = rec(x=data)
@@ -551,12 +556,16 @@ def test_decode_32bit_bmp_keeps_alpha_as_tf():
         Decode("b", channels=None).value(rec(b=pillow_bmp[:-20]))
 
 
-def test_resize_draft_bound_over_photos_and_aspect_ratios():
+@pytest.mark.parametrize("codec,max_bound", [("numpy", 90), ("pillow", 80)])
+def test_resize_draft_bound_over_photos_and_aspect_ratios(codec, max_bound, monkeypatch):
     """The bound docs/ops.md states for the DCT-domain path, over photographs of several
     sizes and aspect ratios and targets of other aspect ratios (where the bound of a
-    same-aspect downscale, above, does not hold: a 1024x421 photo to 32x32 differs by more)."""
+    same-aspect downscale, above, does not hold: a 1024x421 photo to 32x32 differs by more),
+    with each image codec."""
     import skimage.data
     from PIL import Image
+
+    monkeypatch.setattr(images, "CODEC", codec)
 
     photos = [
         skimage.data.astronaut(),
@@ -575,13 +584,16 @@ def test_resize_draft_bound_over_photos_and_aspect_ratios():
                 full = Resize(Decode("jpg"), size, draft_gap=None).value(r).astype(int)
                 d = np.abs(fast - full)
                 worst_mean, worst_max = max(worst_mean, d.mean()), max(worst_max, d.max())
-    assert worst_mean < 6.0 and worst_max <= 80
+    assert worst_mean < 6.0 and worst_max <= max_bound
     assert worst_mean > 2.0  # the old, tighter claim really fails on these: the test has teeth
     # draft_gap=None is exactly the full decode
     buf = io.BytesIO()
     Image.fromarray(photos[0]).resize((1024, 421)).save(buf, "JPEG", quality=90)
     r = rec(jpg=buf.getvalue())
-    full = np.asarray(
-        Image.open(io.BytesIO(buf.getvalue())).convert("RGB").resize((32, 32), Image.BILINEAR)
-    )
+    decoded = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    if codec == "pillow":
+        full = np.asarray(decoded.resize((32, 32), Image.BILINEAR))
+    else:
+        cv2 = numpy_codec._cv2()
+        full = cv2.resize(np.asarray(decoded), (32, 32), interpolation=cv2.INTER_AREA)
     np.testing.assert_array_equal(Resize(Decode("jpg"), (32, 32), draft_gap=None).value(r), full)

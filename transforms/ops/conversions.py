@@ -36,7 +36,10 @@ def _pil_of(what: Any, record, size_hint=None):
     """``what`` as a Pillow image (mode L, RGB or RGBA) without a numpy round trip, or None
     when only the array path applies (an array input, another op, an unusual mode).
     Chains such as ``Encode(Resize(Decode(e)))`` then stay in Pillow: same pixels, same
-    bytes, fewer copies made under the GIL."""
+    bytes, fewer copies made under the GIL.  Only with the ``pillow`` codec: the ``numpy``
+    codec works on arrays."""
+    if not images.pillow_chain():
+        return None
     if isinstance(what, Op):
         img = what.pil(record, size_hint) if hasattr(what, "pil") else None
     else:

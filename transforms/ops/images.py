@@ -22,19 +22,36 @@ EXIF orientation (tag 274) is applied, so the array is upright as a viewer shows
 PNG chunk CRCs are checked (:func:`_check_png`): Pillow's decoder skips the CRC of IDAT
 chunks, so a flipped bit in the image data decodes to altered pixels where
 ``tf.io.decode_png`` (libpng) fails with "Invalid PNG data".
+
+Two codecs do the work (``TAR2TF_IMAGE_CODEC``, read when this module is imported):
+
+* ``numpy`` (the default): JPEG decode and encode with libjpeg-turbo (``simplejpeg``) on
+  numpy arrays, the default resize with OpenCV (``INTER_AREA`` shrinking,
+  ``INTER_LINEAR_EXACT`` enlarging); Pillow for everything else
+  (:mod:`transforms.ops.numpy_codec`).  Decoded arrays are Pillow's pixels; resized
+  images and encoded JPEGs differ from the ``pillow`` codec's bytes.
+* ``pillow``: Pillow for every step, and a chain of image ops (decode -> resize ->
+  encode) stays in Pillow images with no array copies: the bytes tar2tf wrote before the
+  ``numpy`` codec existed.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import struct
 import warnings
 from typing import Optional, Sequence, Tuple
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from transforms.ops import image_limits, jpeg_codec
+from transforms.ops import image_limits, jpeg_codec, numpy_codec
 from transforms.ops.lazynp import is_array, np
+
+CODECS = ("numpy", "pillow")
+# the codec of this process; every worker imports this module with the launcher's
+# environment, so all of a job's workers use the same one
+CODEC = os.environ.get("TAR2TF_IMAGE_CODEC", "").strip().lower() or "numpy"
 
 FORMATS = ("BMP", "JPEG", "PNG")
 _FORMAT_ALIASES = {"JPG": "JPEG", "MPO": "JPEG"}  # MPO: camera JPEGs with a multi-picture index
@@ -51,6 +68,19 @@ _METHODS = {
 
 class ImageError(ValueError):
     """Bytes that are not an image this op accepts."""
+
+
+def codec() -> str:
+    """The image codec in use (``numpy`` or ``pillow``); a bad ``TAR2TF_IMAGE_CODEC`` is
+    an error of every image op (one clear reject reason, not a silent choice)."""
+    if CODEC not in CODECS:
+        raise ValueError(f"TAR2TF_IMAGE_CODEC must be one of {', '.join(CODECS)}, not {CODEC!r}")
+    return CODEC
+
+
+def pillow_chain() -> bool:
+    """Whether chained image ops should pass Pillow images (the ``pillow`` codec)."""
+    return codec() == "pillow"
 
 
 def norm_format(fmt: str) -> str:
@@ -113,7 +143,28 @@ def decode(
     ``draft_size`` = (w, h): for JPEG, let libjpeg decode at 1/2, 1/4 or 1/8 scale in the
     DCT domain, never below ``draft_size`` (Pillow's ``draft``); other formats ignore it.
     """
+    if codec() == "numpy" and isinstance(data, (bytes, bytearray, memoryview)):
+        arr = _decode_numpy(bytes(data), channels, formats, exif, draft_size)
+        if arr is not None:
+            return arr
     return to_array(decode_image(data, channels, formats, exif, draft_size))
+
+
+def _decode_numpy(data: bytes, channels, formats, exif, draft_size):
+    """The ``numpy`` codec's JPEG decode, or None where Pillow decodes (it then also gives
+    the errors: format, damage)."""
+    if "JPEG" not in [norm_format(f) for f in formats]:
+        return None
+    head = numpy_codec.header(data)
+    if head is None:
+        return None
+    w, h, space = head
+    if w * h > image_limits.max_pixels:
+        raise ImageError(
+            f"image too large: {w}x{h} = {w * h} pixels > max-image-pixels "
+            f"{image_limits.max_pixels}"
+        )
+    return numpy_codec.decode_jpeg(data, w, h, space, channels, exif, draft_size)
 
 
 def decode_image(
@@ -357,13 +408,22 @@ def resample_method(method: str):
 
 
 def resize(arr: np.ndarray, size: Tuple[int, int], method: str = "bilinear") -> np.ndarray:
-    """Resize to ``size`` = (width, height); antialiased when shrinking (Pillow filters)."""
+    """Resize to ``size`` = (width, height); antialiased when shrinking.
+
+    ``bilinear`` (the default) with the ``numpy`` codec: OpenCV ``INTER_AREA`` shrinking,
+    ``INTER_LINEAR_EXACT`` enlarging (uint8 / float32 arrays of 1, 3 or 4 channels);
+    otherwise Pillow's filter of that name."""
     w, h = int(size[0]), int(size[1])
     if w <= 0 or h <= 0:
         raise ValueError(f"resize target must be positive, got {size!r}")
     if arr.shape[1] == w and arr.shape[0] == h:
         return arr
     m = resample_method(method)
+    if method.lower() == "bilinear" and codec() == "numpy":
+        a = np.asarray(arr)
+        out = numpy_codec.resize(a[:, :, None] if a.ndim == 2 else a, w, h)
+        if out is not None:
+            return out[:, :, 0] if a.ndim == 2 else out
     return _apply(arr, lambda im: im.resize((w, h), m))
 
 
@@ -413,6 +473,10 @@ def encode(arr: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
         arr = arr[:, :, 0]
     if arr.ndim == 3 and arr.shape[2] not in (2, 3, 4) or arr.ndim not in (2, 3):
         raise ValueError(f"cannot encode an array of shape {arr.shape} as an image")
+    if fmt == "JPEG" and codec() == "numpy":
+        out = numpy_codec.encode_jpeg(arr, quality)
+        if out is not None:
+            return out
     return encode_image(Image.fromarray(arr), fmt, quality)
 
 
