@@ -4,7 +4,8 @@ OUTPUT is the manifest (``out/train.record.manifest.json``) or the output templa
 job was given (``out/train-{}.record``).  Checks CRCs, sizes, file digests and counts of every
 shard, parses every Example against the manifest schema, checks DALI index files and the
 manifest totals; ``--decode-images`` also decodes every image.  PCR datasets are checked
-against their index.  Exit 0 when everything matches, 5 on any mismatch (all listed).
+against their index.  Exit 0 when everything matches, 5 on any mismatch (all listed), 2
+when OUTPUT has no manifest or names a file that is not a tar2tf manifest.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pipelines.job.verify import verify
-    from transforms.redact import printable
+    from pipelines.job.verify import NotAManifest, verify
+    from transforms.redact import one_line, printable
 
     try:
         report = verify(args.output, args.decode_images, store_config(args))
     except FileNotFoundError as e:
         print(f"tar2tf verify: no manifest for {args.output}: {e}", file=sys.stderr)
+        return 2
+    except NotAManifest as e:  # what was given is not a tar2tf output: a usage error
+        print(one_line(f"tar2tf verify: {args.output}: {e}"), file=sys.stderr)
         return 2
     except (ValueError, KeyError) as e:
         print(f"tar2tf verify: unreadable manifest for {args.output}: {e}", file=sys.stderr)

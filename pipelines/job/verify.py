@@ -16,6 +16,11 @@ file's line count.  For a PCR dataset (manifest ``kind: pcr``) the record files 
 checked against the manifest's rows, the index against the manifest's sha256, and the
 files against the index by ``transforms.pcr.verify``.  Nothing stops at the first
 problem: the report lists all of them.
+
+A damaged manifest is a problem too (a JSON list, a row whose ``bytes`` is not a number, a
+shard path that is not a readable regular file, a frame length beyond the shard's size):
+the rows that can be checked still are.  A JSON object that no tar2tf job wrote (no
+``"tool": "tar2tf"``, or a ``kind`` it does not write) is :class:`NotAManifest`.
 """
 
 from __future__ import annotations
@@ -32,8 +37,13 @@ from transforms.stores import StoreConfig, basename, dirname, get_store, join
 from transforms.tfrecord import digests
 from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
+KINDS = ("tfrecord", "pcr")
 IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
 _KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
+
+
+class NotAManifest(ValueError):
+    """JSON, but not a manifest a tar2tf job wrote (``tar2tf verify`` exits 2)."""
 
 
 @dataclasses.dataclass
@@ -93,8 +103,15 @@ class _HashingReader:
         self.kind = digests.kind_of(row)
         self._f, self.n = f, 0
         self._digest = digests.new(self.kind) if self.kind else None
+        # one byte beyond the size the manifest gives is enough to tell the file is longer:
+        # a frame whose length field is huge (or an endless file) is never read whole
+        size = row.get("bytes")
+        self.limit = size + 1 if _is_int(size) and size >= 0 else None
 
     def read(self, n=-1):
+        if self.limit is not None:
+            left = max(0, self.limit - self.n)
+            n = left if n is None or n < 0 else min(n, left)
         data = self._f.read(n)
         if self._digest is not None:
             self._digest.update(data)
@@ -112,6 +129,46 @@ class _HashingReader:
     def drain(self):
         for _chunk in iter(lambda: self.read(4 << 20), b""):
             pass
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _row_problem(row: Any) -> Optional[str]:
+    """Why a manifest row cannot be checked, or None."""
+    if not isinstance(row, dict):
+        return f"is a JSON {_json_type(row)}, not an object"
+    if not isinstance(row.get("path"), str) or not row["path"]:
+        return "has no path"
+    for name in ("bytes", "records"):
+        if not _is_int(row.get(name)) or row[name] < 0:
+            return f"{name} is {row.get(name)!r}, not a count"
+    return None
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(
+        type(v), "number" if isinstance(v, (int, float)) else "null"
+    )
+
+
+def _check_rows(m: Dict[str, Any], report: VerifyReport) -> List[Dict[str, Any]]:
+    """The manifest's shard rows that can be checked; a problem listed for each other."""
+    shards = m.get("shards", [])
+    if not isinstance(shards, list):
+        report.problems.append(
+            Problem("manifest", f"shards is a JSON {_json_type(shards)}, not a list")
+        )
+        return []
+    good = []
+    for i, row in enumerate(shards):
+        why = _row_problem(row)
+        if why is None:
+            good.append(row)
+        else:
+            report.problems.append(Problem("manifest", f"shard row {i} {why}"))
+    return good
 
 
 def manifest_path_for(target: str) -> str:
@@ -269,7 +326,9 @@ def verify_shard(
     report.shards_checked += 1
     report.records_checked += len(offsets)
     report.bytes_checked += f.n
-    if f.n != row["bytes"]:
+    if f.limit is not None and f.n >= f.limit:
+        add("size", f"more than {row['bytes']} bytes, manifest says {row['bytes']}")
+    elif f.n != row["bytes"]:
         add("size", f"{f.n} bytes, manifest says {row['bytes']}")
     differs = f.mismatch(row)
     if not f.kind:
@@ -328,9 +387,16 @@ def _check_index(path: str, offsets, store, add) -> None:
 
 
 def _check_totals(
-    m: Dict[str, Any], report: VerifyReport, config: StoreConfig, manifest_path: str
+    m: Dict[str, Any],
+    report: VerifyReport,
+    config: StoreConfig,
+    manifest_path: str,
+    shards: List[Dict[str, Any]],
 ) -> None:
-    t, shards = m.get("totals", {}), m.get("shards", [])
+    t = m.get("totals", {})
+    if not isinstance(t, dict):
+        report.problems.append(Problem("totals", f"totals is a JSON {_json_type(t)}"))
+        t = {}
 
     def want(name, actual):
         if name in t and t[name] != actual:
@@ -338,11 +404,15 @@ def _check_totals(
                 Problem("totals", f"{name} is {t[name]} but the shards give {actual}")
             )
 
-    want("shards", len(shards))
-    want("records_written", sum(s["records"] for s in shards))
-    want("bytes_written", sum(s["bytes"] for s in shards))
+    listed = m.get("shards")
+    if isinstance(listed, list) and len(listed) == len(shards):
+        # (with unreadable rows, their problems are listed already: no sums to compare)
+        want("shards", len(shards))
+        want("records_written", sum(s["records"] for s in shards))
+        want("bytes_written", sum(s["bytes"] for s in shards))
     if all(
-        k in t for k in ("records_read", "records_written", "records_rejected", "records_filtered")
+        _is_int(t.get(k))
+        for k in ("records_read", "records_written", "records_rejected", "records_filtered")
     ):
         if (
             t["records_read"]
@@ -352,8 +422,8 @@ def _check_totals(
                 Problem("totals", "records read != written + rejected + filtered")
             )
     rej = m.get("rejects", {})
-    rpath = rej.get("path")
-    if rpath:
+    rpath = rej.get("path") if isinstance(rej, dict) else None
+    if isinstance(rpath, str) and rpath:
         rpath = _locate(
             rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json")
         )
@@ -410,14 +480,31 @@ def verify(
     config = config or StoreConfig()
     mpath = manifest_path_for(target)
     m = json.loads(get_store(mpath, config).read_bytes(mpath))
-    report = VerifyReport(manifest=mpath, kind=m.get("kind", "tfrecord"))
+    if not isinstance(m, dict):
+        report = VerifyReport(manifest=mpath, kind="?")
+        report.problems.append(
+            Problem("manifest", f"the manifest is a JSON {_json_type(m)}, not an object")
+        )
+        return report
+    if m.get("tool") != "tar2tf" or m.get("kind") not in KINDS:
+        said = ", ".join(f"{k} {m.get(k)!r}" for k in ("tool", "kind") if k in m)
+        raise NotAManifest(f"not a tar2tf manifest ({said or 'no tool, no kind'})")
+    report = VerifyReport(manifest=mpath, kind=m["kind"])
+    rows = _check_rows(m, report)
+    if not isinstance(m.get("output", ""), str):
+        report.problems.append(Problem("manifest", "output is not a string"))
+        m = dict(m, output="")
     if report.kind == "pcr":
         recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
-        for row in m.get("shards", []):
-            _check_file(row, _locate(row["path"], mpath, recorded), report, config)
+        for row in rows:
+            path = _locate(row["path"], mpath, recorded)
+            _guarded(report, path, _check_file, row, path, report, config)
         _verify_pcr(m, mpath, recorded, report, config)
         return report
     schema = m.get("schema", {})
+    if not isinstance(schema, dict) or not all(isinstance(v, dict) for v in schema.values()):
+        report.problems.append(Problem("schema", "the manifest's schema is not an object"))
+        schema = {}
     for name, spec in sorted(schema.items()):
         if spec.get("dtype") == "mixed":  # a reader's one parser cannot take every record
             report.problems.append(
@@ -427,13 +514,29 @@ def verify(
                     "(schema dtype 'mixed'): no parser reads them all",
                 )
             )
-    dali = bool(m.get("options", {}).get("dali_index"))
+    options = m.get("options", {})
+    dali = isinstance(options, dict) and bool(options.get("dali_index"))
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
-    listed = set()
-    for row in m.get("shards", []):
+    listed = {  # unreadable rows too: their files are not strays
+        _locate(r["path"], mpath, recorded)
+        for r in (m["shards"] if isinstance(m.get("shards"), list) else [])
+        if isinstance(r, dict) and isinstance(r.get("path"), str)
+    }
+    for row in rows:
         path = _locate(row["path"], mpath, recorded)
         listed.add(path)
-        verify_shard(row, path, schema, report, config, decode_images, dali)
+        _guarded(
+            report,
+            path,
+            verify_shard,
+            row,
+            path,
+            schema,
+            report,
+            config,
+            decode_images,
+            dali,
+        )
     output = m.get("output", "")
     if output and output != "<generator>":
         # a shard name the output template makes that the manifest does not list: a stale
@@ -443,5 +546,15 @@ def verify(
                 report.problems.append(
                     Problem("file", "matches the output template but is not in the manifest", extra)
                 )
-    _check_totals(m, report, config, mpath)
+    _check_totals(m, report, config, mpath, rows)
     return report
+
+
+def _guarded(report: VerifyReport, path: str, check, *args) -> None:
+    """Run one file's ``check``; a file that cannot be read (not a regular file, refused,
+    gone, more than memory holds) is a problem listed for it, and the next one is checked."""
+    try:
+        check(*args)
+    except (Exception, MemoryError) as e:
+        what = str(e) if isinstance(e, OSError) and str(e) else f"{type(e).__name__}: {e}"
+        report.problems.append(Problem("file", f"cannot be read: {what[:300]}", path))
