@@ -1,33 +1,58 @@
 #!/usr/bin/env bash
-# A Python virtualenv with tar2tf and its test extras, keyed by a hash of pyproject.toml,
-# so a dependency change builds a fresh one and reruns reuse it.
+# A Python virtualenv with tar2tf and its test extras, keyed by a hash of pyproject.toml's
+# dependency lists (launch/setup.d/venv-key.bash), so a dependency change builds a fresh
+# one and reruns reuse it.
 set -euo pipefail
 : "${TAR2TF_CACHE:?}" "${TAR2TF_ROOT:?}"
 PY=${PYTHON:-python3}
-# the key covers the dependency lists and the pinned versions only, so editing other
-# metadata reuses the venv
-pins="$TAR2TF_ROOT/launch/constraints.txt"
-# the pins were resolved on Python 3.11 (the machine the tests run on); another Python
-# resolves within pyproject.toml's ranges instead
-if [[ $($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])') != 3.11 ]]; then
-  pins=/dev/null
-fi
-key=$( (sed -n '/^dependencies = \[/,/^\[project.scripts\]/p' "$TAR2TF_ROOT/pyproject.toml"
-        grep -v '^#' "$pins"
-        $PY -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
+# shellcheck source=launch/setup.d/venv-key.bash
+source "$(dirname "${BASH_SOURCE[0]}")/venv-key.bash"
+venv_locate
+pins=$VENV_PINS
 log="$TAR2TF_CACHE/pip-install.log"
-venv="$TAR2TF_CACHE/venv-$key"
+venv=$VENV_DIR
+
+# pip, quiet in its log, with a line every 10 s ($TAR2TF_PROGRESS_EVERY) on stderr saying how far it got: a first
+# install fetches and unpacks about 3.5 GB for a minute or two, and silence looks like a hang
+pip_with_progress() {
+  local start=$SECONDS ticker rc=0
+  (
+    # the sleep is killed with the ticker and holds none of the caller's pipes open
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep "${TAR2TF_PROGRESS_EVERY:-10}" </dev/null >/dev/null 2>&1 &
+      nap=$!
+      wait "$nap"
+      n=$(grep -c '^Collecting ' "$log" 2>/dev/null || true)
+      if grep -q '^Installing collected packages' "$log" 2>/dev/null; then
+        what="unpacking ${n:-0} packages into the venv"
+      else
+        what="resolving and fetching: ${n:-0} packages so far"
+      fi
+      echo "[venv] $((SECONDS - start)) s: $what" >&2
+    done
+  ) &
+  ticker=$!
+  "$@" >>"$log" 2>&1 || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  return $rc
+}
+
 # one builder at a time (parallel test runs, a demo started during the tests)
 exec 9>"$TAR2TF_CACHE/venv.lock"
 flock 9
 if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   rm -rf "$venv"
   $PY -m venv "$venv"
-  echo "installing dependencies into $venv (log: $log)" >&2
-  if ! { "$venv/bin/pip" install --upgrade pip && "$venv/bin/pip" install -c "$pins" -e "$TAR2TF_ROOT[test,bench]"; } >"$log" 2>&1; then
+  echo "installing dependencies into $venv (about 3.5 GB, once; log: $log)" >&2
+  : > "$log"
+  if ! { pip_with_progress "$venv/bin/pip" install --upgrade pip &&
+         pip_with_progress "$venv/bin/pip" install -c "$pins" -e "$TAR2TF_ROOT[test,bench]"; }; then
     tail -n 30 "$log" >&2
     exit 1
   fi
+  echo "[venv] done: $(grep -c '^Collecting ' "$log" || true) packages" >&2
   touch "$venv/.complete"
 else
   # the source tree may have moved (fresh clone): re-point the editable install cheaply
