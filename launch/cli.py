@@ -1,4 +1,4 @@
-"""tar2tf: WebDataset tar shards (local, ais://, gs://) to TFRecords and Progressive Compressed Records.
+"""tar2tf: WebDataset tar shards (local, ais://, gs://, s3://, https://) to TFRecords and PCR.
 
 Exit status (all subcommands; launch/job_exit.py):
   0  success (rejects within --max-rejects; a failed clean-up after a complete output warns)

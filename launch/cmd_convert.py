@@ -27,16 +27,21 @@ def register(sub) -> None:
     p.add_argument(
         "sources",
         nargs="+",
-        help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/...",
+        help="shard templates: train-{0000..0147}.tar, gs://b/x-*.tgz, ais://b/..., s3://b/..., "
+        "https://host/x-{0..9}.tar",
     )
     p.add_argument(
         "--output",
         "-o",
         required=True,
         help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
-        "out/train-00000-of-0000N.record; local, gs:// or ais://",
+        "out/train-00000-of-0000N.record; local, gs://, ais:// or s3://",
     )
-    p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
+    p.add_argument(
+        "--base",
+        help="prefix for relative templates (dir, ais://bucket, gs://bucket, s3://bucket, "
+        "https://host/path)",
+    )
     p.add_argument(
         "--max-shard-size",
         type=size,

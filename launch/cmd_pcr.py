@@ -1,7 +1,8 @@
 """``tar2tf pcr SOURCE... --output DIR``: images to Progressive Compressed Records (Beam).
 
 SOURCE is an ImageFolder directory (``root/<class>/<image>``, labels = positions of the
-sorted class names) or tar shard templates (local, ``ais://``, ``gs://``; label = the
+sorted class names) or tar shard templates (local, ``ais://``, ``gs://``, ``s3://``,
+``https://``; label = the
 integer in ``--label-field``, default ``cls``).  JPEGs are made progressive losslessly
 with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
 jpegtran a custom scan script for 3-component images (its text travels with the job, so
@@ -62,7 +63,11 @@ def register(sub) -> None:
         help="jpegtran scan script (-scans syntax) for 3-component images; default: jpegtran's "
         "standard script (docs/pcr.md, example: docs/scans/chroma-coarse.txt)",
     )
-    p.add_argument("--base", help="prefix for relative templates (dir, ais://bucket, gs://bucket)")
+    p.add_argument(
+        "--base",
+        help="prefix for relative templates (dir, ais://bucket, gs://bucket, s3://bucket, "
+        "https://host/path)",
+    )
     p.add_argument(
         "--max-rejects",
         type=int_in(0),
