@@ -149,6 +149,18 @@ def test_bad_codec_name_is_one_clear_error(monkeypatch):
         images.decode(dict(tj.CASES)["500x375-420-q90"])
 
 
+def test_a_missing_library_is_one_clear_reason(monkeypatch):
+    monkeypatch.setattr(numpy_codec, "_libs", {})
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 raises ImportError
+    photo = shardgen.image_array(5, (120, 80))
+    with pytest.raises(ImportError) as e:
+        images.resize(photo, (60, 40))
+    assert str(e.value) == (
+        "the numpy image codec needs opencv-python-headless (pip install "
+        "opencv-python-headless); or set TAR2TF_IMAGE_CODEC=pillow"
+    )
+
+
 def test_codec_comes_from_the_environment():
     code = "from transforms.ops import images; print(images.CODEC)"
     for value, want in ((None, "numpy"), ("pillow", "pillow"), ("Numpy", "numpy"), ("", "numpy")):

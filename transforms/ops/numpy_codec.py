@@ -44,11 +44,21 @@ _EXIF_ORIENTATION = 0x0112
 _libs = {}
 
 
+def _missing(package: str) -> ImportError:
+    """The one-line reason every image op gives when a library of this codec is missing."""
+    return ImportError(
+        f"the numpy image codec needs {package} (pip install {package}); "
+        "or set TAR2TF_IMAGE_CODEC=pillow"
+    )
+
+
 def _sj():
     mod = _libs.get("simplejpeg")
     if mod is None:
-        import simplejpeg as mod
-
+        try:
+            import simplejpeg as mod
+        except ImportError:
+            raise _missing("simplejpeg") from None
         _libs["simplejpeg"] = mod
     return mod
 
@@ -56,8 +66,10 @@ def _sj():
 def _cv2():
     mod = _libs.get("cv2")
     if mod is None:
-        import cv2 as mod
-
+        try:
+            import cv2 as mod
+        except ImportError:
+            raise _missing("opencv-python-headless") from None
         # one thread: the worker pool already uses every core (module docstring)
         mod.setNumThreads(1)
         _libs["cv2"] = mod
