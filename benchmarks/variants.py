@@ -18,6 +18,12 @@ whatever a given version's defaults are):
   (the CLI's ``--runner local``): no Beam; with more than one worker, shards are converted
   by tar2tf's worker processes (``pipelines.local.pool``), which write local ``{}`` output
   shards themselves.
+* ``tar2tf-default``: what ``tar2tf convert`` runs with no runner flag: the driver is the
+  one the CLI picks for an empty runner argument list (``pipelines.beam.options.in_process``),
+  with the default image codec.
+* ``tar2tf-pillow``: ``tar2tf-default`` with ``TAR2TF_IMAGE_CODEC=pillow`` (the codec
+  before the numpy one, today's bytes); resize workloads only, for the codec's same-run
+  speed-up.
 * ``tar2tf-beam-threads`` (not in the default set): FnApiRunner's ``multi_threading`` mode
   with the conversion on its threads (``processes=0``): the cheapest Beam mode to start,
   for the CI smoke test.
@@ -53,12 +59,15 @@ BEAM_MODES = {
 # tar2tf's processes= per variant (None: its automatic choice)
 PROCESSES = {"tar2tf-beam-threads": 0}
 LOCAL = ("tar2tf-local",)  # the in-process driver (no Beam)
-DRIVERS = ("tar2tf-beam", "tar2tf-local")  # the two drivers every target is measured for
-TAR2TF = tuple(BEAM_MODES) + LOCAL
+DEFAULT_COMMAND = ("tar2tf-default", "tar2tf-pillow")  # the CLI's choice of driver
+CODEC_AB = {"tar2tf-pillow": "pillow"}  # variant -> TAR2TF_IMAGE_CODEC
+# the default command and `--runner beam`: every target is measured for them
+DRIVERS = ("tar2tf-default", "tar2tf-beam")
+TAR2TF = tuple(BEAM_MODES) + LOCAL + DEFAULT_COMMAND
 BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset", "tfdata")
 LIMIT_CODEC = ("limit-codec",)
 ALL = BASELINES + TAR2TF
-DEFAULT = ("limit-io", "limit-codec", "naive", "webdataset", "tfdata") + DRIVERS
+DEFAULT = ("limit-io", "limit-codec", "naive", "webdataset", "tfdata") + DRIVERS + tuple(CODEC_AB)
 TYPE_MAP = {"cls": "int64"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,7 +76,7 @@ def missing_reason(variant: str, workload: str) -> Optional[str]:
     """Why a variant does not run for a workload ("n/a: ..." by design), or None."""
     if variant.startswith("limit-io") and workload != "passthrough":
         return "n/a: only for passthrough"
-    if variant in LIMIT_CODEC + ("tfdata",) and workload == "passthrough":
+    if variant in LIMIT_CODEC + ("tfdata",) + tuple(CODEC_AB) and workload == "passthrough":
         return "n/a: no codec work in passthrough"
     return None
 
@@ -103,6 +112,23 @@ def _prepare(variant: str):
         import pipelines.local.driver  # noqa: F401
 
 
+def default_in_process() -> bool:
+    """Whether ``tar2tf convert`` with no runner flag runs the in-process driver."""
+    from pipelines.beam.options import in_process
+
+    return bool(in_process([]))
+
+
+def set_codec(variant: str) -> None:
+    """The image codec of a variant, before anything imports tar2tf's image ops (worker
+    processes inherit the environment)."""
+    codec = CODEC_AB.get(variant)
+    if codec:
+        os.environ["TAR2TF_IMAGE_CODEC"] = codec
+        if "transforms.ops.images" in sys.modules:
+            sys.modules["transforms.ops.images"].CODEC = codec
+
+
 def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dict:
     from pipelines.beam.convert import ConvertConfig, convert
 
@@ -117,12 +143,13 @@ def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dic
         work_dir=os.path.join(out, "work"),
         processes=PROCESSES.get(variant),
     )
-    if variant in LOCAL:
+    if variant in LOCAL or (variant in DEFAULT_COMMAND and default_in_process()):
         from pipelines.local.driver import convert_in_process
 
         res = convert_in_process(cfg, num_workers=workers)
     else:
-        res = convert(cfg, beam_args=[a.replace("{n}", str(workers)) for a in BEAM_MODES[variant]])
+        mode = BEAM_MODES.get(variant, BEAM_MODES["tar2tf-beam"])  # the CLI's Beam default
+        res = convert(cfg, beam_args=[a.replace("{n}", str(workers)) for a in mode])
     if res.exit_code != 0:
         raise RuntimeError(f"convert exit {res.exit_code}: {res.manifest['rejects']}")
     return {"images": res.totals["records_written"], "files": res.paths, "manifest": res.manifest}
@@ -183,6 +210,7 @@ def run(spec: Dict) -> Dict:
     out = spec["out"]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
+    set_codec(variant)
     _prepare(variant)
     jpegs = baselines.load_jpegs(data) if variant in LIMIT_CODEC else None
     recycled = pagecache.recycle_for(data, out) if spec.get("recycle", True) else 0

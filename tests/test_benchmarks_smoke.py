@@ -26,7 +26,7 @@ from benchmarks import dataset  # noqa: E402
 
 pytestmark = pytest.mark.slow  # ~2 min: runs the whole quick benchmark (CI runs slow tests too)
 
-# every variant but Beam's multi_processing mode (the CLI default, ``tar2tf-beam``: its SDK
+# every variant but Beam's multi_processing mode (``tar2tf-beam``, ``--runner beam``: its SDK
 # worker processes cost ~15 s and 2 GB per job at this size); ``tar2tf-beam-threads`` runs
 # the same convert() on FnApiRunner's threads
 VARIANTS = [
@@ -36,26 +36,22 @@ VARIANTS = [
     "webdataset",
     "tfdata",
     "tar2tf-beam-threads",
-    "tar2tf-local",
+    "tar2tf-default",
+    "tar2tf-pillow",
 ]
+RESIZE = {
+    "limit-codec",
+    "naive",
+    "webdataset",
+    "tfdata",
+    "tar2tf-beam-threads",
+    "tar2tf-default",
+    "tar2tf-pillow",
+}
 EXPECTED = {
-    "passthrough": {"limit-io", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-local"},
-    "resize224": {
-        "limit-codec",
-        "naive",
-        "webdataset",
-        "tfdata",
-        "tar2tf-beam-threads",
-        "tar2tf-local",
-    },
-    "resize32": {
-        "limit-codec",
-        "naive",
-        "webdataset",
-        "tfdata",
-        "tar2tf-beam-threads",
-        "tar2tf-local",
-    },
+    "passthrough": {"limit-io", "naive", "webdataset", "tar2tf-beam-threads", "tar2tf-default"},
+    "resize224": RESIZE,
+    "resize32": RESIZE,
 }
 
 
@@ -144,7 +140,7 @@ def test_harness_runs_every_variant_and_verifies_output(bench, quick_data):
     by = {(r["workload"], r["variant"]): r for r in result["rows"]}
     # the whole process tree's peak RSS: a job with worker processes holds more than one
     # interpreter's worth (each has Python + numpy + Pillow: > 30 MB), the parent alone less
-    assert by[("resize224", "tar2tf-local")]["peak_rss_mb"] > 2 * 30
+    assert by[("resize224", "tar2tf-default")]["peak_rss_mb"] > 2 * 30
     assert by[("passthrough", "limit-io")]["peak_rss_mb"] > 0
     load = result["machine"]
     assert len(load["loadavg_start"]) == 3 and len(load["loadavg_end"]) == 3
@@ -177,22 +173,25 @@ def test_report_has_ratios_targets_and_tables(bench):
         for peer in ("naive", "webdataset") + (
             ("tfdata", "limit-codec") if wl != "passthrough" else ("limit-io",)
         ):
-            assert r[f"tar2tf-local/{peer}"] > 0 and r[f"tar2tf-beam-threads/{peer}"] > 0
+            assert r[f"tar2tf-default/{peer}"] > 0 and r[f"tar2tf-beam-threads/{peer}"] > 0
+        if wl != "passthrough":  # the codec's same-run speed-up
+            assert r["tar2tf-default/tar2tf-pillow"] > 0
     targets = result["targets"]
     for wl, peer in (
-        ("passthrough", "naive"),
         ("passthrough", "limit-io"),
+        ("resize224", "naive"),
         ("resize224", "tfdata"),
         ("resize32", "tfdata"),
+        ("resize224", "limit-codec"),
     ):
-        assert targets[f"{wl}: tar2tf-local / {peer}"]["met"] in (True, False)
-        # the Beam default (multi_processing) is not in this run: reported as not measured
-        assert targets[f"{wl}: tar2tf-beam / {peer}"]["met"] is None
+        assert targets[f"{wl}: tar2tf-default / {peer}"]["met"] in (True, False)
+    # `--runner beam` (multi_processing) is not in this run: reported as not measured
+    assert targets["resize224: tar2tf-beam / tar2tf-default"]["met"] is None
     sc = {(s["workload"], s["variant"]): s for s in result["scaling"]}
     assert set(sc) == {
         (wl, v)
         for wl in ("resize224", "passthrough")
-        for v in ("tar2tf-beam-threads", "tar2tf-local")
+        for v in ("tar2tf-beam-threads", "tar2tf-default")
     }
     for s in sc.values():
         assert "error" not in s, s
@@ -205,9 +204,8 @@ def test_report_has_ratios_targets_and_tables(bench):
     assert "**Scaling**" in md and "**Targets**" in md
     for variant in VARIANTS:
         assert f"| {variant} |" in md
-    assert (
-        "| workload | tar2tf (Beam) | tar2tf (local) | naive | webdataset | tfdata | limit |" in md
-    )
+    assert "| workload | tar2tf (default) | tar2tf --runner beam | tar2tf, pillow codec |" in md
+    assert result["codec"]["default"] == "numpy" and result["codec"]["opencv"]
 
 
 def test_pcr_levels_read_exactly_their_prefix(bench, quick_data):
