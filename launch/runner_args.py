@@ -5,8 +5,9 @@ the runner options make sense -- without starting a job.
 the exact arguments they would pass to ``tar2tf convert``.  It splits the tar2tf options
 from the Beam ones the way the CLI does, parses the Beam ones with Beam's own
 ``PipelineOptions`` (so a typo or an unknown ``--flink_version`` fails here, as in the
-CLI: :func:`check_beam_args`), prints the relevant option views as JSON and lists
-problems (exit 2 if any): missing Dataflow project/region/temp location, a
+CLI: :func:`check_beam_args`), prints which driver the CLI would run (``driver``:
+``in-process`` with no Beam option, else ``beam``) and the relevant option views as
+JSON, and lists problems (exit 2 if any): missing Dataflow project/region/temp location, a
 ``--setup_file`` that is not a ``setup.py``, local paths a remote worker cannot see, a
 missing Flink job server jar, LOOPBACK with a remote cluster.
 
@@ -115,15 +116,20 @@ def _remote_problem(kind: str, url: str) -> Optional[str]:
 def describe(argv: List[str]) -> Dict[str, Any]:
     from apache_beam.options import pipeline_options as po
 
-    from launch.cli import build_parser
+    from launch.cli import build_parser, check_runner_args
     from pipelines.beam import options as opts
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    check_beam_args(extra, parser.subcommands[args.command]._option_string_actions)
-    beam_args = opts.effective_args(extra)
+    check_runner_args(extra, parser.subcommands[args.command]._option_string_actions)
+    # what the CLI would run (launch/cmd_convert.py, launch/cmd_pcr.py): with no Beam
+    # option, convert's in-process driver, or pcr's graph on the local runner's threads
+    in_process = opts.in_process(extra, bool(getattr(args, "shuffle", False)))
+    if in_process and args.command == "pcr":
+        extra = list(opts.PCR_IN_PROCESS)
+    beam_args = [] if in_process and args.command != "pcr" else opts.effective_args(extra)
     options = po.PipelineOptions(beam_args)
-    runner = opts.runner_name(beam_args)
+    runner = opts.IN_PROCESS if not beam_args else opts.runner_name(beam_args)
     gco = options.view_as(po.GoogleCloudOptions)
     setup = options.view_as(po.SetupOptions)
     worker = options.view_as(po.WorkerOptions)
@@ -135,6 +141,7 @@ def describe(argv: List[str]) -> Dict[str, Any]:
         "output": getattr(args, "output", None),
         "base": getattr(args, "base", None),
         "work_dir": getattr(args, "work_dir", None),
+        "driver": "in-process" if in_process else "beam",
         "beam_args": beam_args,
         "runner": runner,
         "google_cloud": {

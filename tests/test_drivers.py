@@ -223,3 +223,29 @@ def test_pcr_runs_in_this_process_unless_given_beam_options(tmp_path):
         return {n: (d / n).read_bytes() for n in os.listdir(d) if n.startswith("PCR_")}
 
     assert files("default") == files("local") == files("beam")
+
+
+@pytest.mark.parametrize(
+    "argv, driver, runner",
+    [
+        (["convert", "x.tar", "-o", "o/t-{}.record"], "in-process", "local"),
+        (["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "local"], "in-process", "local"),
+        (["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "beam"], "beam", "FnApiRunner"),
+        (["convert", "x.tar", "-o", "o/t-{}.record", "--shuffle"], "beam", "FnApiRunner"),
+        (
+            ["convert", "x.tar", "-o", "o/t-{}.record", "--runner=FlinkRunner"],
+            "beam",
+            "FlinkRunner",
+        ),
+        (["pcr", "x", "-o", "o"], "in-process", "FnApiRunner"),
+    ],
+)
+def test_dry_run_says_which_driver_the_cli_would_run(argv, driver, runner):
+    """launch/flink.sh and launch/dataflow.sh --dry-run print what launch.runner_args
+    finds; their --runner keeps them on Beam."""
+    from launch.runner_args import describe
+
+    d = describe(argv)
+    assert (d["driver"], d["runner"]) == (driver, runner)
+    if argv[0] == "pcr":  # on threads of the local runner, in the CLI's process
+        assert "--direct_running_mode=multi_threading" in d["beam_args"]
