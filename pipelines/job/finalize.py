@@ -75,18 +75,24 @@ def companion(output: str, suffix: str) -> str:
 
 
 def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List[str]:
-    """Temporary files of this output's shards (and their ``.idx``) that a killed job left
-    in a local output directory (a ``kill -9`` can land while a shard is written)."""
+    """Temporary files of this output's shards (and their ``.idx``), manifest and rejects
+    file that a killed or failed job left in a local output directory (a ``kill -9`` can
+    land while a shard is written)."""
     if split_url(output)[0] != "":
         return []  # object stores publish an object whole, or not at all
     d = os.path.dirname(output) or "."
     if not os.path.isdir(d):
         return []
     pat, out = output_pattern(output), []
+    # the manifest's and the rejects' own (a full disk at the manifest step)
+    beside = {os.path.basename(companion(output, s)) for s in (".manifest.json", ".rejects.jsonl")}
     for fn in sorted(os.listdir(d)):
         m = LOCAL_TEMP.match(fn)
         if m:
             name = m.group("name")
+            if name in beside:
+                out.append(os.path.join(os.path.dirname(output), fn))
+                continue
             name = name[: -len(".idx")] if name.endswith(".idx") else name
             if pat.match(os.path.join(os.path.dirname(output), name)):
                 out.append(os.path.join(os.path.dirname(output), fn))

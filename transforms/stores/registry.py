@@ -89,7 +89,10 @@ class LocalStore(Store):
             f.close()
             os.replace(tmp, path)
         except BaseException:
-            f.close()
+            # closing flushes what is buffered: on a full disk that fails again, and the
+            # temporary file must go all the same
+            with contextlib.suppress(OSError):
+                f.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
