@@ -60,6 +60,9 @@ DEFAULT_GROUP_WINDOW = 64
 # data tar would ignore (a concatenated archive) all fit; a stream that goes on further (a
 # server sending an endless body, an endless gzip member) is not read to its end.
 AFTER_END_LIMIT = 4 << 20
+# The same for the compressed bytes under a gzip reader: tar's padding compresses to almost
+# nothing, and Python's gzip reader eats zeros after a gzip member one byte at a time.
+AFTER_END_COMPRESSED = 1 << 20
 
 # What a damaged stream can raise from the tar reader (TarFormatError is a tarfile.TarError) / gzip / zlib.
 _STREAM_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
@@ -109,8 +112,8 @@ def _open_stream(stream: BinaryIO) -> "Tuple[BinaryIO, Optional[_Source]]":
 
 
 class _PastTheEnd(Exception):
-    """The compressed source was read :data:`AFTER_END_LIMIT` bytes past the point where
-    the archive ended."""
+    """The compressed source was read :data:`AFTER_END_COMPRESSED` bytes past the point
+    where the archive ended."""
 
 
 class _Source:
@@ -441,7 +444,7 @@ def iter_records(
         return
     yield from flush(0)
     if source is not None:
-        source.stop_after(AFTER_END_LIMIT)
+        source.stop_after(AFTER_END_COMPRESSED)
     yield from _after_the_end(stream, tar.offset, shard)
 
 
@@ -461,7 +464,7 @@ def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject
     trailer is never reached); a plain stream that does (a server sending an endless
     body) keeps its records, with a shard-level reject that says reading stopped.
     """
-    pos, data_at, error, cut = offset, None, None, False
+    pos, data_at, error, cut = offset, None, None, None
     limit = offset + AFTER_END_LIMIT
     try:
         while pos <= limit:  # one byte past the limit tells that the stream goes on
@@ -471,15 +474,16 @@ def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject
             if data_at is None and chunk.count(0) != len(chunk):
                 data_at = pos + len(chunk) - len(chunk.lstrip(b"\0"))
             pos += len(chunk)
-        cut = pos > limit
+        if pos > limit:
+            cut = f"{AFTER_END_LIMIT} bytes"
     except _PastTheEnd:
-        cut = True
+        cut = f"{AFTER_END_COMPRESSED} compressed bytes"
     except _STREAM_ERRORS as e:
         error = e
     if cut:
         what = (
-            f"stream goes on after the end-of-archive marker: reading stopped "
-            f"{AFTER_END_LIMIT} bytes past it (offset {offset})"
+            f"stream goes on after the end-of-archive marker: reading stopped {cut} past it "
+            f"(offset {offset})"
         )
         if data_at is not None:
             what += f", with data from offset {data_at} on"
