@@ -4,7 +4,9 @@ AIS ETL.  See docs/object-stores.md."""
 
 from __future__ import annotations
 
-from launch.cli import int_in, positive_float
+import os
+
+from launch.cli import int_in, positive_float, size
 from transforms.stores import StoreConfig
 
 # the options in seconds: (flag, StoreConfig field, help)
@@ -37,6 +39,12 @@ def add_store_args(p, etl: bool = True) -> None:
         "(repeatable; also $TAR2TF_HTTP_HEADERS, one per line); never printed or recorded",
     )
     g.add_argument(
+        "--http-header-cross-origin",
+        action="store_true",
+        help="also send the --http-header values after a redirect to another scheme, host or "
+        "port (default: dropped there; also $TAR2TF_HTTP_HEADER_CROSS_ORIGIN=1)",
+    )
+    g.add_argument(
         "--retry-attempts",
         type=int_in(1),
         default=d.retry_attempts,
@@ -49,11 +57,28 @@ def add_store_args(p, etl: bool = True) -> None:
             default=getattr(d, field),
             help=f"{text} (default {getattr(d, field)})",
         )
+    g.add_argument(
+        "--min-read-rate",
+        type=size,
+        metavar="SIZE",
+        help="a shard read that averages fewer bytes per second than this over "
+        "--read-timeout seconds of reading is abandoned (a fetch reject), e.g. 10KB; "
+        "ends sources that trickle (default: no minimum)",
+    )
     if etl:
         g.add_argument(
             "--ais-etl-name",
             help="read AIS shards through this existing AIS ETL (untested: needs Kubernetes)",
         )
+
+
+def _rate(text) -> int:
+    """``--min-read-rate`` in bytes per second (0: not given)."""
+    if not text:
+        return 0
+    from transforms.sizes import parse_size
+
+    return int(parse_size(text))
 
 
 def store_config(args) -> StoreConfig:
@@ -68,6 +93,10 @@ def store_config(args) -> StoreConfig:
         from transforms.stores.http import set_env_headers
 
         set_env_headers(args.http_header)
+    if getattr(args, "http_header_cross_origin", False):
+        from transforms.stores.http import CROSS_ORIGIN_ENV
+
+        os.environ[CROSS_ORIGIN_ENV] = "1"  # read on the workers, as the headers are
     return StoreConfig(
         ais_endpoint=args.ais_endpoint,
         retry_attempts=args.retry_attempts,
@@ -75,6 +104,7 @@ def store_config(args) -> StoreConfig:
         retry_max_s=args.retry_max,
         retry_total_s=args.retry_total,
         read_timeout_s=args.read_timeout,
+        min_read_rate=_rate(getattr(args, "min_read_rate", None)),
         ais_etl_name=getattr(args, "ais_etl_name", None),
         s3_endpoint=getattr(args, "s3_endpoint", None),
     )

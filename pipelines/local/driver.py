@@ -42,6 +42,7 @@ from pipelines.local import pool as shard_pool
 from pipelines.local import stream as shard_stream
 from transforms.sizes import parse_size
 from transforms.stores import split_url
+from transforms.stores.retry import interrupt_reads
 
 log = logging.getLogger("tar2tf")
 
@@ -89,7 +90,7 @@ def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
     """Where a streamed job continues: the journal of an interrupted run when ``resume``
     asks for it, else the start.  A job that starts over clears any journal first."""
     if cfg.resume and streams(cfg):
-        point = shard_journal.load(work, cfg.store)
+        point = shard_journal.load(work, cfg.store, cfg.output)  # only this output's names
         if point is not None:
             log.info(
                 "resumed: %d final shard(s) of an interrupted run kept; converting from input shard %d",
@@ -186,6 +187,8 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
                         )
                     )
         except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                interrupt_reads()  # threads blocked in slow reads: closing waits for them
             converted.close()  # cancels the conversions not started
             if stream is not None:
                 stream.abort(e)  # the shards it finished stay, for resume=True
@@ -271,6 +274,11 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
                 piece = futures[i].result()
                 submit_until(i + 1 + 2 * threads)
                 yield piece
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting here: leaving the executor waits for the running
+            # conversions, which may be reading a source that trickles for hours
+            interrupt_reads()
+            raise
         finally:
             for f in futures:
                 f.cancel()

@@ -33,6 +33,9 @@ class StoreConfig:
     retry_max_s: float = 5.0
     retry_total_s: float = 60.0
     read_timeout_s: float = 60.0
+    # bytes/s a streamed read must average over each read_timeout_s spent reading (0: any
+    # rate); slower is a fetch reject (transforms.stores.retry, --min-read-rate)
+    min_read_rate: int = 0
     ais_etl_name: Optional[str] = None
     list_page_size: int = 0
     s3_endpoint: Optional[str] = None

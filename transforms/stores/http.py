@@ -9,7 +9,10 @@
   (one ``Name: value`` per line), which ``--http-header`` sets for the job's processes.
   They are read on each request and never kept in :class:`StoreConfig` (so never pickled
   into a job graph, written to ``job.json``/the manifest, or printed); errors name the URL,
-  never a header.  ``requests`` drops ``Authorization`` on a redirect to another host.
+  never a header.  A redirect to another origin (scheme, host or port) gets none of
+  these headers (``Authorization``, ``PRIVATE-TOKEN``, ``X-Api-Key`` alike), unless
+  ``--http-header-cross-origin`` (``$TAR2TF_HTTP_HEADER_CROSS_ORIGIN=1``) allows it: a hub
+  that redirects to its own CDN, say.  A redirect within the origin keeps them all.
 * Reads stream (``stream=True``, ``Accept-Encoding: identity`` so lengths are the object's
   bytes) under the retry policy (:mod:`transforms.stores.retry`): connection faults, 408/429 and
   5xx are retried; a body cut short resumes at the byte reached, with ``Range: bytes=N-``
@@ -33,6 +36,7 @@ from transforms.stores.base import Store, StoreConfig
 from transforms.stores.retry import ObjectChangedError, RetryPolicy, discard, open_resumable
 
 HEADERS_ENV = "TAR2TF_HTTP_HEADERS"
+CROSS_ORIGIN_ENV = "TAR2TF_HTTP_HEADER_CROSS_ORIGIN"  # "1": headers follow any redirect
 _NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # an HTTP header name (RFC 9110 token)
 _GLOB = re.compile(r"[*\[]")
 IDENTITY_HEADERS = ("ETag", "Last-Modified")
@@ -68,6 +72,56 @@ def set_env_headers(lines: List[str]) -> None:
     os.environ[HEADERS_ENV] = "\n".join(f"{k}: {v}" for k, v in merged.items())
 
 
+def cross_origin_allowed() -> bool:
+    """Whether ``--http-header-cross-origin`` let the headers follow a redirect anywhere."""
+    return os.environ.get(CROSS_ORIGIN_ENV, "") == "1"
+
+
+def origin(url: str) -> Tuple[str, str, Optional[int]]:
+    """(scheme, host, port) of ``url``, the port made explicit (80, 443)."""
+    p = urlsplit(url)
+    scheme = p.scheme.lower()
+    try:
+        port = p.port
+    except ValueError:  # a port that is no number: an origin of its own
+        port = -1
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (p.hostname or "").lower(), port
+
+
+_session_class = None
+
+
+def _new_session():
+    """A ``requests.Session`` whose redirects carry the user's headers only within the
+    origin the request started at (``start``, set before each request)."""
+    global _session_class
+    if _session_class is None:
+        import requests
+
+        class _Session(requests.Session):
+            start: Optional[Tuple[str, str, Optional[int]]] = None
+
+            def rebuild_auth(self, prepared_request, response):
+                # requests drops Authorization on a change of host and Cookie on every
+                # redirect, but keeps every other header: a token in PRIVATE-TOKEN or
+                # X-Api-Key would reach whatever host the redirect names.  Compared with
+                # where the request started, not the last hop: A -> B -> B is still B.
+                super().rebuild_auth(prepared_request, response)
+                user = env_headers()
+                if not user:
+                    return
+                if origin(prepared_request.url) == self.start or cross_origin_allowed():
+                    prepared_request.headers.update(user)
+                else:
+                    for name in user:
+                        prepared_request.headers.pop(name, None)
+
+        _session_class = _Session
+    return _session_class()
+
+
 class HTTPStatusError(IOError):
     """An HTTP answer that is not the object: ``status_code`` lets the retry policy decide
     (408/429/5xx transient, the rest final).  The message names the URL and status only."""
@@ -96,6 +150,21 @@ class _Body:
     def close(self) -> None:
         self.resp.close()
 
+    def abort(self) -> None:
+        """From another thread: wake a read blocked on this body's socket (it then ends
+        early, as at a reset).  Best effort: where the socket cannot be found, the read
+        ends at its next byte or timeout."""
+        import socket
+
+        raw = self.resp.raw
+        conn = getattr(raw, "_connection", None)
+        sock = getattr(conn, "sock", None)
+        if sock is None:  # through http.client's buffered socket file
+            fp = getattr(getattr(raw, "_fp", None), "fp", None)
+            sock = getattr(getattr(fp, "raw", None), "_sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+
 
 class HTTPStore(Store):
     scheme = "http"
@@ -116,16 +185,16 @@ class HTTPStore(Store):
     def _session(self):
         s = getattr(self._local, "session", None)
         if s is None:
-            import requests
-
-            s = self._local.session = requests.Session()
+            s = self._local.session = _new_session()
         return s
 
     def _request(self, method: str, url: str, offset: int = 0):
         headers = {"Accept-Encoding": "identity", **env_headers()}
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        resp = self._session().request(
+        session = self._session()
+        session.start = origin(url)  # the origin the headers were given for
+        resp = session.request(
             method, url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True
         )
         status = resp.status_code

@@ -15,6 +15,18 @@ or dropping a byte: it counts the bytes it has handed out and, after a fault, re
 object at that offset (an HTTP range read).  When a source cannot read from an offset
 (for instance output of an AIS ETL), the store reopens at 0 and discards what was already
 delivered (restart from the start) -- the reader's position is the same either way.
+
+Two more ways a read ends, neither retried (a ``fetch`` reject, like any read that failed
+for good):
+
+* **Too slow** (``min_rate``, ``--min-read-rate``): a source that trickles a byte now
+  and then never trips the read timeout, and would hold its worker for ever.  Each span of
+  ``window_s`` seconds (``--read-timeout``) spent inside reads must deliver ``min_rate``
+  bytes per second on average; time the caller spends between reads (converting) does not
+  count.
+* **Interrupted** (:func:`interrupt_reads`): Ctrl-C in a process whose threads convert
+  shards.  The main thread gets the KeyboardInterrupt, but the threads would go on
+  reading their slow shards, and the job waits for them before it can end.
 """
 
 from __future__ import annotations
@@ -24,6 +36,9 @@ import http.client
 import io
 import logging
 import socket
+import threading
+import time
+import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 import tenacity
@@ -44,21 +59,34 @@ class ShortBodyError(TransientError):
     """The server ended a body before the length it announced."""
 
 
+class SlowReadError(FetchError):
+    """A read delivered less than the policy's ``min_rate`` over a whole window."""
+
+
+class ReadInterrupted(FetchError):
+    """The read was ended by :func:`interrupt_reads` (Ctrl-C)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     attempts: int = 6
     initial_s: float = 0.2
     max_s: float = 5.0
     total_s: float = 60.0
+    min_rate: int = 0  # bytes per second a streamed read must keep up (0: no minimum)
+    window_s: float = 60.0  # ... over each span of this many seconds spent reading
 
     @classmethod
     def from_config(cls, config: Any) -> "RetryPolicy":
-        """From a :class:`transforms.stores.StoreConfig` (its ``retry_*`` fields)."""
+        """From a :class:`transforms.stores.StoreConfig` (its ``retry_*`` fields, its
+        ``min_read_rate`` over windows of its ``read_timeout_s``)."""
         return cls(
             attempts=max(1, int(config.retry_attempts)),
             initial_s=float(config.retry_initial_s),
             max_s=float(config.retry_max_s),
             total_s=float(config.retry_total_s),
+            min_rate=int(getattr(config, "min_read_rate", 0) or 0),
+            window_s=float(config.read_timeout_s),
         )
 
     def retrying(self, what: str = "") -> tenacity.Retrying:
@@ -146,7 +174,16 @@ def is_transient(exc: BaseException) -> bool:
     seen = 0
     e: Optional[BaseException] = exc
     while e is not None and seen < 6:
-        if isinstance(e, (FileNotFoundError, PermissionError, ObjectChangedError)):
+        if isinstance(
+            e,
+            (
+                FileNotFoundError,
+                PermissionError,
+                ObjectChangedError,
+                SlowReadError,
+                ReadInterrupted,
+            ),
+        ):
             return False
         status = status_of(e)
         if status is not None:
@@ -175,6 +212,23 @@ Opener = Callable[[int], Tuple[Any, int, int]]
 ``offset`` up to ``end`` (exclusive), and the object's total size."""
 
 
+_open_readers: "weakref.WeakSet[ResumableReader]" = weakref.WeakSet()
+_readers_lock = threading.Lock()
+
+
+def interrupt_reads() -> int:
+    """End every streamed read open in this process now: each raises
+    :class:`ReadInterrupted` at its next read (a read blocked on its socket is woken where
+    the stream can be aborted: HTTP).  For Ctrl-C in a process whose threads read shards
+    (the in-process driver): they end within about a second instead of at their shard's
+    end.  Reads opened later are not affected.  The number of reads interrupted."""
+    with _readers_lock:
+        readers = list(_open_readers)
+    for r in readers:
+        r.interrupt()
+    return len(readers)
+
+
 def discard(stream, n: int, chunk: int = 1 << 20) -> None:
     """Read and drop ``n`` bytes (restart-from-start for sources without range reads)."""
     while n > 0:
@@ -201,6 +255,25 @@ class ResumableReader(io.RawIOBase):
         self._total: Optional[int] = None  # object size (None: not known, e.g. chunked ETL output)
         self._opened = False
         self.reopens = 0  # how many times a fault made it reopen (observable in tests)
+        self._interrupted = False
+        self._window = (0.0, 0)  # (seconds spent reading, bytes got) in the current window
+        with _readers_lock:
+            _open_readers.add(self)
+
+    def interrupt(self) -> None:
+        """End this read (:func:`interrupt_reads`); from any thread."""
+        self._interrupted = True
+        stream = self._stream
+        abort = getattr(stream, "abort", None)
+        if abort is not None:
+            try:
+                abort()  # wakes a read blocked on the socket
+            except Exception:
+                pass
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted:
+            raise ReadInterrupted(f"{self.name}: read interrupted at byte {self._pos}")
 
     # io plumbing
     def readable(self) -> bool:
@@ -237,6 +310,8 @@ class ResumableReader(io.RawIOBase):
 
     def close(self) -> None:
         self._drop()
+        with _readers_lock:
+            _open_readers.discard(self)
         super().close()
 
     def _drop(self) -> None:
@@ -248,6 +323,7 @@ class ResumableReader(io.RawIOBase):
             self._stream = None
 
     def _ensure_open(self) -> None:
+        self._check_interrupted()
         if self._stream is None:
             self._stream, self._end, self._total = self._open_at(self._pos)
             self._opened = True
@@ -258,8 +334,9 @@ class ResumableReader(io.RawIOBase):
         view = memoryview(b).cast("B")
         if not len(view):
             return 0
+        start = time.monotonic()
         try:
-            return self._policy.call(lambda: self._read_once(view), f"read {self.name}")
+            n = self._policy.call(lambda: self._read_once(view), f"read {self.name}")
         except FetchError:
             raise
         except Exception as e:
@@ -270,10 +347,31 @@ class ResumableReader(io.RawIOBase):
             raise FetchError(
                 f"{self.name}: read failed at byte {self._pos} ({how}): {type(e).__name__}: {e}"
             ) from e
+        if self._policy.min_rate:
+            self._pace(n, time.monotonic() - start)
+        return n
+
+    def _pace(self, n: int, took: float) -> None:
+        """Count a read of ``n`` bytes that took ``took`` seconds; a window of
+        ``window_s`` seconds of reading below ``min_rate`` on average fails the read."""
+        spent, got = self._window
+        spent, got = spent + took, got + n
+        if spent < self._policy.window_s:
+            self._window = (spent, got)
+            return
+        self._window = (0.0, 0)
+        if got < self._policy.min_rate * spent:
+            self._drop()
+            raise SlowReadError(
+                f"{self.name}: read too slow at byte {self._pos}: {got} bytes in "
+                f"{spent:.1f} s of reading, under the minimum of {self._policy.min_rate} "
+                "bytes/s (--min-read-rate)"
+            )
 
     def _read_once(self, view: memoryview) -> int:
         first = True
         while True:
+            self._check_interrupted()
             try:
                 self._ensure_open()
                 if self._total is not None and self._pos >= self._total:
@@ -283,6 +381,7 @@ class ResumableReader(io.RawIOBase):
                     want = min(want, self._end - self._pos)
                 data = self._stream.read(want)
             except BaseException as e:
+                self._check_interrupted()  # a read woken by interrupt(): say so, no retry
                 if is_transient(e):
                     self._drop()
                     self.reopens += 1
@@ -292,7 +391,8 @@ class ResumableReader(io.RawIOBase):
                 view[:n] = data
                 self._pos += n
                 return n
-            # EOF of this stream
+            # EOF of this stream (or one that interrupt() aborted)
+            self._check_interrupted()
             self._drop()
             if self._end is not None and self._pos < self._end:
                 self.reopens += 1
