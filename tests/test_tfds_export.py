@@ -426,3 +426,10 @@ def test_split_names():
     for bad in ("d/-x.tfrecord", "d/a.b.tfrecord", "d/é.tfrecord", "d/train.tfrecord.gz"):
         with pytest.raises(tx.TfdsError):
             tx.check_output(bad)
+
+
+def test_dataset_identity():
+    """The dataset's name and version from its directory (TFDS's <name>/<version> layout)."""
+    assert tx.identity("/data/ImageNet-1k") == ("imagenet_1k", "1.0.0")
+    assert tx.identity("/data/imagenet/2.1.0") == ("imagenet", "2.1.0")
+    assert tx.identity("/data/1k") == ("tar2tf_1k", "1.0.0")
