@@ -79,10 +79,15 @@ def _intact(row: Dict[str, Any], config: Optional[StoreConfig]) -> bool:
     return digests.hexdigest(digest) == row["crc32c"]
 
 
-def load(work: str, config: Optional[StoreConfig] = None) -> Optional[ResumePoint]:
+def load(
+    work: str, config: Optional[StoreConfig] = None, output: Optional[str] = None
+) -> Optional[ResumePoint]:
     """The journal's consecutive entries from shard 1 whose shards are intact; None when
     there is none.  An entry that cannot be read, or whose shard is missing or damaged,
-    ends the journal there: that shard and the ones after it are written again."""
+    ends the journal there: that shard and the ones after it are written again.  With the
+    job's ``output`` template, entry ``n`` must name the ``n``-th shard that template makes
+    (``output`` with ``{}`` -> ``n``): a journal edited to point elsewhere -- another
+    file, outside the output -- is not trusted from that entry on."""
     store = get_store(work, config)
     rows: List[Dict[str, Any]] = []
     pieces: List[Dict[str, Any]] = []
@@ -93,7 +98,25 @@ def load(work: str, config: Optional[StoreConfig] = None) -> Optional[ResumePoin
         try:
             entry = json.loads(store.read_bytes(url))
             row, more, position = entry["row"], entry["pieces"], entry["next"]
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            if not (
+                isinstance(row.get("path"), str)
+                and isinstance(row.get("bytes"), int)
+                and isinstance(row.get("crc32c"), str)
+                and isinstance(more, list)
+                and len(position) == 2
+            ):
+                raise ValueError(url)
+            int(position[0]), int(position[1])
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
+            break
+        if output is not None and row["path"] != output.replace("{}", str(n)):
+            log.warning(
+                "resume: journal entry %d names %r, not this output's shard %r: ignored, "
+                "that shard and the ones after it are written again",
+                n,
+                row["path"],
+                output.replace("{}", str(n)),
+            )
             break
         if not _intact(row, config):
             log.warning(
