@@ -84,9 +84,12 @@ class VerifyReport:
         return d
 
     def text(self) -> str:
+        # PCR's own words: its files are "record files" that each hold many images
+        files, items = ("record files", "images") if self.kind == "pcr" else ("shards", "records")
         lines = [
             f"{'OK' if self.ok else 'MISMATCH'}: {self.manifest} ({self.kind}): "
-            f"{self.shards_checked} shards, {self.records_checked} records, {self.bytes_checked} bytes"
+            f"{self.shards_checked} {files}, {self.records_checked} {items}, "
+            f"{self.bytes_checked} bytes"
             + (f", {self.images_decoded} images decoded" if self.images_decoded else "")
         ]
         if self.problems:

@@ -38,6 +38,7 @@ from pipelines.tfdata.elements import describe as describe_reject
 from pipelines.tfdata.inmemory import ordered_stream
 from pipelines.tfdata.parsers import make_record_parser
 from pipelines.tfdata.pathgen import run_with_path_generator
+from pipelines.tfdata.tfquiet import tensorflow
 from transforms.ops import (
     Convert,
     Decode,
@@ -400,7 +401,7 @@ class Dataset:
 
     # -- in memory: Beam job, then read its output ------------------------------------------
     def _remote_dataset(self, template, num_workers, output_types, output_shapes, output_signature):
-        import tensorflow as tf
+        tf = tensorflow()  # its devices initialized without a driverless machine's cuInit line
 
         from transforms.tfrecord.example import parse_example
         from transforms.tfrecord.framing import read_records
@@ -520,7 +521,7 @@ class Dataset:
     def _stream_dataset(
         self, template, num_workers, output_types, output_shapes, output_signature, prefetch
     ):
-        import tensorflow as tf
+        tf = tensorflow()  # its devices initialized without a driverless machine's cuInit line
 
         spec = output_signature
         # dtypes taken from the first element (none given): later values must fit them

@@ -39,9 +39,9 @@ _RAW_DTYPES = (
 
 
 def _tf():
-    import tensorflow as tf
+    from pipelines.tfdata.tfquiet import tensorflow
 
-    return tf
+    return tensorflow()  # its devices initialized without a driverless machine's cuInit line
 
 
 def _raw_image_as_float(data, dtype_name, shape):
