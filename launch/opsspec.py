@@ -39,8 +39,27 @@ _CALLABLE_FIRST = {"Func", "SampleF", "TFExampleF", "BySampleF", "ByExampleF"}
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
+MAX_SHOWN = 120  # characters of the user's text an error quotes (a spec may be kilobytes)
+MAX_MESSAGE = 600
+
+
 class SpecError(ValueError):
-    """An --ops spec that cannot be understood (usage error, exit status 2)."""
+    """An --ops spec that cannot be understood (usage error, exit status 2).  Its message
+    is cut to :data:`MAX_MESSAGE` characters: whatever it quotes, it stays one short line."""
+
+    def __init__(self, message: str):
+        if len(message) > MAX_MESSAGE:
+            half = MAX_MESSAGE // 2
+            message = f"{message[:half]} ... {message[-half:]}"
+        super().__init__(message)
+
+
+def _shown(x: Any) -> str:
+    """``repr(x)`` for an error line, cut to :data:`MAX_SHOWN` characters."""
+    text = repr(x)
+    if len(text) <= MAX_SHOWN:
+        return text
+    return f"{text[:MAX_SHOWN]}... ({len(text)} characters)"
 
 
 def resolve_callable(ref: str):
@@ -133,7 +152,7 @@ def _usage(name: str, cls) -> str:
 def _node(n: ast.AST) -> Any:
     if isinstance(n, ast.Call):
         if not isinstance(n.func, ast.Name):
-            raise SpecError(f"only op names can be called, not {ast.unparse(n.func)!r}")
+            raise SpecError(f"only op names can be called, not {_shown(ast.unparse(n.func))}")
         kwargs = {k.arg: _node(k.value) for k in n.keywords if k.arg}
         return _make(n.func.id, [_node(a) for a in n.args], kwargs)
     if isinstance(n, ast.Constant):
@@ -167,7 +186,7 @@ def _node(n: ast.AST) -> Any:
         if re.search(r"[.-]", text)
         else ""
     )
-    raise SpecError(f"not allowed in an op expression: {text!r}{hint}")
+    raise SpecError(f"not allowed in an op expression: {_shown(text)}{hint}")
 
 
 def _dotted(n: ast.AST):
@@ -190,7 +209,7 @@ def parse_expr(text: str):
             hint = " (in YAML, quote an op whose arguments have commas: '[\"Decode(jpg, channels=3)\"]')"
         elif re.search(r"\w[.-]\d", text):  # an extension that is no Python name
             hint = " (quote an extension that is not made of plain words: Decode('seg.0.png'))"
-        raise SpecError(f"cannot parse op {text!r}: {e.msg}{hint}") from None
+        raise SpecError(f"cannot parse op {_shown(text)}: {e.msg}{hint}") from None
     return _node(tree.body)
 
 
@@ -214,12 +233,12 @@ def _item(x: Any, selection: bool):
                 return _make(name, [_arg(a) for a in (val if isinstance(val, list) else [val])], {})
         if selection:
             return O.SelectDict({k: _item(v, True) for k, v in x.items()})
-        raise SpecError(f"cannot read op {x!r}")
+        raise SpecError(f"cannot read op {_shown(x)}")
     if isinstance(x, list) and selection:
         return [_item(v, True) for v in x]
     if isinstance(x, O.Op) or callable(x):
         return x
-    raise SpecError(f"cannot read op {x!r}")
+    raise SpecError(f"cannot read op {_shown(x)}")
 
 
 def _arg(a: Any):
@@ -255,11 +274,46 @@ def from_data(data: Any) -> Tuple[list, list]:
 
 
 def load_ops(spec: str, seed: int = None) -> Tuple[list, list]:
-    """``--ops`` value -> ``(conversions, selections)``; see the module docstring."""
+    """``--ops`` value -> ``(conversions, selections)``; see the module docstring.  A spec
+    nested deeper than the parsers go (YAML, mappings, call expressions) is a
+    :class:`SpecError` like any other unreadable spec."""
+    try:
+        return _load_ops(spec, seed)
+    except (RecursionError, MemoryError):
+        raise SpecError(
+            f"ops spec {_shown(spec)} nests too deeply to be read (lists, mappings or calls "
+            "inside one another)"
+        ) from None
+
+
+def _call_ref(ref: str, obj: Any) -> Any:
+    """What the ``module:function`` named by ``ref`` returns, called without arguments --
+    unless it needs some: then it is no ops function (``os:system``), a usage error."""
+    if not callable(obj):
+        return obj
+    try:
+        inspect.signature(obj).bind()
+    except TypeError as e:
+        raise SpecError(
+            f"--ops {_shown(ref)} is not an ops function: it needs arguments ({e}); name a "
+            "function that takes none and returns the conversions and selections"
+        ) from None
+    except ValueError:  # no signature to look at (some builtins): calling it says
+        pass
+    try:
+        return obj()
+    except TypeError as e:
+        if e.__traceback__ is not None and e.__traceback__.tb_next is None:  # the call itself
+            raise SpecError(
+                f"--ops {_shown(ref)} cannot be called without arguments: {e}"
+            ) from None
+        raise
+
+
+def _load_ops(spec: str, seed: int = None) -> Tuple[list, list]:
     if _REF.match(spec.strip()) and not os.path.exists(spec):
         obj = resolve_callable(spec.strip())
-        data = obj() if callable(obj) else obj
-        conv, sel = from_data(data)
+        conv, sel = from_data(_call_ref(spec.strip(), obj))
     else:
         import yaml
 
@@ -272,7 +326,9 @@ def load_ops(spec: str, seed: int = None) -> Tuple[list, list]:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise SpecError(f"ops spec is neither a file nor valid JSON/YAML: {e}") from None
+            raise SpecError(
+                f"ops spec is neither a file nor valid JSON/YAML: {_shown(str(e))}"
+            ) from None
         conv, sel = from_data(data)
     if sel and not 1 <= len(sel) <= 2:
         raise SpecError(f"selections are [value] or [value, label], got {len(sel)}")
