@@ -178,6 +178,8 @@ def test_ctrl_c_ends_a_threaded_job_during_a_slow_read(trickle, tmp_path, mode):
         f"{trickle.url}/slow/train-0001.tar",
         "-o",
         str(tmp_path / "o" / "t.record"),
+        "--work-dir",
+        str(tmp_path / "work"),
         "--read-timeout",
         "30",
         "--no-progress",
@@ -215,3 +217,7 @@ def test_ctrl_c_ends_a_threaded_job_during_a_slow_read(trickle, tmp_path, mode):
     assert "Traceback" not in err, err
     # about a second on an idle machine; the margin is for a loaded one
     assert took < 5, f"the job took {took:.1f} s to stop"
+    # the interrupted shards left no piece: --resume must read them again, not keep an
+    # interruption as a reject
+    pieces = [n for _, _, files in os.walk(tmp_path / "work") for n in files if "piece" in n]
+    assert not pieces, pieces

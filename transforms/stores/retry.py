@@ -16,17 +16,17 @@ object at that offset (an HTTP range read).  When a source cannot read from an o
 (for instance output of an AIS ETL), the store reopens at 0 and discards what was already
 delivered (restart from the start) -- the reader's position is the same either way.
 
-Two more ways a read ends, neither retried (a ``fetch`` reject, like any read that failed
-for good):
+Two more ways a read ends, neither retried:
 
 * **Too slow** (``min_rate``, ``--min-read-rate``): a source that trickles a byte now
   and then never trips the read timeout, and would hold its worker for ever.  Each span of
   ``window_s`` seconds (``--read-timeout``) spent inside reads must deliver ``min_rate``
   bytes per second on average; time the caller spends between reads (converting) does not
-  count.
+  count.  :class:`SlowReadError`, a ``fetch`` reject like any read that failed for good.
 * **Interrupted** (:func:`interrupt_reads`): Ctrl-C in a process whose threads convert
   shards.  The main thread gets the KeyboardInterrupt, but the threads would go on
-  reading their slow shards, and the job waits for them before it can end.
+  reading their slow shards, and the job waits for them before it can end.  The threads'
+  reads raise :class:`ReadInterrupted`.
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ class SlowReadError(FetchError):
     """A read delivered less than the policy's ``min_rate`` over a whole window."""
 
 
-class ReadInterrupted(FetchError):
-    """The read was ended by :func:`interrupt_reads` (Ctrl-C)."""
+class ReadInterrupted(KeyboardInterrupt):
+    """The read was ended by :func:`interrupt_reads` (Ctrl-C).  A KeyboardInterrupt, not a
+    :class:`FetchError`: the shard did not fail, the job was stopped, so its conversion
+    must end without a piece (a ``fetch`` reject in a piece would be kept by ``--resume``)."""
 
 
 @dataclasses.dataclass(frozen=True)
