@@ -104,6 +104,7 @@ def run_cli(*args, **kw):
     return r
 
 
+@pytest.mark.slow  # four jobs, one on Beam's local runner
 def test_two_splits_from_two_jobs(sources, tmp_path):
     """train and validation from two jobs (the in-process driver and Beam's runner) into one
     directory: both splits, their counts and every byte and label."""
