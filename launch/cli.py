@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Callable, List, Optional
 
-from launch import job_server_log
+from launch import beam_service_log, job_server_log
 
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
@@ -147,6 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         log_redact.install()  # no credentials, no terminal escapes in any log line
         job_server_log.show()  # a Flink job server's own log records, at their Java level
+        beam_service_log.quiet()  # not Beam's "Really starting service" chatter (unless -v)
         if extra and not getattr(args, "accepts_beam_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:
