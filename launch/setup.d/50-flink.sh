@@ -95,9 +95,11 @@ mkdir -p "$TAR2TF_CACHE/jars"
 repo="$TAR2TF_CACHE/m2"
 log="$TAR2TF_CACHE/mvn-flink.log"
 : > "$log"
+# Where Maven serves no job server jar for this Beam version, the assembly below is the
+# normal path: neither the miss nor the assembly is worded as a failure
+echo "[50-flink] the Flink job server for Beam $BEAM: looking for a published jar on Maven Central (once; log: $log)" >&2
 for v in $FLINKS; do
   artifact="beam-runners-flink-$v-job-server"
-  echo "fetching org.apache.beam:$artifact:$BEAM from Maven Central" >&2
   if mvn -q -B -U -Dmaven.repo.local="$repo" dependency:get -Dtransitive=false \
        -Dartifact="org.apache.beam:$artifact:$BEAM" >>"$log" 2>&1; then
     src="$repo/org/apache/beam/$artifact/$BEAM/$artifact-$BEAM.jar"
@@ -109,12 +111,12 @@ for v in $FLINKS; do
     fi
   fi
 done
-echo "Maven Central served no org.apache.beam:beam-runners-flink-{$(echo $FLINKS | tr ' ' ,)}-job-server:$BEAM (log: $log)" >&2
+echo "[50-flink] no published jar for Beam $BEAM (Flink $(echo $FLINKS | tr ' ' ,)): assembling the job server from its Maven parts instead (once, a few minutes; log: $TAR2TF_CACHE/mvn-flink-assemble.log)" >&2
 # shellcheck disable=SC2086
 if got=$("$PY" "$ROOT/launch/setup.d/flink_job_server.py" --cache "$TAR2TF_CACHE" --beam "$BEAM" --flink $FLINKS); then
   read -r v jar <<<"$got"
   write_env "$v" "$jar"
-  echo "Flink $v job server assembled: $jar" >&2
+  echo "[50-flink] Flink $v job server assembled: $jar" >&2
   exit 0
 fi
 warn "no Flink job server: no org.apache.beam:beam-runners-flink-<flink>-job-server:$BEAM jar, and none could be assembled from beam-runners-flink-<flink> (logs: $log, $TAR2TF_CACHE/mvn-flink-assemble.log; or set TAR2TF_FLINK_JOB_SERVER_JAR)"
