@@ -434,3 +434,22 @@ def test_dataset_identity():
     assert tx.identity("/data/ImageNet-1k") == ("imagenet_1k", "1.0.0")
     assert tx.identity("/data/imagenet/2.1.0") == ("imagenet", "2.1.0")
     assert tx.identity("/data/1k") == ("tar2tf_1k", "1.0.0")
+
+
+def test_no_metadata_for_a_failed_job(tmp_path):
+    """Rejects beyond --max-rejects (exit 3): the shards are written, TFDS's metadata is not,
+    so that TFDS never describes a job that failed; the same in the Python API."""
+    from pipelines import Dataset
+
+    src = tmp_path / "bad-0.tar"
+    shardgen.write_tar(str(src), members(0, 3) + [("r00009.cls", b"not a number")])
+    d = tmp_path / "ds"
+    r = convert(str(src), "-o", str(d / "train.tfrecord"), "--type-map", TYPE_MAP, "--tfds")
+    assert r.returncode == 3, r.stderr
+    assert (d / "train.tfrecord.manifest.json").exists()
+    assert not (d / "dataset_info.json").exists() and "tfds:" not in r.stderr
+    with pytest.raises(ValueError, match="metadata not written: 1 rejects"):
+        Dataset(str(tmp_path)).load(
+            "bad-0.tar", path=str(tmp_path / "api" / "train.tfrecord"), type_map=TYPE_MAP, tfds=True
+        )
+    assert not (tmp_path / "api" / "dataset_info.json").exists()
