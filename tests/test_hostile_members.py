@@ -128,3 +128,25 @@ def test_cli_rejects_the_record_on_both_drivers(tmp_path, driver):
         p = cli("convert", str(src), "-o", str(out), *flags, "--max-rejects", "1", "--overwrite")
         assert p.returncode == 0, p.stderr
         assert _keys(shards) == ["a", "z"]
+
+
+def test_key_too_long_is_one_reject_named_by_its_start():
+    """A key beyond any file system's names (pax and GNU names reach 1 MiB, which gzip
+    shrinks to almost nothing) is a reject that does not keep the key whole: the keys of a
+    shard are held while it converts."""
+    long_key = "d/" + "x" * 5000
+    ok_key = "e/" + "y" * 4094  # exactly MAX_KEY_LENGTH characters
+    out = _read(
+        [
+            ("a.txt", b"A"),
+            (f"{long_key}.txt", b"L"),
+            (f"{long_key}.cls", b"1"),
+            (f"{ok_key}.txt", b"K"),
+            ("z.txt", b"Z"),
+        ]
+    )
+    assert [o[KEY] for o in out if not is_reject(o)] == ["a", ok_key, "z"]
+    (rej,) = [o for o in out if is_reject(o)]
+    assert rej.key == long_key[:200] + "..." and rej.counts_record and rej.stage == "tar"
+    assert rej.reason.startswith("key too long: 5002 characters > 4096 (member d/xxx")
+    assert len(rej.reason) < 300

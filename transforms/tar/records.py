@@ -59,6 +59,11 @@ DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
 # one record (and the grouping window: all of its open records together) can hold.
 DEFAULT_MAX_RECORD_SIZE = 512 * 1000 * 1000
 DEFAULT_GROUP_WINDOW = 64
+# Longest key accepted, in characters: Linux's PATH_MAX, beyond any name a file system holds.
+# Every key of a shard is kept while it converts (duplicates, the manifest), and pax names
+# may be 1 MiB (reader.MAX_META_SIZE) that gzip shrinks to almost nothing: without this, a
+# small shard of long-named records could fill memory with their keys alone.
+MAX_KEY_LENGTH = 4096
 # How far past the end-of-archive marker a stream is read: zero padding to the tar's
 # blocking (10 KiB by default, 1 MiB for `tar -b 2048`), a gzip trailer, or the start of
 # data tar would ignore (a concatenated archive) all fit; a stream that goes on further (a
@@ -213,6 +218,7 @@ def iter_records(
     pending: "OrderedDict[str, _Group]" = OrderedDict()
     held = 0  # bytes of the members the open records hold: at most max_record_size
     last_dup: Optional[str] = None
+    last_long: Optional[str] = None  # the too-long key rejected last (its members come together)
     directory = None
 
     def take(key: str) -> _Group:
@@ -304,6 +310,18 @@ def iter_records(
             stats.skipped_members += 1
             continue
         key, ext = parsed
+        if len(key) > MAX_KEY_LENGTH:
+            # the reject names the key by its start: it is not kept whole anywhere
+            if key != last_long:
+                yield Reject(
+                    shard,
+                    f"{key[:200]}...",
+                    "tar",
+                    f"key too long: {len(key)} characters > {MAX_KEY_LENGTH} (member {member.name[:200]}...)",
+                )
+            last_long, current = key, None
+            continue
+        last_long = None
         new_dir = key.rpartition("/")[0]
         if new_dir != directory:
             yield from flush(0)
