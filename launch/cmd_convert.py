@@ -69,9 +69,10 @@ def register(sub) -> None:
         "--max-record-size",
         type=size,
         metavar="SIZE",
-        default="512MB",
+        default=None,
         help="records whose members add up to more than this are rejected; it also bounds "
-        "what the tar reader holds, see docs/bad-input.md (default 512MB)",
+        "what the tar reader holds, see docs/bad-input.md (default 512MB, or "
+        "--max-member-size if larger)",
     )
     p.add_argument(
         "--max-image-pixels",

@@ -179,3 +179,22 @@ def test_peak_memory_of_hostile_shards_is_within_the_documented_bound(tmp_path, 
         if name == "full-records":
             assert totals["records_written"] == 8
     assert all(p <= BOUND / MB for p in peaks.values()), (peaks, base / MB)
+
+
+def test_default_record_limit_is_at_least_the_member_limit(monkeypatch):
+    """With no record limit given, a job that allows large members allows a record of one."""
+    from transforms.tar import records
+
+    monkeypatch.setattr(records, "DEFAULT_MAX_RECORD_SIZE", 100)
+    out, _ = _read([("r.1", 600), ("r.2", 300), ("s.1", 600), ("s.2", 600)], max_member_size=1000)
+    assert _summary(out) == [
+        "r",
+        "reject s: record too large: 's' is over max-record-size 1000 bytes with member s.2 "
+        "(600 + 600 bytes)",
+    ]
+    out, _ = _read([("r.1", 60), ("r.2", 60)], max_member_size=50)
+    assert _summary(out) == ["reject r: member too large: r.1 is 60 bytes > max-member-size 50"]
+    out, _ = _read([("r.1", 40), ("r.2", 40), ("r.3", 40)], max_member_size=50)
+    assert _summary(out)[0].startswith(
+        "reject r: record too large: 'r' is over max-record-size 100"
+    )

@@ -15,12 +15,7 @@ from typing import Iterator, Optional, Union
 from transforms.records import Record, Reject
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.local_read import NotRegularFileError
-from transforms.tar.records import (
-    DEFAULT_MAX_MEMBER_SIZE,
-    DEFAULT_MAX_RECORD_SIZE,
-    TarStats,
-    iter_records,
-)
+from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
 
 
 def read_shard(
@@ -28,7 +23,7 @@ def read_shard(
     config: Optional[StoreConfig] = None,
     max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
     stats: Optional[TarStats] = None,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    max_record_size: Optional[int] = None,
 ) -> Iterator[Union[Record, Reject]]:
     try:
         stream = get_store(url, config).open_read(url)

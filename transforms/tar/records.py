@@ -56,7 +56,9 @@ from transforms.tar.reader import TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
 # A record holds all of its members in memory until it is converted, so this bounds what
-# one record (and the grouping window: all of its open records together) can hold.
+# one record (and the grouping window: all of its open records together) can hold.  When
+# none is given, the larger of this and the member limit: a job that allows 2 GB members
+# allows a record of one.
 DEFAULT_MAX_RECORD_SIZE = 512 * 1000 * 1000
 DEFAULT_GROUP_WINDOW = 64
 # Longest key accepted, in characters: Linux's PATH_MAX, beyond any name a file system holds.
@@ -195,7 +197,7 @@ def iter_records(
     max_member_size: int = DEFAULT_MAX_MEMBER_SIZE,
     stats: Optional[TarStats] = None,
     group_window: int = DEFAULT_GROUP_WINDOW,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    max_record_size: Optional[int] = None,
 ) -> Iterator[Union[Record, Reject]]:
     """Yield records and rejects from one tar / tgz stream, in tar order.
 
@@ -210,8 +212,11 @@ def iter_records(
     rejected (its bytes are dropped as soon as it is, and no more of them are read), and
     the open records together hold at most ``max_record_size`` bytes: a member that would
     go over makes the oldest other open records leave the window first.  So the records
-    this reader holds never exceed ``max_record_size`` bytes, whatever the input.
+    this reader holds never exceed ``max_record_size`` bytes, whatever the input.  None:
+    :data:`DEFAULT_MAX_RECORD_SIZE`, or ``max_member_size`` if that is larger.
     """
+    if max_record_size is None:
+        max_record_size = max(DEFAULT_MAX_RECORD_SIZE, max_member_size)
     stats = stats if stats is not None else TarStats()
     window = max(1, int(group_window))
     emitted = set()
