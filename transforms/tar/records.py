@@ -21,12 +21,13 @@ a zero-length or oversized member, a record whose members add up to more than
 (``r1.__key__``: :func:`~transforms.records.is_internal_name`) reject their record; a
 truncated tar or a corrupt gzip stream rejects the record being read at that point
 (records completed before it are kept) and ends the shard with a shard-level reject; a
-file that is not a tar at all is one shard-level reject.  A gzip CRC or length mismatch, wherever it is found, is a
-:class:`ShardCorrupt`.  Reading stops at the end-of-archive marker, as GNU tar's does;
-data after it (other than zero padding) and trailing garbage after a complete gzip stream
-are ignored with a shard-level reject that says so, and the records are kept.  What
-follows the marker is read no further than :data:`AFTER_END_LIMIT` bytes, so a stream
-that never ends (a server sending an endless body) ends the shard all the same.
+file that is not a tar at all is one shard-level reject.  A gzip CRC or length mismatch,
+wherever it is found, is a :class:`ShardCorrupt`.  Records end at the end-of-archive
+marker, as GNU tar's do; data after it (other than zero padding) and trailing garbage
+after a complete gzip stream are ignored with a shard-level reject that says so, and the
+records are kept.  What follows the marker is read no further than
+:data:`AFTER_END_LIMIT` bytes, so a stream that never ends (a server sending an endless
+body) ends the shard all the same.
 
 A read that the store gave up on mid-object (:class:`~transforms.stores.retry.FetchError`:
 retries spent, or an object replaced while it was read), or that the OS failed on a local
