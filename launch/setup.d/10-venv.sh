@@ -12,10 +12,13 @@ pins=$VENV_PINS
 log="$TAR2TF_CACHE/pip-install.log"
 venv=$VENV_DIR
 
-# pip, quiet in its log, with a line every 10 s ($TAR2TF_PROGRESS_EVERY) on stderr saying how far it got: a first
-# install fetches and unpacks about 3.5 GB for a minute or two, and silence looks like a hang
+# pip, quiet in its log, with a line every 10 s ($TAR2TF_PROGRESS_EVERY) on stderr saying
+# how far it got: a first install fetches and unpacks about 3.5 GB for a minute or two, and
+# silence looks like a hang
+started=$SECONDS
 pip_with_progress() {
-  local start=$SECONDS ticker rc=0
+  local ticker rc=0 base
+  base=$(wc -l <"$log")  # this call's lines only: an earlier pip's do not count
   (
     # the sleep is killed with the ticker and holds none of the caller's pipes open
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
@@ -23,13 +26,14 @@ pip_with_progress() {
       sleep "${TAR2TF_PROGRESS_EVERY:-10}" </dev/null >/dev/null 2>&1 &
       nap=$!
       wait "$nap"
-      n=$(grep -c '^Collecting ' "$log" 2>/dev/null || true)
-      if grep -q '^Installing collected packages' "$log" 2>/dev/null; then
+      mine=$(tail -n +"$((base + 1))" "$log" 2>/dev/null)
+      n=$(grep -c '^Collecting ' <<<"$mine" || true)
+      if grep -q '^Installing collected packages' <<<"$mine"; then
         what="unpacking ${n:-0} packages into the venv"
       else
         what="resolving and fetching: ${n:-0} packages so far"
       fi
-      echo "[venv] $((SECONDS - start)) s: $what" >&2
+      echo "[venv] $((SECONDS - started)) s: $what" >&2
     done
   ) &
   ticker=$!
