@@ -14,12 +14,15 @@ shared Flink worker pool) is started through :func:`python_c`:
   interpreter from its own directories.
 
 Not ``-I``: it would also drop ``$PYTHONPATH`` and the user site directory, which users
-(and a notebook's parent process, through :func:`pipelines.local.handle.worker_env`) rely
-on to make their own op modules importable in the workers.
+rely on to make their own op modules importable in the workers.  A worker gets its
+launcher's ``sys.path`` as its ``$PYTHONPATH`` (:func:`launcher_path`): it imports what the
+launcher imports (a script's or notebook's own op modules, which cloudpickle ships by
+reference), and nothing more.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List
 
@@ -35,3 +38,9 @@ def safe_path_flags() -> List[str]:
 def python_c(code: str, python: str = sys.executable) -> List[str]:
     """``python -P -c PRELUDE+code`` (argv) for a worker process."""
     return [python, *safe_path_flags(), "-c", PRELUDE + code]
+
+
+def launcher_path() -> str:
+    """This process's ``sys.path`` as a ``$PYTHONPATH`` value for its workers (the ``""``
+    entry, the current directory of an interactive session, left out)."""
+    return os.pathsep.join(p for p in sys.path if p)

@@ -202,3 +202,60 @@ def test_redaction_keeps_the_text_after_a_hidden_value():
     assert redact("h/x?token=a,b)c&x=1") == "h/x?token=***&x=1"
     assert redact("h/x?token=a.b.c done") == "h/x?token=*** done"
     assert printable("u?token=T\x1b[1m), \x1b[2J") == "u?token=***), \\x1b[2J"
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [["--runner", "local", "--processes", "2"], ["--direct_num_workers=2"]],
+    ids=["local-workers", "beam-workers"],
+)
+def test_ops_beside_the_launcher_still_reach_the_workers(tmp_path, mode):
+    """``python -m launch.cli --ops myops:ops`` run from the directory holding ``myops.py``
+    (the launcher imports it from there): its workers get the launcher's path, so they
+    import it too, though their own current directory is off their path."""
+    ops_dir = tmp_path / "mine"
+    ops_dir.mkdir()
+    (ops_dir / "myops.py").write_text(
+        "import os\n"
+        "from transforms.ops import Func\n\n\n"
+        "def note(record):\n"
+        "    path = os.path.join(os.environ['TAR2TF_TEST_PID_DIR'], str(os.getpid()))\n"
+        "    with open('/proc/self/cmdline', 'rb') as src, open(path, 'wb') as dst:\n"
+        "        dst.write(src.read())\n"
+        "    return record\n\n\n"
+        "def ops():\n"
+        "    return [Func(note)]\n"
+    )
+    shardgen.make_shards(str(tmp_path / "in"), 2, 3, size=(32, 24))
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.cli",
+            "convert",
+            str(tmp_path / "in" / "train-{0000..0001}.tar"),
+            "--output",
+            str(tmp_path / "o" / "t-{}.record"),
+            "--ops",
+            "myops:ops",
+            "--no-progress",
+            *mode,
+        ],
+        cwd=str(ops_dir),
+        env=dict(
+            os.environ,
+            PYTHONPATH=ROOT,
+            TAR2TF_TEST_PID_DIR=str(pids),
+            TF_CPP_MIN_LOG_LEVEL="3",
+            **DEFAULT_MODE_ENV,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    # in the workers (python -P -c ...), not in the launcher (python -m launch.cli)
+    cmdlines = [open(pids / n, "rb").read().split(b"\0") for n in os.listdir(pids)]
+    assert cmdlines and all(b"-c" in c and b"launch.cli" not in c for c in cmdlines), cmdlines

@@ -138,8 +138,9 @@ def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
 # the worker command as Beam's own, through pipelines.beam.sdk_worker (Ctrl-C and a killed
 # launcher; see there); Beam runs it through a shell, so `exec` keeps the launcher the
 # worker's parent.  `-c`, not `-m`: a `pipelines/` in the current directory would be found
-# first (pipelines.worker_python keeps the current directory off the worker's path)
-_WORKER_COMMAND = "{env}={pid} exec {argv}"
+# first (pipelines.worker_python keeps the current directory off the worker's path, and
+# gives it the launcher's sys.path, where a user's op modules are found)
+_WORKER_COMMAND = "{env}={pid} PYTHONPATH={path} exec {argv}"
 _WORKER_CODE = "from pipelines.beam.sdk_worker import main; main()"
 
 
@@ -172,10 +173,12 @@ def make_pipeline(args: Sequence[str]):
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     from pipelines.beam.sdk_worker import LAUNCHER_ENV
-    from pipelines.worker_python import python_c
+    from pipelines.worker_python import launcher_path, python_c
 
     argv = " ".join(shlex.quote(a) for a in python_c(_WORKER_CODE, sys.executable))
-    command = _WORKER_COMMAND.format(env=LAUNCHER_ENV, pid=os.getpid(), argv=argv)
+    command = _WORKER_COMMAND.format(
+        env=LAUNCHER_ENV, pid=os.getpid(), path=shlex.quote(launcher_path()), argv=argv
+    )
     env = SubprocessSDKEnvironment.from_command_string(command)
     runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
     if _NOTICE not in runner_log.filters:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from pipelines.local.messages import (
@@ -27,7 +26,7 @@ from pipelines.local.messages import (
     WriteFailed,
     Written,
 )
-from pipelines.worker_python import python_c
+from pipelines.worker_python import launcher_path, python_c
 
 _BOOT = "from pipelines.local.worker import serve; serve()"
 
@@ -40,7 +39,7 @@ _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 def worker_env() -> Dict[str, str]:
     """The environment of a worker process: this one's, with :data:`_ONE_THREAD` = 1
     unless set, and this process's import path."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env = dict(os.environ, PYTHONPATH=launcher_path())
     for name in _ONE_THREAD:
         env.setdefault(name, "1")
     return env
