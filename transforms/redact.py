@@ -37,20 +37,23 @@ _SECRET_NAMES = (
     r"secret_key|sessiontoken|session_token|credential|credentials|"
     r"security-token"
 )
-# Punctuation that ends a sentence or closes a bracket around a URL ("(see ...?token=x).")
-# is prose, not the value: a value stops before a run of it that ends the value anyway
-_TRAILING = r"[)\]},.;:!]*"
 _SECRET_PARAM = re.compile(
-    r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")="
-    r"(?P<value>[^&#\s\"'<>]*?)(?=" + _TRAILING + r"(?:[&#\s\"'<>]|\Z))",
-    re.IGNORECASE,
+    r"(?P<lead>[?&;#])(?P<name>" + _SECRET_NAMES + r")=(?P<value>[^&#\s\"'<>]*)", re.IGNORECASE
 )
 # "Authorization: Bearer xyz" / "token=xyz" said in an SDK's exception text
 _HEADER = re.compile(
-    r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)"
-    r"(?P<value>[^\s\"',;]+?)(?=" + _TRAILING + r"(?:[\s\"',;]|\Z))",
-    re.IGNORECASE,
+    r"(?P<name>\bauthorization:\s*(?:bearer|basic)?\s*)(?P<value>[^\s\"',;]+)", re.IGNORECASE
 )
+# Punctuation that ends a sentence or closes a bracket around a URL ("(see ...?token=x).")
+# is prose, not the value: the run of it that ends a matched value is kept in the text.
+# (Stripped from the match, not excluded by the pattern: a lookahead for it would make
+# the match quadratic in a long run of such characters.)
+_TRAILING = ")]},.;:!"
+
+
+def _masked(m: "re.Match[str]", head: str) -> str:
+    value = m.group("value")
+    return head + MASK + value[len(value.rstrip(_TRAILING)) :]
 
 
 def redact(text: str) -> str:
@@ -58,8 +61,8 @@ def redact(text: str) -> str:
     if not text or ("@" not in text and "=" not in text and ":" not in text):
         return text
     text = _USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", text)
-    text = _SECRET_PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={MASK}", text)
-    return _HEADER.sub(lambda m: m.group("name") + MASK, text)
+    text = _SECRET_PARAM.sub(lambda m: _masked(m, f"{m.group('lead')}{m.group('name')}="), text)
+    return _HEADER.sub(lambda m: _masked(m, m.group("name")), text)
 
 
 def redact_obj(obj: Any) -> Any:
