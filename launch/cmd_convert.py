@@ -141,8 +141,8 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from launch.type_map_names import through_selections
     from pipelines.job.config import ConvertConfig
+    from transforms.ops.selection_names import through_selections
 
     conversions, selections = (), ()
     if args.ops:

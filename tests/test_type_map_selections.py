@@ -10,9 +10,8 @@ import os
 import pytest
 from ops_fixtures import cli
 
-from launch.cli import UsageError
-from launch.type_map_names import through_selections
 from transforms.ops import Select, SelectJSON
+from transforms.ops.selection_names import through_selections
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..1}.tar")
@@ -38,9 +37,9 @@ def test_names_map_through_selections():
     # dict selections: value.<key>; one entry selected twice is typed in both places
     d = [{"a": Select("cls"), "b": SelectJSON("json", "n")}, Select("cls")]
     assert through_selections("cls:float", d) == "value.a:float,label:float"
-    with pytest.raises(UsageError, match=r"names txt, which the selections do not write; "):
+    with pytest.raises(ValueError, match=r"names txt, which the selections do not write; "):
         through_selections("txt:int64", sels)
-    with pytest.raises(UsageError, match="types label twice"):
+    with pytest.raises(ValueError, match="types label twice"):
         through_selections("cls:int64,label:float", sels)
 
 
@@ -78,7 +77,19 @@ def test_a_name_no_selection_writes_fails_before_the_job(tmp_path):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert lines == [
-        "tar2tf convert: --type-map names txt, which the selections do not write; "
+        "tar2tf convert: type map names txt, which the selections do not write; "
         "they write value (from jpg), label (from cls)"
     ], p.stderr
     assert not os.path.exists(tmp_path / "d.record.manifest.json")
+
+
+def test_python_api_type_map_with_selections(tmp_path):
+    from pipelines import Dataset
+
+    ds = Dataset(os.path.dirname(DEMO), selections=["jpg", "cls"])
+    ds.load("demo-0.tar", path=str(tmp_path / "a.record"), type_map="cls:float")
+    m = json.loads((tmp_path / "a.record.manifest.json").read_text())
+    assert m["options"]["type_map"] == {"label": "float"}
+    assert m["schema"]["label"]["dtype"] == "float"
+    with pytest.raises(ValueError, match="type map names txt"):
+        ds.load("demo-0.tar", path=str(tmp_path / "b.record"), type_map="txt:int64")

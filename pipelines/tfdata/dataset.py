@@ -53,6 +53,7 @@ from transforms.ops import (
     with_seed,
 )
 from transforms.ops.gostages import as_stage
+from transforms.ops.selection_names import through_selections
 from transforms.ops.selections import as_selection
 from transforms.ops.stages import Stages, stage_name
 from transforms.records import Reject
@@ -317,6 +318,9 @@ class Dataset:
             record_to_example is not None
         ):  # the seed's record_to_example sees the raw converted record
             stages = stages[:-1]
+        elif options.get("type_map"):
+            # type_map names the record's entries; the selections store them as value/label
+            options = dict(options, type_map=through_selections(options["type_map"], sels))
         return ConvertConfig(
             sources=template,
             output=output,

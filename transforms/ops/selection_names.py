@@ -1,9 +1,10 @@
-"""``--type-map`` next to selections: the names a user writes are the record's entries
-(``cls:int64``), but selections store what they select under ``value`` and ``label``
-(``value.<key>`` / ``label.<i>`` for dict and list selections).  The type map is taken
-through the selections, so that ``cls:int64`` with ``selections: [jpg, cls]`` types the
-``label`` feature; a name that no selection writes fails before the job starts, in one
-line that names the features the selections write."""
+"""A type map next to selections (``--type-map``, ``load(..., type_map=...)``): the names a
+user writes are the record's entries (``cls:int64``), but selections store what they
+select under ``value`` and ``label`` (``value.<key>`` / ``label.<i>`` for dict and list
+selections).  The type map is taken through the selections, so that ``cls:int64`` with
+``selections: [jpg, cls]`` types the ``label`` feature; a name that no selection writes
+fails before the job starts (a ValueError: exit 2 on the CLI), in one line that names the
+features the selections write."""
 
 from __future__ import annotations
 
@@ -30,9 +31,7 @@ def _written(selections: Sequence[Any]) -> List[Tuple[str, Optional[str]]]:
 def through_selections(type_map: Any, selections: Sequence[Any]) -> Any:
     """The type map with the entries' names replaced by the features the selections store
     them as (a ``name:type,...`` string when given one); unchanged without selections.
-    Raises ``launch.cli.UsageError`` for a name that no selection writes, or a feature
-    typed twice."""
-    from launch.cli import UsageError
+    Raises ValueError for a name that no selection writes, or a feature typed twice."""
     from transforms.tfrecord.schema import parse_type_map
 
     if not type_map or not selections:
@@ -48,12 +47,12 @@ def through_selections(type_map: Any, selections: Sequence[Any]) -> Any:
             unknown.append(name)
         for t in targets:
             if t in out and out[t] != typ:
-                raise UsageError(f"--type-map types {t} twice ({out[t]} and {typ})")
+                raise ValueError(f"type map types {t} twice ({out[t]} and {typ})")
             out[t] = typ
     if unknown:
         said = ", ".join(f"{f} (from {src})" if src else f for f, src in written)
-        raise UsageError(
-            f"--type-map names {', '.join(unknown)}, which the selections do not write; "
+        raise ValueError(
+            f"type map names {', '.join(unknown)}, which the selections do not write; "
             f"they write {said}"
         )
     return ",".join(f"{n}:{t}" for n, t in out.items()) if isinstance(type_map, str) else out
