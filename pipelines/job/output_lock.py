@@ -127,7 +127,9 @@ class OutputLock:
     def __init__(self, url: str, config: Optional[StoreConfig], info: Dict[str, Any], version):
         self.url, self.config, self.info = url, config, info
         self.lost: Optional[str] = None
-        state = {"version": version}
+        # the mutex keeps a heartbeat's rewrite and the release apart (a release that read
+        # the version a beat is replacing would find the lock "changed" and leave it)
+        state = {"version": version, "pid": os.getpid(), "mutex": threading.Lock()}
         self._state = state
         self._stop = threading.Event()
         self._finalizer = weakref.finalize(self, _release, url, config, state, self._stop)
@@ -165,8 +167,11 @@ def _content(info: Dict[str, Any]) -> bytes:
 
 def _release(url, config, state, stop) -> None:
     stop.set()
+    if os.getpid() != state["pid"]:
+        return  # a forked child exiting: the lock is its parent's
     try:
-        exclusive.delete(url, state["version"], config)
+        with state["mutex"]:
+            exclusive.delete(url, state["version"], config)
     except FileExistsError:
         pass  # another job's lock now: not ours to delete
     except Exception as e:  # the job's outcome stands; a stale lock is taken over later
@@ -180,9 +185,12 @@ def _beat(ref, stop: threading.Event) -> None:
             return
         lock.info["heartbeat"] = time.time()
         try:
-            lock._state["version"] = exclusive.replace(
-                lock.url, _content(lock.info), lock._state["version"], lock.config
-            )
+            with lock._state["mutex"]:
+                if stop.is_set():
+                    return
+                lock._state["version"] = exclusive.replace(
+                    lock.url, _content(lock.info), lock._state["version"], lock.config
+                )
         except FileExistsError:
             try:
                 other = describe(json.loads(exclusive.read(lock.url, lock.config)[0]))
