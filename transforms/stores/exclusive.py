@@ -117,11 +117,11 @@ def _local_create(path: str, data: bytes) -> Any:
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.new-{uuid.uuid4().hex[:12]}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
     try:
+        with open(tmp, "wb") as f:  # (a full disk fails here: the finally removes it)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.link(tmp, path)
     except FileExistsError:
         raise FileExistsError(errno.EEXIST, "exists", path) from None
@@ -223,9 +223,13 @@ def replace(url: str, data: bytes, version: Any, config: Optional[StoreConfig] =
         tmp = os.path.join(
             os.path.dirname(path) or ".", f".{os.path.basename(path)}.new-{uuid.uuid4().hex[:12]}"
         )
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     else:
         store.write_bytes(url, data)
     return data
