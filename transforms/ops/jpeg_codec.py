@@ -1,7 +1,9 @@
 """JPEG decode through libjpeg-turbo's TurboJPEG API (``simplejpeg``), pixel-equal to Pillow's.
 
-Opt-in: ``TAR2TF_JPEG_DECODER=turbo`` (with ``simplejpeg`` installed, e.g. the ``fast-jpeg``
-extra).  Pillow decodes JPEG with libjpeg-turbo too, through its incremental decoder plugin.
+A part of the ``pillow`` image codec (``TAR2TF_IMAGE_CODEC=pillow``; the default ``numpy``
+codec, :mod:`transforms.ops.numpy_codec`, decodes into arrays with ``simplejpeg`` itself),
+opt-in there: ``TAR2TF_JPEG_DECODER=turbo``.  Pillow decodes JPEG with libjpeg-turbo too,
+through its incremental decoder plugin.
 Called bare, TurboJPEG decodes a 500x375 photo in about two thirds of Pillow's time, but
 the path a tar2tf op needs -- Pillow's header parse (format check, EXIF orientation), the
 decode, and the copy into a Pillow image for the resize and encode that follow -- was not
