@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Flink standalone session cluster on this machine (loopback only): one JobManager, two
 # TaskManagers (separate JVMs) and Beam's Python worker pool, for running tar2tf on separate
-# worker processes.  See docs/runners.md and launch/flink_cluster.py.
+# worker processes.  See docs/runners.md and launch/flink/.
 #
 #   launch/flink-cluster.sh start            # prints FLINK_MASTER=... lines for launch/flink.sh
 #   env $(launch/flink-cluster.sh env) launch/flink.sh 'data/train-{0000..0147}.tar' \
@@ -17,4 +17,4 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export TAR2TF_CACHE=${TAR2TF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tar2tf}
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 cd "$ROOT"
-exec "$PY" -m launch.flink_cluster "$@"
+exec "$PY" -m launch.flink "$@"

@@ -11,7 +11,7 @@ job that was not there before the submission.
 The worker pool starts each SDK worker as ``python``; a worker that dies at import
 (``ModuleNotFoundError``: a pool started outside the tar2tf venv) is only written to the
 pool's log, and the Flink tasks wait for it without end.  When the cluster's state
-(``launch/flink_cluster.py``: ``$TAR2TF_FLINK_CLUSTER`` or the default directory) names
+(``launch/flink/``: ``$TAR2TF_FLINK_CLUSTER`` or the default directory) names
 the REST port and the pool port this job uses, the thread also reads the pool's log: on
 such an error it cancels the Flink job and names the cause.
 """
@@ -58,11 +58,11 @@ def _environment_config(beam_args: Sequence[str]) -> Optional[str]:
 
 def _pool_log(master: str, env_config: Optional[str]) -> Optional[str]:
     """The log of the pool of a launch/flink-cluster.sh cluster serving this job, if any."""
-    from launch import flink_cluster
+    from launch.flink import cluster, procs
 
     if not env_config:
         return None
-    st = flink_cluster.load(flink_cluster.default_state())
+    st = procs.load(cluster.default_state())
     if not st or not st.get("pool_port") or "pool" not in st.get("procs", {}):
         return None
     port = master.rsplit(":", 1)[-1]

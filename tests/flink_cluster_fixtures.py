@@ -1,5 +1,5 @@
 """A real Flink session cluster for tests: a JobManager, two TaskManagers and Beam's
-worker pool (separate processes, launch/flink_cluster.py) on free loopback ports, and
+worker pool (separate processes, launch/flink/) on free loopback ports, and
 tar2tf jobs submitted to it through launch/flink.sh."""
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from ais_fixtures import free_ports
 from ops_fixtures import ROOT
 
 sys.path.insert(0, ROOT)
-from launch import flink_cluster
+from launch.flink import cluster as flink_cluster
+from launch.flink import jvm as flink_jvm
+from launch.flink import procs as flink_procs
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
 FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")
@@ -68,10 +70,10 @@ class Cluster:
 
     @property
     def procs(self) -> Dict[str, dict]:
-        return flink_cluster.load(self.state)["procs"]
+        return flink_procs.load(self.state)["procs"]
 
     def rest(self, path: str):
-        return flink_cluster.rest(self.rest_port, path, timeout=10)
+        return flink_jvm.rest(self.rest_port, path, timeout=10)
 
     def env(self, **extra) -> Dict[str, str]:
         e = dict(

@@ -1,5 +1,5 @@
 """tar2tf on a real Flink session cluster: a JobManager and two TaskManagers (separate JVMs)
-with Beam's Python SDK workers started by a worker pool (launch/flink_cluster.py), jobs
+with Beam's Python SDK workers started by a worker pool (launch/flink/), jobs
 submitted through launch/flink.sh.  The conversion is spread over both TaskManagers; a
 TaskManager or an SDK worker killed mid-job costs a restart, not a byte of the output;
 everything is stopped by PID at the end.  The reference for every output is the same
@@ -19,7 +19,9 @@ from flink_cluster_fixtures import flink_cluster_setup, session_cluster  # noqa:
 from ops_fixtures import ROOT, cli, output_digest
 from pcr_fixtures import make_image_folder, requires_jpegtran, sample_images
 
-from launch import flink_cluster
+from launch.flink import cluster as flink_cluster
+from launch.flink import jvm as flink_jvm
+from launch.flink import procs as flink_procs
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
@@ -84,7 +86,7 @@ def test_pool_python_without_beam_is_refused(tmp_path, flink_cluster_setup):
         [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120
     )
     ports = F.free_ports(3)
-    with pytest.raises(flink_cluster.ClusterError) as e:
+    with pytest.raises(flink_procs.ClusterError) as e:
         flink_cluster.start(
             str(tmp_path / "state"),
             flink_cluster_setup["FLINK_DIST"],
@@ -96,7 +98,7 @@ def test_pool_python_without_beam_is_refused(tmp_path, flink_cluster_setup):
     assert "cannot run tar2tf's DoFns" in str(e.value) and "No module named 'apache_beam'" in str(
         e.value
     )
-    assert flink_cluster.load(str(tmp_path / "state")) is None  # nothing was started
+    assert flink_procs.load(str(tmp_path / "state")) is None  # nothing was started
 
 
 def test_tfrecords_spread_over_both_taskmanagers(session_cluster, shards, tmp_path):
@@ -213,7 +215,7 @@ def test_taskmanager_killed_mid_job(session_cluster, slow_shards, slow_reference
     restarts (fixed-delay strategy, 8 s heartbeat timeout) and finishes with the
     uninterrupted run's bytes."""
     c = session_cluster
-    tms = sorted(n for n in c.procs if n.startswith("tm") and flink_cluster.alive(c.procs[n]))
+    tms = sorted(n for n in c.procs if n.startswith("tm") and flink_procs.alive(c.procs[n]))
 
     def kill_tm():
         os.kill(c.procs[tms[0]]["pid"], signal.SIGKILL)
@@ -260,11 +262,11 @@ def test_stop_ends_every_process_by_pid(session_cluster):
         env=dict(os.environ, TAR2TF_PYTHON=sys.executable),
     )
     assert p.returncode == 0 and re.search(r"stopped: .*jobmanager", p.stderr), p.stderr
-    assert not any(flink_cluster.alive(pr) for pr in procs.values())
+    assert not any(flink_procs.alive(pr) for pr in procs.values())
     import psutil
 
     assert not [
         w for w in workers if psutil.pid_exists(w) and psutil.Process(w).status() != "zombie"
     ]
     assert c.job_servers() == []
-    assert flink_cluster.overview(c.rest_port) is None
+    assert flink_jvm.overview(c.rest_port) is None

@@ -4,7 +4,7 @@
 # PyPI's apache-flink-libraries sdist (launch/setup.d/flink_dist.py), extracted once into
 #   $TAR2TF_CACHE/flink-dist/<version>/{lib/*.jar,bin/bash-java-utils.jar}
 # Result: FLINK_DIST=<that directory> in $TAR2TF_CACHE/flink-dist.env (read by
-# launch/flink_cluster.py).  A later run with that directory in place does nothing.
+# launch/flink/).  A later run with that directory in place does nothing.
 # Optional component, like the job server: on failure it warns loudly and exits 0 (the
 # cluster tests then skip, or fail under CI=true), and waits a day before trying again
 # ($TAR2TF_CACHE/flink-dist.unavailable).

@@ -1,11 +1,11 @@
 """The Apache Flink distribution's jars, from PyPI, for a standalone session cluster
-(``launch/flink_cluster.py``).
+(``launch/flink/``).
 
 Flink's binary distribution is not served by the package registries this project uses,
 but PyFlink's ``apache-flink-libraries`` source distribution carries its jars:
 ``deps/lib/`` (``flink-dist-*.jar``, the table jars, log4j) and
 ``deps/bin/bash-java-utils.jar`` (which computes a TaskManager's memory and CPU options).
-Its shell scripts are not there, so ``flink_cluster`` starts the JVMs itself.
+Its shell scripts are not there, so ``launch.flink.jvm`` starts the JVMs itself.
 
     python launch/setup.d/flink_dist.py --cache DIR --flink 1.19
 

@@ -13,13 +13,13 @@ TaskManager has a pool of its own (a sidecar on ``localhost``) and ids never mee
 This pool starts workers the same way, but never kills one on ``StopWorker``: a worker
 ends by itself when its TaskManager closes the control stream (which happens before
 ``StopWorker`` is sent), and the pool only reaps it.  Workers still running when the pool
-ends are ended with it (``launch/flink_cluster.py`` stops the pool's process group).
+ends are ended with it (the cluster's ``stop`` ends the pool's process group).
 
 Workers run on this pool's own interpreter (``sys.executable``), not on whatever
 ``python`` is first on PATH, so they can always import what the pool imports; their
 output goes to the pool's log, not into a pipe that nobody reads.
 
-    python -m launch.worker_pool --service_port=50000
+    python -P -m launch.flink.worker_pool --service_port=50000
 """
 
 from __future__ import annotations
