@@ -18,68 +18,13 @@ import importlib
 import importlib.util
 import logging
 import sys
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 from launch import beam_service_log, job_server_log
+from launch.args import Parser, UsageError
+from launch.runner_args import check_beam_args
 
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
-
-
-class UsageError(ValueError):
-    """Bad usage or options (exit status 2), said in one line; a ValueError so that
-    :func:`launch.job_exit.run_job` maps it to 2 as well."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but an error is a :class:`UsageError` for :func:`main` to print as one
-    ``tar2tf ...:`` line: argparse would print the whole usage (a screenful for convert)
-    above it and exit, and the caller could not tell a usage error from a finished job.
-    Subcommand parsers are made of the same class (add_subparsers' default)."""
-
-    def error(self, message):
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def int_in(lo: int, hi: Optional[int] = None) -> Callable[[str], int]:
-    """argparse type: an integer in ``lo..hi``, so that a count which makes no sense
-    (``--max-rejects -1``, ``--records-per-shard 0``) is a usage error before any job
-    starts, not a job that fails or ends in a confusing exit status."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if n < lo or (hi is not None and n > hi):
-            raise argparse.ArgumentTypeError(
-                f"must be {lo}..{hi}, got {n}" if hi is not None else f"must be >= {lo}, got {n}"
-            )
-        return n
-
-    return parse
-
-
-def positive_float(text: str) -> float:
-    """argparse type: seconds and the like, where 0 or less makes no sense."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return x
-
-
-def size(text: str) -> str:
-    """argparse type: a byte size (``500MB``, ``2GiB``, a number; transforms/sizes.py),
-    checked here and kept as given."""
-    from transforms.sizes import parse_size
-
-    try:
-        parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,8 +69,6 @@ def check_runner_args(extra: List[str], tar2tf_flags) -> None:
     rest = beam_only(extra) if names_in_process(extra) else extra
     if not rest:
         return
-    from launch.runner_args import check_beam_args
-
     check_beam_args(extra, tar2tf_flags=tar2tf_flags)
     if rest is not extra:
         raise UsageError(
@@ -177,9 +120,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m launch.cli`: run the importable module's main, not this __main__ copy, so
-    # that its classes (UsageError, raised by launch.runner_args and the subcommands, which
-    # import launch.cli) are the ones main catches
-    from launch import cli
-
-    sys.exit(cli.main())
+    sys.exit(main())

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import List
 
-from launch.cli import int_in, size
+from launch.args import UsageError, int_in, size
 from launch.store_args import add_store_args, store_config
 
 # the CLI's bound when --max-shard-size is not given (docs/cli.md says why this size); the
@@ -184,7 +184,6 @@ def check_paths(args) -> List[str]:
     launch/local_paths.py); creates a missing local output directory, as the job would,
     and returns what it created."""
     from launch import local_paths
-    from launch.cli import UsageError
     from pipelines.job.finalize import companion
 
     name = args.output.rsplit("/", 1)[-1]
@@ -215,8 +214,6 @@ def workers(processes) -> int:
 
 def check_tfds(args) -> None:
     """``--tfds``: an output TFDS cannot load is a usage error before the job runs."""
-    from launch.cli import UsageError
-
     if args.tfds_image and not args.tfds:
         raise UsageError("--tfds-image needs --tfds")
     if args.tfds:
@@ -231,7 +228,6 @@ def check_tfds(args) -> None:
 def run(args) -> int:
     """Failures propagate to ``launch.cli.main``, which says them in one line with their
     exit code (launch/job_exit.py)."""
-    from launch.cli import UsageError
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
     from pipelines.beam.options import in_process, names_in_process

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from launch.cli import int_in
+from launch.args import int_in
 from launch.store_args import add_store_args, store_config
 from transforms.stores import StoreConfig, basename, get_store
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
-from launch.cli import int_in
+from launch.args import int_in
 from launch.store_args import add_store_args, store_config
 
 

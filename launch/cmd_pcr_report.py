@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launch.cli import int_in
+from launch.args import int_in
 
 
 def register(sub) -> None:

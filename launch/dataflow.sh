@@ -54,6 +54,6 @@ esac
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 if ((dry)); then
-  exec "$PY" -m launch.runner_args "$cmd" "$@" "${args[@]}"
+  exec "$PY" -m launch.dry_run "$cmd" "$@" "${args[@]}"
 fi
 exec "$PY" -m launch.cli "$cmd" "$@" "${args[@]}"

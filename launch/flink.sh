@@ -67,7 +67,7 @@ fi
 PY=${TAR2TF_PYTHON:-$("$ROOT/launch/bootstrap.sh" --core | tail -n 1)}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 if ((dry)); then
-  exec "$PY" -m launch.runner_args "$cmd" "$@" "${args[@]}"
+  exec "$PY" -m launch.dry_run "$cmd" "$@" "${args[@]}"
 fi
 command -v java >/dev/null || { echo "launch/flink.sh: java is not on PATH (Java 11+ needed)" >&2; exit 2; }
 exec "$PY" -m launch.cli "$cmd" "$@" "${args[@]}"

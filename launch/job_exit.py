@@ -108,7 +108,7 @@ def _reason_of_connection(e: BaseException) -> str:
 def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     """``(exit code, what, where)`` for an exception that ended a subcommand;
     ``started``: whether the job had begun to write (``pipelines.job.phase``)."""
-    from launch.cli import UsageError
+    from launch.args import UsageError
 
     if isinstance(exc, KeyboardInterrupt):
         return FAILED, "interrupted", ""

@@ -4,7 +4,7 @@
 Without them an output under a regular file or in ``/proc`` failed in a Beam worker, and
 the user got Beam's log of the worker's traceback plus a chained one; a summary file in a
 missing directory failed only after the job had written all its output.  Each failure
-here is a :class:`launch.cli.UsageError` naming the option, the path and the OS error.
+here is a :class:`launch.args.UsageError` naming the option, the path and the OS error.
 Remote paths (``gs://``, ``ais://``) are left to the job: checking them would cost
 requests and credentials before anything runs.
 """
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from typing import List
 
-from launch.cli import UsageError
+from launch.args import UsageError
 from transforms.stores import split_url
 
 

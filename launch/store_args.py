@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from launch.cli import int_in, positive_float, size
+from launch.args import int_in, positive_float, size
 from transforms.stores import StoreConfig
 
 # the options in seconds: (flag, StoreConfig field, help)

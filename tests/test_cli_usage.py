@@ -162,7 +162,7 @@ def test_beam_and_runner_flags_still_pass(flags, want):
 def test_job_server_runners_keep_their_own_flags():
     """Flink's job server names more options at submission (its Java-side ones): a
     snake_case flag is kept there; one spelled like tar2tf's is still an error."""
-    from launch.cli import UsageError
+    from launch.args import UsageError
     from launch.runner_args import check_beam_args
 
     check_beam_args(["--runner=FlinkRunner", "--checkpointing_interval", "1000"])
@@ -461,8 +461,8 @@ def test_ops_numbers_still_accepted(tmp_path, capfd):
 
 def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
     """``python -m launch.cli`` (as the launch scripts and docs run it): the module runs as
-    ``__main__``, and the usage errors raised by modules that import ``launch.cli`` must
-    still be caught there."""
+    ``__main__``, and the usage errors raised by other modules (the subcommands, the Beam
+    option check) must still be caught there."""
     from ops_fixtures import cli as run_cli
 
     for args in (["--max_shard_size=10KB"], ["--max-shard-szie", "20KB"]):

@@ -241,9 +241,9 @@ def test_pcr_runs_in_this_process_unless_given_beam_options(tmp_path):
     ],
 )
 def test_dry_run_says_which_driver_the_cli_would_run(argv, driver, runner):
-    """launch/flink.sh and launch/dataflow.sh --dry-run print what launch.runner_args
+    """launch/flink.sh and launch/dataflow.sh --dry-run print what launch.dry_run
     finds; their --runner keeps them on Beam."""
-    from launch.runner_args import describe
+    from launch.dry_run import describe
 
     d = describe(argv)
     assert (d["driver"], d["runner"]) == (driver, runner)
