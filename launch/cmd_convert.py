@@ -151,7 +151,7 @@ def build_config(args):
         conversions, selections = load_ops(args.ops, seed=args.seed)
     stages = list(conversions)
     if selections:
-        from pipelines.tfdata.dataset import selection_stage
+        from transforms.ops.leaves import selection_stage
 
         stages.append(selection_stage(selections))
     return ConvertConfig(

@@ -62,7 +62,6 @@ from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tar.sources import resolve
 
 log = logging.getLogger("tar2tf")
-selection_stage = leaves.selection_stage  # the CLI's --ops selections (launch/cmd_convert.py)
 
 IMAGE_SIZE = (224, 224)
 #: the seed's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
