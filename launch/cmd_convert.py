@@ -198,13 +198,6 @@ def check_paths(args) -> List[str]:
     return local_paths.make_output_dir("--output", args.output)
 
 
-def summary(res) -> str:
-    """The final report's text (see pipelines/job/report.py; counters checked against the manifest)."""
-    from pipelines.job import report
-
-    return report.text(report.build(res))
-
-
 def workers(processes) -> int:
     """The in-process driver's worker count: ``--processes``, else one per core."""
     import os

@@ -6,9 +6,10 @@ import threading
 from operator import itemgetter
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.beam.distribute import gather, spread
-from pipelines.beam.options import make_pipeline_options
+from pipelines.beam.options import effective_args
 
 
 def _save(x, path):
@@ -19,12 +20,14 @@ def _save(x, path):
 def _run(build, tmp_path, workers=2):
     """The pipeline's output elements (each JSON-able), collected through a file: DoFns are
     pickled, so they cannot append to a list of the test's."""
-    opts = make_pipeline_options(
-        [
-            "--runner=FnApiRunner",
-            "--direct_running_mode=multi_threading",
-            f"--direct_num_workers={workers}",
-        ]
+    opts = PipelineOptions(
+        effective_args(
+            [
+                "--runner=FnApiRunner",
+                "--direct_running_mode=multi_threading",
+                f"--direct_num_workers={workers}",
+            ]
+        )
     )
     path = str(tmp_path / "out.jsonl")
     open(path, "w").close()

@@ -352,11 +352,9 @@ def test_heavy_ops_are_told_from_light_ones():
 
 
 def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
-    """Given the job's tasks, the dispatchers convert them all, in input order, each
-    piece reported to on_done as it finishes, whatever order (or whether) the caller's
-    threads ask: Beam's fixed per-thread bundles no longer decide which worker idles."""
-    import threading
-
+    """Given the job's tasks, the dispatchers convert them all, in input order, whatever
+    order (or whether) the caller's threads ask: Beam's fixed per-thread bundles no longer
+    decide which worker idles."""
     import cloudpickle
 
     from pipelines.local import pool as shard_pool
@@ -371,14 +369,7 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
         sample_stages=(Resize("jpg", (16, 16)),),
         progress=False,
     )
-    done, started = [], []
-    all_done = threading.Event()
-
-    def on_done(info):
-        done.append(info)
-        if len(done) == len(urls):
-            all_done.set()
-
+    started = []
     real_run = shard_pool.Pool._run
 
     def run(self, index, url):
@@ -388,19 +379,22 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
     pool = shard_pool.Pool.__new__(shard_pool.Pool)
     pool._run = run.__get__(pool)
     # one worker, so one dispatcher: the start order is exact (two would race to append)
-    pool.__init__(cloudpickle.dumps(cfg), work, 1, list(enumerate(urls)), on_done)
+    pool.__init__(cloudpickle.dumps(cfg), work, 1, list(enumerate(urls)))
     try:
-        asked = {i: pool.convert(i, urls[i]) for i in (2, 1, 0)}  # the last shard: never asked for
-        assert all_done.wait(120)
+        asked = {i: pool.convert(i, urls[i]) for i in (2, 1, 0)}
+        # the last shard, not asked for yet, is converted all the same
+        deadline = time.time() + 120
+        while _pieces(work) < len(urls) and time.time() < deadline:
+            time.sleep(0.05)
+        assert _pieces(work) == len(urls)
+        asked[3] = pool.convert(3, urls[3])
     finally:
         pool.close()
-    assert started == [0, 1, 2, 3]
-    by_index = {info["index"]: info for info in done}
-    assert sorted(by_index) == [0, 1, 2, 3]
-    assert all(asked[i] is by_index[i] for i in asked)  # the same result, converted once
+    assert started == [0, 1, 2, 3]  # each converted once, in input order
     for i, url in enumerate(urls):
-        assert by_index[i]["shard"] == url and len(by_index[i]["sizes"]) == 6
-        assert os.path.getsize(by_index[i]["piece"]) == sum(by_index[i]["sizes"])
+        info = asked[i]
+        assert info["index"] == i and info["shard"] == url and len(info["sizes"]) == 6
+        assert os.path.getsize(info["piece"]) == sum(info["sizes"])
 
 
 def _pieces(work) -> int:

@@ -13,7 +13,6 @@ reports can be grouped by them.  The conservation law every driver checks is::
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Dict, Optional
 
 KEY = "__key__"
@@ -70,9 +69,6 @@ class Reject:
             "reason": self.reason,
             "record": self.counts_record,
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Reject":

@@ -129,12 +129,6 @@ def _value(args: Sequence[str], flag: str) -> Optional[str]:
     return val
 
 
-def make_pipeline_options(beam_args: Optional[Sequence[str]] = None):
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    return PipelineOptions(effective_args(beam_args))
-
-
 # the worker command as Beam's own, through pipelines.beam.sdk_worker (Ctrl-C and a killed
 # launcher; see there); Beam runs it through a shell, so `exec` keeps the launcher the
 # worker's parent.  `-c`, not `-m`: a `pipelines/` in the current directory would be found

@@ -65,8 +65,6 @@ class Pool:
     threads convert them in that order, from the start, each on the next idle worker, and
     :meth:`convert` returns a task's result when asked: every worker stays busy until the
     last shard, and the pieces come in the order the shard stream writes them.
-    ``on_done(info)`` is called with every piece a worker finishes, as soon as it is
-    ready.
     ``place`` (``PieceFeed.place``): the workers write their pieces into the final shards
     where it puts them; a piece then waits for its predecessors to be placed (its worker
     converts its next shard meanwhile: :meth:`_pipeline`), so such a pool must be given
@@ -78,7 +76,6 @@ class Pool:
         work: str,
         n: int,
         tasks: Sequence[Tuple[int, str]] = (),
-        on_done: Optional[Callable[[Dict[str, Any]], None]] = None,
         place: Optional[Callable] = None,
     ):
         self._all: List[Worker] = []
@@ -91,18 +88,12 @@ class Pool:
         self._lock = threading.Lock()
         self._futures: Dict[int, Future] = {index: Future() for index, _ in tasks}
         self._todo = collections.deque((index, url, self._futures[index]) for index, url in tasks)
-        self._on_done = on_done
         self._place = place
         self._closed = False
         for i in range(min(int(n), len(self._todo))):
             threading.Thread(
                 target=self._dispatch, daemon=True, name=f"tar2tf-dispatch-{i}"
             ).start()
-
-    @property
-    def places(self) -> bool:
-        """Whether the workers write their pieces where the shard stream places them."""
-        return self._place is not None
 
     def _next_task(self) -> Optional[Tuple[int, str, Future]]:
         """The next task in input order, marked running; None when there is none left."""
@@ -185,8 +176,6 @@ class Pool:
         url, fut, info = held
         try:
             w.report_written(url, *sent, reply)
-            if self._on_done is not None:
-                self._on_done(info)
         except BaseException as e:
             fut.set_exception(e)
         else:
@@ -208,17 +197,15 @@ class Pool:
             yield from w.elements(url, note, chunk)
 
     def _run(self, index: int, url: str) -> Dict[str, Any]:
-        """Convert a task the dispatchers were not given (e.g. a retried bundle's)."""
+        """Convert one shard: a dispatcher's task, or one the pool was not given (a pool
+        built without tasks converts every shard it is asked for this way)."""
         if self._place is not None:
             fut: Future = Future()
             fut.set_running_or_notify_cancel()
             self._pipeline((index, url, fut), more=False)
             return fut.result()
         with self._borrow() as w:
-            info = w.call(index, url)
-            if self._on_done is not None:
-                self._on_done(info)
-            return info
+            return w.call(index, url)
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[Worker]:

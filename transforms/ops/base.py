@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from transforms.records import META_KEYS, Record, payload_keys
+from transforms.records import Record, payload_keys
 
 
 class OpError(ValueError):
@@ -138,7 +138,3 @@ def map_ops(op: Any, fn: Callable[[Op], Op]) -> Any:
         if hasattr(op, name):
             setattr(new, name, map_ops(getattr(op, name), fn))
     return fn(new)
-
-
-def is_meta(name: str) -> bool:
-    return name in META_KEYS

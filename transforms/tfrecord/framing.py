@@ -57,10 +57,6 @@ def frame_parts(parts: Sequence[bytes]) -> bytes:
     return b"".join((length, _U32.pack(masked_crc32c(length)), *parts, _U32.pack(_mask(crc))))
 
 
-def framed_size(payload_len: int) -> int:
-    return payload_len + FRAME_OVERHEAD
-
-
 class TFRecordWriter:
     """Appends framed records to a binary file object, counting records and bytes."""
 
