@@ -13,7 +13,7 @@ as a mapping, ``{"op": "Resize", "args": ["jpg", [32, 32]], "kwargs": {"method":
 strings (``jpg``), ``tf.float32`` / ``np.uint8`` are dtypes, and only op names may be
 called -- the text is parsed with :mod:`ast`, never evaluated.  Callables for ``Func``,
 ``SampleF``... are given as ``"module:function"`` strings.  A selection may also be a
-bare extension (``cls``).  The seed example as one command::
+bare extension (``cls``).  The original API's example (docs/api.md) as one command::
 
     tar2tf convert 'train-{0..3}.tar' --base data -o out/train-{}.record \\
         --ops '{conversions: [Decode(jpg), "Resize(jpg, (32, 32))"], selections: [jpg, cls]}'

@@ -1,7 +1,8 @@
 """Beam pipelines and the user-facing Python API of tar2tf.
 
 ``from pipelines import Dataset, default_record_parser`` is the stable entry point of the
-seed API (loaded lazily, so Beam workers importing ``pipelines.beam.convert`` do not pay for it).
+original ``Dataset``/``AisDataset`` API (docs/api.md; loaded lazily, so Beam workers
+importing ``pipelines.beam.convert`` do not pay for it).
 """
 
 _API = {

@@ -1,4 +1,4 @@
-"""The seed API: Dataset(...).load(...) in memory and with path=, remote_exec, aliases, Keras."""
+"""The original Dataset/AisDataset API: Dataset(...).load(...) in memory and with path=, remote_exec, aliases, Keras."""
 
 import hashlib
 import json
@@ -82,7 +82,7 @@ def test_seed000_conversions_in_memory_and_fit(data):
         dataset.stats.records_read == dataset.stats.records_yielded == 12
         and not dataset.stats.rejects
     )
-    # the same with Func(f) after the conversions (seed 000's last example), num_workers=4
+    # the same with Func(f) after the conversions (the original Dataset API's last example), num_workers=4
     with_f = Dataset(
         data, None, [Decode("jpg"), Resize("jpg", (32, 32)), Func(_invert)], ["jpg", "cls"]
     )
@@ -357,7 +357,7 @@ def test_seed001_aliases_and_dict_values(tmp_path):
         tf.TensorSpec((), tf.int32),
     )
     assert [int(l) for _, l in ds.as_numpy_iterator()] == [0, 1, 2, 0, 1, 2, 0, 1, 2]
-    # images of other sizes are all there (seed 001's "values: decoded jpg")
+    # images of other sizes are all there (the original AisDataset API's "values: decoded jpg")
     sizes = [(64, 48), (80, 48), (50, 70)]
     mixed = []
     for i in range(6):
@@ -417,7 +417,7 @@ def test_seed001_aliases_and_dict_values(tmp_path):
         1,
         2,
     ]
-    # seed's custom output_types / output_shapes, and output_signature
+    # the original API's custom output_types / output_shapes, and output_signature
     ds3 = Dataset(
         str(tmp_path), conversions=[Decode("jpg")], selections=[SelectDict({"img": "jpg"}), "cls"]
     ).load(

@@ -396,7 +396,7 @@ def test_pillow_chain_equals_array_functions(photo, fmt, mode, channels, monkeyp
 )
 def test_selectjson_reads_what_json_loads_reads(raw):
     """A UTF-8 BOM, UTF-16 and UTF-32 are valid JSON text (RFC 8259 parsers accept them;
-    json.loads on bytes detects them, as the seed's SelectJSON did)."""
+    json.loads on bytes detects them, as the original API's SelectJSON did)."""
     assert json.loads(raw) == {"label": 3}
     assert SelectJSON("json", "label").value(rec(json=raw)) == 3
     assert SelectJSON("json", "label").value(rec(json=bytearray(raw))) == 3

@@ -1,4 +1,4 @@
-"""``--ops`` specs (inline JSON/YAML, files, module:function) and the seed example as one CLI command."""
+"""``--ops`` specs (inline JSON/YAML, files, module:function) and the original API's example as one CLI command."""
 
 import json
 import os

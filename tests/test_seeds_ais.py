@@ -1,5 +1,6 @@
-"""Every seed 000/001 example that names BUCKET_NAME and PROXY_URL, run against the local
-AIS cluster (real aisnode) with shards this test uploads: train-{0..7}.tar.gz."""
+"""Every example of the original ``Dataset``/``AisDataset`` API that names BUCKET_NAME and
+PROXY_URL, run against the local AIS cluster (real aisnode) with shards this test uploads:
+train-{0..7}.tar.gz."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _tiny_model(shape, pool):
     return m
 
 
-def _f(record):  # the seed's custom Func(f): here, invert the decoded, resized image
+def _f(record):  # the original example's custom Func(f): here, invert the decoded, resized image
     return dict(record, jpg=255 - record["jpg"])
 
 

@@ -1,8 +1,16 @@
-"""Building blocks of tar2tf: sources, tar records, ops, Example encoding, sinks.
+"""Building blocks of tar2tf, each a plain function, generator or class; the Beam DoFns
+and the in-process driver in ``pipelines`` are thin shells around them.
 
-Data flows one way through these modules:
-``sources`` -> ``tar_records`` -> ``ops`` -> ``example`` -> ``tfrecord`` / ``pcr``.
-Each is a plain function or generator; Beam DoFns in ``pipelines`` are thin shells.
+Data flows one way:
+``tar.sources`` (shard URLs) -> ``tar.fetch`` / ``tar.reader`` / ``tar.records`` (tar
+members grouped into records) -> ``ops`` (conversions, selections, stages) ->
+``tfrecord.example`` (``tf.train.Example``) -> ``tfrecord.framing`` (TFRecord files) or
+``pcr`` (Progressive Compressed Records).
+
+Beside that flow: ``records`` (the Record and Reject types every stage passes on),
+``stores`` (where bytes are read and written: local disk, ais://, gs://, s3://, https://),
+``sizes`` (byte sizes as people write them) and ``redact`` (no credentials or terminal
+escapes in what tar2tf writes or prints).
 """
 
 __version__ = "0.2.0"

@@ -7,7 +7,10 @@ A *record* is a plain ``dict``: ``__key__`` (str, the WebDataset key), ``__shard
 A *reject* says why something was not written.  Stages are fixed so that counters and
 reports can be grouped by them.  The conservation law every driver checks is::
 
-    records read == records written + records rejected
+    records read == records written + records rejected + records filtered
+
+(a record *filtered* is one an op dropped on purpose, e.g. a stage returning ``None``:
+not written, and not a reject either).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Byte sizes given by people: ``100MB`` (decimal), ``1GiB`` (binary) or a plain number.
 
 Parsing is delegated to ``humanfriendly``, which follows the IEC/SI convention: ``MB`` is
-10**6 and ``MiB`` is 2**20, exactly as the seed client used it.
+10**6 and ``MiB`` is 2**20, exactly as the original AIS client used it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seed API (Dataset, AisDataset) and what feeds tf.data: datapoints, record parsers,
+"""The original ``Dataset``/``AisDataset`` API (docs/api.md) and what feeds tf.data: datapoints, record parsers,
 the streamed in-memory load."""
 
 # a user who imported TensorFlow before tar2tf (as the README does) gets its devices

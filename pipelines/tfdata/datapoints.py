@@ -3,7 +3,7 @@
 A datapoint is the (value, label) structure of numpy leaves that
 :func:`transforms.ops.leaves.datapoint` makes of a record (a dict for ``SelectDict`` / lists
 of ops, a tuple for ``SelectList``); this module gives its ``tf.TensorSpec`` structure
-(``spec_of``, the seed's ``output_shapes`` / ``output_types`` overriding what an element
+(``spec_of``, the original API's ``output_shapes`` / ``output_types`` overriding what an element
 shows), fits elements to a spec and stacks them into batches.
 """
 
@@ -24,7 +24,7 @@ def _as_list(x):
 
 
 def spec_of(element: Any, shapes: Any = None, types: Any = None):
-    """``tf.TensorSpec`` structure of an element; ``shapes``/``types`` (seed's
+    """``tf.TensorSpec`` structure of an element; ``shapes``/``types`` (the original API's
     ``output_shapes``/``output_types``) override what the element shows."""
     import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""Seed 000's Python API: ``Dataset(source, ...).load(template, ...)``.
+"""The original ``Dataset`` API (docs/api.md): ``Dataset(source, ...).load(template, ...)``.
 
 ``load`` without ``path`` (or with ``path=""``) returns a streaming ``tf.data.Dataset``; with ``path`` it writes
 TFRecord shards through the conversion pipeline and returns their paths.  Ops run as
@@ -64,7 +64,7 @@ from transforms.tar.sources import resolve
 log = logging.getLogger("tar2tf")
 
 IMAGE_SIZE = (224, 224)
-#: the seed's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
+#: the original API's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
 DEFAULT_VALUE = Convert(Resize(Decode("jpg"), IMAGE_SIZE), "float32")
 #: what path= mode stores for it (uint8, 4x smaller); default_record_parser converts it
 DEFAULT_STORED_VALUE = Resize(Decode("jpg"), IMAGE_SIZE)
@@ -109,7 +109,7 @@ class LoadStats:
 
 
 def location(source: str, proxy_url: Optional[str]) -> str:
-    """Seed's bucket name + proxy -> ``ais://bucket``; URLs and directories unchanged."""
+    """The original API's bucket name + proxy -> ``ais://bucket``; URLs and directories unchanged."""
     if "://" in source:
         return source.rstrip("/")
     if os.path.isdir(source) or source.startswith((".", "/", "~")):
@@ -127,7 +127,7 @@ class Dataset:
 
     ``conversions``: ops applied to each record (``[Decode("jpg"), Resize("jpg", (32, 32))]``).
     ``selections``: ``[value, label]`` (or ``[value]``); default ``["jpg", "cls"]`` when
-    conversions are given, else the seed's 224x224x3 float32 image and int32 ``cls``.
+    conversions are given, else the original API's 224x224x3 float32 image and int32 ``cls``.
     ``sample_stages`` / ``example_stages``: go-tfdata-style stages (callables or Beam
     DoFns) run before the conversions / after encoding (path mode).  ``seed`` seeds random
     ops; ``beam_args`` configure the Beam runner; ``remote_output`` is where a remote
@@ -266,7 +266,7 @@ class Dataset:
                 remote_exec,
                 convert_options,
             )
-        if path is not None and path != "":  # seed 000: an empty path means in memory
+        if path is not None and path != "":  # as in the original API, an empty path means in memory
             return self._to_tfrecords(
                 template,
                 path,
@@ -315,7 +315,7 @@ class Dataset:
         )
         if (
             record_to_example is not None
-        ):  # the seed's record_to_example sees the raw converted record
+        ):  # as in the original API, record_to_example sees the raw converted record
             stages = stages[:-1]
         elif options.get("type_map"):
             # type_map names the record's entries; the selections store them as value/label
@@ -648,11 +648,11 @@ def _unflatten(sel, name, record):
     return record[name]
 
 
-# -- seed 001 aliases ---------------------------------------------------------------------
+# -- the original AisDataset API ----------------------------------------------------------
 
 
 class AisDataset(Dataset):
-    """Seed 001: ``AisDataset(bucket, proxy_url, val_op, label_op, num_workers)``."""
+    """The original ``AisDataset(bucket, proxy_url, val_op, label_op, num_workers)``."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Seed 000's ``path=<generator>``: output shard *i* goes to the *i*-th yielded name.
+"""The original ``Dataset`` API's ``path=<generator>``: output shard *i* goes to the *i*-th yielded name.
 
 The number of shards is only known after packing, so the job writes to a temporary
 ``part-{}`` template first; each finished shard is then moved, in order, to the next

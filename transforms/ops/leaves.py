@@ -1,6 +1,6 @@
 """Selected values as leaves, and the selection stage that writes them into records.
 
-``selections`` is seed 000's list ``[value, label]`` (one item gives value-only
+``selections`` is the original ``Dataset`` API's list ``[value, label]`` (one item gives value-only
 datapoints).  Each item is a selection or op (``"jpg"`` stands for ``Select("jpg")``).
 
 Leaf rules: bytes that are an ASCII decimal integer (``b"3\\n"``, the usual ``.cls``)

@@ -2,8 +2,8 @@
 
 ``Select("cls")`` is the entry itself; ``SelectJSON("json", ["a", 0, "b"])`` a value
 nested in a JSON entry; ``SelectList([...])`` and ``SelectDict({...})`` combine any
-selections or ops.  A plain string stands for ``Select``; a plain list of ops (seed 001's
-``val_op`` lists) stands for a dict keyed by each op's ``ext_name``.
+selections or ops.  A plain string stands for ``Select``; a plain list of ops (the original
+``AisDataset`` API's ``val_op`` lists) stands for a dict keyed by each op's ``ext_name``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class SelectJSON(Op):
     def value(self, record, size_hint=None):
         raw = evaluate(self.what, record)
         if isinstance(raw, (bytes, bytearray, memoryview)):
-            # json.loads on bytes, as the seed did: it detects UTF-8 (with or without a
+            # json.loads on bytes, as the original API did: it detects UTF-8 (with or without a
             # BOM, which RFC 8259 lets parsers ignore), UTF-16 and UTF-32; decoding as
             # UTF-8 first rejected a BOM ("Unexpected UTF-8 BOM") and UTF-16/32 files
             raw = bytes(raw)
@@ -137,7 +137,7 @@ class SelectDict(Op):
 
 
 def as_selection(x: Any) -> Op:
-    """str -> Select; op -> itself; list/tuple of ops -> dict by ``ext_name`` (seed 001)."""
+    """str -> Select; op -> itself; list/tuple of ops -> dict by ``ext_name`` (as ``AisDataset``'s ``val_op``)."""
     if isinstance(x, str):
         return Select(x)
     if isinstance(x, Op):
