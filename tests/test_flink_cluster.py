@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import flink_cluster_fixtures as F
 import pytest
@@ -99,6 +100,36 @@ def test_pool_python_without_beam_is_refused(tmp_path, flink_cluster_setup):
         e.value
     )
     assert flink_procs.load(str(tmp_path / "state")) is None  # nothing was started
+
+
+def test_the_pool_is_started_like_every_other_worker(tmp_path):
+    """The shared worker pool runs as ``python -P -c`` (pipelines.worker_python), not
+    ``python -m``, which would put the current directory first on its path; the PID check
+    recognises it by its command line, and stopping ends it.  No JVM needed."""
+    from launch.flink import pool as flink_pool
+    from pipelines.worker_python import safe_path_flags
+
+    (port,) = F.free_ports(1)
+    state = str(tmp_path / "state")
+    st = {"logs": str(tmp_path), "procs": {}, "pool_port": port, "pool_python": sys.executable}
+    os.makedirs(state)
+    proc = flink_pool.start_pool(st, state)
+    try:
+        deadline = time.time() + 120
+        while not flink_procs.connects(port):
+            assert flink_procs.alive(proc) and time.time() < deadline, open(proc["out"]).read()
+            time.sleep(0.2)
+        with open(f"/proc/{proc['pid']}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        assert argv[1 : 2 + len(safe_path_flags())] == [
+            *(a.encode() for a in safe_path_flags()),
+            b"-c",
+        ], argv
+        assert flink_procs.alive(proc)
+        assert not flink_procs.alive(dict(proc, marker=f"--service_port={port + 1}"))
+    finally:
+        flink_procs.stop_procs([proc])
+    assert not flink_procs.alive(proc)
 
 
 def test_tfrecords_spread_over_both_taskmanagers(session_cluster, shards, tmp_path):

@@ -61,8 +61,25 @@ def alive(proc: dict) -> bool:
         pass
     if not os.path.isdir("/proc/self"):  # not Linux: trust the PID
         return True
-    # a zombie (a child of this process, ended but not yet reaped) has an empty command line
-    return proc["marker"] in _cmdline(pid)
+    # a zombie (a child of this process, ended but not yet reaped) has an empty command
+    # line; so has a process in the middle of its exec, for a moment after Popen returns
+    # (the new program's arguments are not mapped yet): wait that moment out
+    deadline = time.time() + 2
+    while True:
+        cmdline = _cmdline(pid)
+        if cmdline or _state(pid) in ("Z", "") or time.time() > deadline:
+            return proc["marker"] in cmdline
+        time.sleep(0.01)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``R``, ``S``, ``Z`` for a zombie...); "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # the name, in parentheses, may hold spaces and ")": the state follows the last ")"
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
 
 
 def _signal(proc: dict, sig: int) -> None:
