@@ -31,7 +31,7 @@ UTILS_PREFIX = "BASH_JAVA_UTILS_EXEC_RESULT:"
 
 
 CONFIG = """\
-# written by launch/flink
+# written by launch/flink/cluster.py (launch/flink-cluster.sh start)
 jobmanager:
   rpc: {{address: localhost, port: {rpc_port}}}
   bind-host: localhost
@@ -52,7 +52,7 @@ restart-strategy:
 """
 
 LOG4J = """\
-# written by launch/flink: each JVM logs to the file named by -Dlog.file
+# written by launch/flink/cluster.py: each JVM logs to the file named by -Dlog.file
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = File
 appender.file.name = File
