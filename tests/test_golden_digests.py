@@ -112,14 +112,15 @@ def _digests(out: str) -> dict:
 
 def _manifest_digest(out: str, inp: str) -> str:
     """sha256 of the manifest's counts, duplicate-key report, shard rows and reject
-    summary, with this run's directories replaced by OUT and IN."""
+    summary, with this run's directories replaced by OUT and IN, the checkout's by ROOT."""
     names = [n for n in os.listdir(out) if n.endswith(".manifest.json")]
     if not names:
         return ""
     with open(os.path.join(out, names[0])) as f:
         m = json.load(f)
     text = json.dumps({k: m.get(k) for k in MANIFEST_KEYS}, sort_keys=True)
-    return hashlib.sha256(text.replace(out, "OUT").replace(inp, "IN").encode()).hexdigest()
+    text = text.replace(out, "OUT").replace(inp, "IN").replace(ROOT, "ROOT")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _golden() -> dict:
