@@ -45,7 +45,7 @@ from pipelines.job.setup import (
     result_of,
     retyped,
 )
-from pipelines.job.shard import convert_shard, load_verified_piece
+from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
 from transforms.records import Reject
 
 __all__ = ["ConvertConfig", "ConvertResult", "OutputExistsError", "build", "convert", "counters_of"]
@@ -87,8 +87,9 @@ class ConvertShardFn(beam.DoFn):
         for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
-        yield Pickled(info)
+        # its summary only (the sizes stay in its record file); its shard URL may hold
+        # surrogate-escaped bytes (pipelines.job.element_coding)
+        yield Pickled(without_sizes(info))
 
 
 def build(

@@ -37,11 +37,11 @@ from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.beam.distribute import gather, spread
-from pipelines.beam.shuffle import sort_key
 from pipelines.job import cleanup, finalize, output_lock, overlap, replace, workfiles
 from pipelines.job import progress as prog
 from pipelines.job import record as job_record
 from pipelines.job.element_coding import Pickled
+from pipelines.job.piecefiles import sort_key
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script

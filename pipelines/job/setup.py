@@ -17,17 +17,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import transforms
-from pipelines.job import cleanup, finalize, output_lock, overlap, replace
+from pipelines.job import cleanup, finalize, output_lock, overlap, piecefiles, replace
 from pipelines.job import journal as shard_journal
+from pipelines.job import plan as job_plan
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.element_coding import Pickled
+from pipelines.job.shard import without_sizes
 from transforms.records import Reject
 from transforms.sizes import parse_size
 from transforms.stores import dirname, get_store, join
@@ -149,15 +153,23 @@ class ConvertResult:
 
 def plan_shards(pieces, cfg: ConvertConfig):
     """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
-    in-process driver when output names need the shard count)."""
-    return finalize.make_plan(
-        pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard
+    in-process driver when output names need the shard count), streamed from the pieces'
+    record files (``pipelines.job.plan``)."""
+    return job_plan.stream_plan(
+        pieces,
+        cfg.output,
+        parse_size(cfg.max_shard_size),
+        cfg.records_per_shard,
+        cfg.store,
+        cfg.dali_index,
     )
 
 
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]):
     """Stale outputs removed, manifest + rejects written; yields the manifest.  Run again, it
-    writes the same manifest (the work directory is deleted by :func:`result_of`)."""
+    writes the same manifest (the work directory is deleted by :func:`result_of`).
+    ``pieces``: their summaries; the rejects and keys are read from their record files."""
+    pieces = [without_sizes(dict(p)) for p in pieces]
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
@@ -174,10 +186,9 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
             ", ".join(unmatched),
             ", ".join(sorted(schema)),
         )
-    rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
-    by_reason = finalize.rejects_by_reason(rejects)
-    dups = finalize.duplicate_keys(pieces)
+    rejected, by_reason = finalize.reasons_of(pieces, list_rejects)
+    dups = duplicate_keys(pieces, cfg.store)
     if dups["count"]:
         e = dups["examples"][0]
         log.warning(
@@ -200,7 +211,7 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         "totals": totals,
         "duplicate_keys": dups,
         "rejects": {
-            "count": len(rejects),
+            "count": rejected,
             "by_reason": by_reason,
             "path": finalize.companion(cfg.output, ".rejects.jsonl"),
         },
@@ -217,6 +228,9 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
             store.delete(kept + ".idx")
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
+    rejects = itertools.chain(
+        (r.to_dict() for r in list_rejects), piecefiles.rejects_of(pieces, cfg.store)
+    )
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
     replace.end(mpath, cfg.store)
     yield Pickled(manifest)

@@ -37,7 +37,7 @@ from pipelines.job.setup import (
     result_of,
     retyped,
 )
-from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
+from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece, without_sizes
 from pipelines.local import pool as shard_pool
 from pipelines.local import stream as shard_stream
 from transforms.sizes import parse_size
@@ -173,9 +173,10 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
         try:
             for piece in converted:
                 pieces.append(piece)
-                bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+                bar.shard_done(piece["records"], piece["member_bytes"])
                 if stream is not None:
                     stream.add(piece)  # in input order, while later pieces convert
+                without_sizes(piece)  # its summary is all the job keeps
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
@@ -215,7 +216,7 @@ def _placed(
     try:
         for index, url in tasks:
             info = pool.convert(index, url)  # raises a worker's error
-            bar.shard_done(len(info["sizes"]), info["member_bytes"])
+            bar.shard_done(info["records"], info["member_bytes"])
         shards = feed.finish(len(job.urls))
     except BaseException as e:
         if not feed.settled:
@@ -232,7 +233,7 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
     the shards a resumed job's journal already holds."""
     bar = Progress(len(job.urls), job.cfg.progress)
     for piece in resumed.pieces:
-        bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+        bar.shard_done(piece["records"], piece["member_bytes"])
     return bar
 
 

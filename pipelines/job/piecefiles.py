@@ -1,0 +1,147 @@
+"""A piece's per-record facts, kept in the work directory instead of in what crosses the job.
+
+What a converted input shard tells the rest of the job is split by how it grows:
+
+* its *summary* (the dict ``convert_shard`` returns and its JSON sidecar holds): counts,
+  bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
+  Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
+  with the number of input shards, never with the number of records;
+* its *record file* ``piece-NNNNNN.recs`` beside the piece: one numpy ``.npz`` archive
+  holding, per written record, its framed size (``sizes``, int64), a 128-bit hash of its
+  key (``hashes``: what the duplicate-key check compares), its key's bytes (``keys``,
+  NUL-separated: a tar member name holds no NUL), with ``--shuffle`` its sort key
+  (``sort``), and the piece's rejects as JSON lines (``rejects``).
+
+The plan, the duplicate-key check, the shuffle and the rejects file read record files one
+piece at a time (:func:`load`).  The file is written before the sidecar, which is written
+last and holds the record file's CRC-32C (``recs_crc32c``): ``--resume`` trusts a piece
+only when both its data and its record file match (:func:`verified`).  A piece the
+in-process driver keeps in memory has no data file or sidecar, but its record file is
+written all the same: the duplicate-key check of the job's end reads it, also after a
+resume that kept the shard it went into.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+
+from transforms.stores import StoreConfig, get_store
+from transforms.tfrecord import digests
+
+SUFFIX = ".recs"
+HASH = np.dtype([("h0", ">u8"), ("h1", ">u8")])  # big-endian: numeric order = byte order
+SORT = np.dtype([("k0", ">u8"), ("k1", ">u4")])  # the shuffle's 12-byte sort key
+
+
+def url_of(piece_url: str) -> str:
+    """``.../piece-000001.tfrecord`` -> ``.../piece-000001.recs`` (whose sidecar, for the
+    clean-up of a failed job, is the piece's: ``workfiles.sidecar_of``)."""
+    head, dot, ext = piece_url.rpartition(".")
+    return (head if dot and "/" not in ext else piece_url) + SUFFIX
+
+
+def key_bytes(key: str) -> bytes:
+    # the key's own bytes, also where they are no UTF-8 (pipelines.job.element_coding)
+    return key.encode("utf-8", "surrogateescape")
+
+
+def sort_key(seed: Optional[int], shard: int, key: str) -> bytes:
+    """The shuffle's order of a record: ``sha256(seed, input shard index, key)``, 12 bytes."""
+    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[
+        :12
+    ]
+
+
+def key_hash(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def encode(
+    sizes: List[int],
+    keys: List[str],
+    rejects: List[Dict[str, Any]],
+    sort: Optional[List[bytes]] = None,
+) -> bytes:
+    """The record file's bytes."""
+    raw = [key_bytes(k) for k in keys]
+    arrays = {
+        "sizes": np.asarray(sizes, dtype="<i8"),
+        "hashes": np.frombuffer(b"".join(key_hash(k) for k in raw), dtype=HASH),
+        "keys": np.frombuffer(b"\0".join(raw), dtype=np.uint8),
+        "rejects": np.frombuffer(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode(), np.uint8
+        ),
+    }
+    if sort is not None:
+        arrays["sort"] = np.frombuffer(b"".join(sort), dtype=SORT)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def write(piece_url: str, data: bytes, config: Optional[StoreConfig] = None) -> str:
+    """Store a piece's record file (atomically, as every store write); its CRC-32C."""
+    get_store(piece_url, config).write_bytes(url_of(piece_url), data)
+    d = digests.new("crc32c")
+    d.update(data)
+    return digests.hexdigest(d)
+
+
+class Records:
+    """One piece's record file, read whole (one piece's worth of memory)."""
+
+    def __init__(self, data: bytes):
+        self._z = np.load(io.BytesIO(data), allow_pickle=False)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._z[name]
+
+    def key(self, r: int) -> str:
+        """Record ``r``'s key."""
+        raw = self._z["keys"].tobytes().split(b"\0")
+        return raw[r].decode("utf-8", "surrogateescape")
+
+    def rejects(self) -> List[Dict[str, Any]]:
+        text = self._z["rejects"].tobytes().decode()
+        return [json.loads(line) for line in text.splitlines()]
+
+
+def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Records:
+    url = url_of(summary["piece"])
+    return Records(get_store(url, config).read_bytes(url))
+
+
+def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> np.ndarray:
+    """The framed sizes of a piece's written records (none read for an empty piece)."""
+    if not summary["records"]:
+        return np.zeros(0, dtype="<i8")
+    return load(summary, config)["sizes"]
+
+
+def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:
+    """Whether the piece's record file is there with the CRC-32C its sidecar holds."""
+    want = summary.get("recs_crc32c")
+    if not want:
+        return False
+    url = url_of(summary["piece"])
+    try:
+        data = get_store(url, config).read_bytes(url)
+    except (FileNotFoundError, OSError):
+        return False
+    d = digests.new("crc32c")
+    d.update(data)
+    return digests.hexdigest(d) == want
+
+
+def rejects_of(
+    summaries: Iterable[Dict[str, Any]], config: Optional[StoreConfig] = None
+) -> Iterable[Dict[str, Any]]:
+    """The rejects of the pieces, in input order, one piece's at a time."""
+    for s in sorted(summaries, key=lambda s: s["index"]):
+        if s.get("records_rejected", 0) or s.get("shards_rejected", 0):
+            yield from load(s, config).rejects()
