@@ -43,8 +43,7 @@ def _rows(pieces: List[Dict[str, Any]], config) -> Iterator[np.ndarray]:
     for p in pieces:
         if not p["records"]:
             continue
-        recs = piecefiles.load(p, config)
-        sort, sizes = recs["sort"], recs["sizes"]
+        sort, sizes = piecefiles.member(p, "sort", config), piecefiles.member(p, "sizes", config)
         rows = np.empty(len(sizes), dtype=ROW)
         rows["k0"], rows["k1"] = sort["k0"], sort["k1"]
         rows["p"], rows["r"], rows["s"] = p["index"], np.arange(len(sizes)), sizes
@@ -71,7 +70,7 @@ def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:
 def _scatter(piece: Dict[str, Any], plan: Dict[str, Any], cfg):
     if not piece["records"]:
         return
-    sort = piecefiles.load(piece, cfg.store)["sort"].tobytes()
+    sort = piecefiles.member(piece, "sort", cfg.store).tobytes()
     firsts = plan["firsts"]
     with get_store(piece["piece"], cfg.store).open_read(piece["piece"]) as f:
         for r, (_, payload) in enumerate(iter_frames(f)):

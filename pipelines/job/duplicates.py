@@ -48,7 +48,7 @@ def duplicate_keys(
     """``{"count", "examples": [{"key", "first", "again"}]}`` over the pieces' summaries;
     ``hashes_of`` / ``key_of``: a piece's key hashes / one of its keys (default: its
     record file)."""
-    hashes_of = hashes_of or (lambda p: piecefiles.load(p, config)["hashes"])
+    hashes_of = hashes_of or (lambda p: piecefiles.member(p, "hashes", config))
     key_of = key_of or (lambda p, r: piecefiles.load(p, config).key(r))
     pieces = sorted(pieces, key=lambda p: p["index"])
     # pieces of one shard URL (an input listed twice) share an id: "another shard" is

@@ -1,13 +1,13 @@
-"""Finalization: pack per-input-shard pieces into final shards, atomically, with a manifest.
+"""Finalization: write final shards from pieces, atomically, and the manifest.
 
-Why this shape: every input shard is converted into one *piece* (a TFRecord file) plus a
-JSON *sidecar* holding its framed record sizes, rejects and counts.  Pieces are named by
-input shard index, so what a worker wrote never depends on bundling or worker count.  The
-plan then packs the records of all pieces, in input order, into final shards with the
-greedy rule of :func:`transforms.tfrecord.pack`; since TFRecord files concatenate
-byte-wise, writing a final shard is a copy of byte ranges -- no record is parsed or
-re-framed.  Each final shard is written under a temporary name and renamed when complete
-(:class:`ShardFile`).  The plan here serves runners whose pieces are only known together;
+Why this shape: every input shard is converted into one *piece* (a TFRecord file), its
+record file (``pipelines.job.piecefiles``: framed record sizes, keys, rejects) and a JSON
+*sidecar* holding its summary.  Pieces are named by input shard index, so what a worker
+wrote never depends on bundling or worker count.  The plan (``pipelines.job.plan``) packs
+the records of all pieces, in input order, into final shards with the greedy rule of
+:func:`transforms.tfrecord.pack`; since TFRecord files concatenate byte-wise, writing a
+final shard is a copy of byte ranges -- no record is parsed or re-framed.  Each final
+shard is written under a temporary name and renamed when complete (:class:`ShardFile`).
 ``pipelines.local.stream`` applies the same rule while the pieces arrive.
 """
 

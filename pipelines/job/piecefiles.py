@@ -6,8 +6,9 @@ What a converted input shard tells the rest of the job is split by how it grows:
   bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
   Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
   with the number of input shards, never with the number of records;
-* its *record file* ``piece-NNNNNN.recs`` beside the piece: one numpy ``.npz`` archive
-  holding, per written record, its framed size (``sizes``, int64), a 128-bit hash of its
+* its *record file* ``piece-NNNNNN.recs`` beside the piece: a few flat arrays (a JSON
+  header naming each one's dtype, offset and length, then their bytes) holding, per
+  written record, its framed size (``sizes``, int64), a 128-bit hash of its
   key (``hashes``: what the duplicate-key check compares), its key's bytes (``keys``,
   NUL-separated: a tar member name holds no NUL), with ``--shuffle`` its sort key
   (``sort``), and the piece's rejects as JSON lines (``rejects``).
@@ -23,15 +24,19 @@ resume that kept the shard it went into.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from transforms.stores import StoreConfig, get_store
+from transforms.stores import StoreConfig, get_store, split_url
 from transforms.tfrecord import digests
+
+try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
+    from _blake2 import blake2b
+except ImportError:  # not CPython
+    from hashlib import blake2b
 
 SUFFIX = ".recs"
 HASH = np.dtype([("h0", ">u8"), ("h1", ">u8")])  # big-endian: numeric order = byte order
@@ -52,13 +57,18 @@ def key_bytes(key: str) -> bytes:
 
 def sort_key(seed: Optional[int], shard: int, key: str) -> bytes:
     """The shuffle's order of a record: ``sha256(seed, input shard index, key)``, 12 bytes."""
+    import hashlib  # only a shuffled job, a Beam job, needs it
+
     return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[
         :12
     ]
 
 
 def key_hash(key: bytes) -> bytes:
-    return hashlib.blake2b(key, digest_size=16).digest()
+    return blake2b(key, digest_size=16).digest()
+
+
+MAGIC = b"tar2tf-recs\n"
 
 
 def encode(
@@ -79,9 +89,29 @@ def encode(
     }
     if sort is not None:
         arrays["sort"] = np.frombuffer(b"".join(sort), dtype=SORT)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
+    return pack(arrays)
+
+
+def pack(arrays: Dict[str, np.ndarray]) -> bytes:
+    """Flat arrays as one file: magic, header length (8 bytes), JSON header, bytes."""
+    members, off = {}, 0
+    for name, a in arrays.items():
+        members[name] = [off, a.nbytes, a.dtype.descr if a.dtype.names else a.dtype.str]
+        off += a.nbytes
+    head = json.dumps(members).encode()
+    parts = [MAGIC, len(head).to_bytes(8, "little"), head]
+    return b"".join(parts + [np.ascontiguousarray(a).tobytes() for a in arrays.values()])
+
+
+def _dtype(d) -> np.dtype:
+    return np.dtype([tuple(f) for f in d]) if isinstance(d, list) else np.dtype(d)
+
+
+def _header(f) -> Tuple[Dict[str, Any], int]:
+    if f.read(len(MAGIC)) != MAGIC:
+        raise ValueError("not a tar2tf record file")
+    n = int.from_bytes(f.read(8), "little")
+    return json.loads(f.read(n)), len(MAGIC) + 8 + n
 
 
 def write(piece_url: str, data: bytes, config: Optional[StoreConfig] = None) -> str:
@@ -96,18 +126,21 @@ class Records:
     """One piece's record file, read whole (one piece's worth of memory)."""
 
     def __init__(self, data: bytes):
-        self._z = np.load(io.BytesIO(data), allow_pickle=False)
+        f = io.BytesIO(data)
+        self._members, self._base = _header(f)
+        self._data = data
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._z[name]
+        off, n, dt = self._members[name]
+        start = self._base + off
+        return np.frombuffer(self._data[start : start + n], dtype=_dtype(dt))
 
     def key(self, r: int) -> str:
         """Record ``r``'s key."""
-        raw = self._z["keys"].tobytes().split(b"\0")
-        return raw[r].decode("utf-8", "surrogateescape")
+        return self["keys"].tobytes().split(b"\0")[r].decode("utf-8", "surrogateescape")
 
     def rejects(self) -> List[Dict[str, Any]]:
-        text = self._z["rejects"].tobytes().decode()
+        text = self["rejects"].tobytes().decode()
         return [json.loads(line) for line in text.splitlines()]
 
 
@@ -116,11 +149,27 @@ def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Recor
     return Records(get_store(url, config).read_bytes(url))
 
 
+def member(summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None) -> np.ndarray:
+    """One array of a piece's record file; from a local file, only that array is read
+    (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
+    url = url_of(summary["piece"])
+    if split_url(url)[0] != "":
+        return load(summary, config)[name]
+    with open(url, "rb") as f:
+        members, base = _header(f)
+        off, n, dt = members[name]
+        f.seek(base + off)
+        data = f.read(n)
+    if len(data) != n:
+        raise IOError(f"{url} is shorter than its header says")
+    return np.frombuffer(data, dtype=_dtype(dt))
+
+
 def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> np.ndarray:
     """The framed sizes of a piece's written records (none read for an empty piece)."""
     if not summary["records"]:
         return np.zeros(0, dtype="<i8")
-    return load(summary, config)["sizes"]
+    return member(summary, "sizes", config)
 
 
 def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:

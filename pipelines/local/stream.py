@@ -1,7 +1,7 @@
 """Final TFRecord shards written while the input shards are still converting (the
 in-process driver's way to write them).
 
-The planned path (``pipelines.job.finalize.make_plan`` + ``write_shard``, which the Beam graph
+The planned path (``pipelines.job.plan.stream_plan`` + ``write_shard``, which the Beam graph
 takes) waits for every piece, then copies byte ranges into final shards.  Here pieces are
 taken in input order as they finish (:class:`PieceFeed`: offered in any order, from any
 thread), and their frames go straight into the open final shard, under the same greedy
