@@ -20,8 +20,24 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-# rows per bucket: 2 M rows of <= 32 bytes is 64 MB, plus a sort's index arrays
-BUCKET_ROWS = 2_000_000
+# rows per bucket: 250 k rows of <= 32 bytes is 8 MB, plus a sort's copies and index
+# arrays (about 4 times that): small next to a driver's own footprint, and 2^12 bucket
+# files at 10^9 records
+BUCKET_ROWS = 250_000
+
+
+def _open_files(n: int) -> None:
+    """Allow this process ``n`` more open files than now, where its hard limit allows."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = n + 256
+        if soft != resource.RLIM_INFINITY and soft < want:
+            top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # the open() of a bucket file then says what is missing
 
 
 def bucket_bits(total: int, per_bucket: int = BUCKET_ROWS) -> int:
@@ -41,6 +57,7 @@ def buckets(
         return
     first = dtype.names[0]
     shift = np.uint64(8 * dtype[first].itemsize - bits)
+    _open_files(1 << bits)
     with tempfile.TemporaryDirectory(prefix="tar2tf-buckets-") as d:
         files = [open(os.path.join(d, f"{b:05d}"), "wb") for b in range(1 << bits)]
         try:

@@ -292,14 +292,14 @@ def check_outputs(
     raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
 
 
-def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
-    """What the job is: its work directory's fingerprint and record (``pipelines.job.record``)."""
-    return {
-        "inputs": inputs,
-        "options": cfg.describe(),
-        "output": cfg.output,
-        "v": transforms.__version__,
-    }
+def job_of(cfg, inputs: List[str]) -> Dict[str, Any]:
+    """What the job is, for either format: its work directory's fingerprint and record
+    (``pipelines.job.record``).  A TFRecord job's names its output; a PCR job's does not
+    (``PcrConfig.output_in_identity``: its work directory is inside its output)."""
+    job = {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
+    if getattr(cfg, "output_in_identity", True):
+        job["output"] = cfg.output
+    return job
 
 
 def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
@@ -312,10 +312,15 @@ def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
     )
 
 
-def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
-    """Same inputs + options + output -> same work dir, which is what makes ``resume``
-    find pieces (and only this job's: another output's journal lists other shards)."""
+def work_dir_for(cfg, inputs: List[str]) -> str:
+    """Same job (:func:`job_of`) -> same work dir, which is what makes ``resume`` find
+    pieces or unit blobs (and only this job's: another output's journal lists other
+    shards).  Under ``cfg.work_root()`` where the config has one (PCR: inside its output
+    directory), else ``cfg.work_dir`` or ``.tar2tf-work`` beside the output."""
     key = json.dumps(job_of(cfg, inputs), sort_keys=True)
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
+    if hasattr(cfg, "work_root"):
+        root = cfg.work_root()
+    else:
+        root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
     return join(root, fp)
