@@ -33,6 +33,7 @@ from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.element_coding import Pickled
 from pipelines.job.shard import without_sizes
 from transforms.records import Reject
+from transforms.redact import redact_obj
 from transforms.sizes import parse_size
 from transforms.stores import dirname, get_store, join
 from transforms.tar.sources import resolve
@@ -95,15 +96,20 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
         raise
 
 
-def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
-    """The finished job's result, from the manifest it wrote; its work directory deleted."""
+def result_of(
+    job: Job, counters: Dict[str, int], manifest: Optional[Dict[str, Any]] = None
+) -> "ConvertResult":
+    """The finished job's result, from its manifest (``manifest``: what :func:`finish`
+    returned in this process; else read back, as a Beam job's last step wrote it on a
+    worker); its work directory deleted."""
     cfg = job.cfg
     cleanup.remove_work(job.work, cfg.store)
     if job.lock is not None:
         job.lock.release()
         job.lock.check()  # another job took the output over while this one ran: fail
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
-    manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
+    if manifest is None:
+        manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     rejected = manifest["rejects"]["count"]
     return ConvertResult(
         paths=[s["path"] for s in manifest["shards"]],
@@ -166,10 +172,18 @@ def plan_shards(pieces, cfg: ConvertConfig):
 
 
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]):
-    """Stale outputs removed, manifest + rejects written; yields the manifest.  Run again, it
-    writes the same manifest (the work directory is deleted by :func:`result_of`).
+    """:func:`finish` as the Beam graph's last step (a FlatMap): yields the manifest."""
+    yield Pickled(finish(shards, pieces, cfg, list_rejects, inputs))
+
+
+def finish(
+    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]
+) -> Dict[str, Any]:
+    """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
+    it writes the same manifest (the work directory is deleted by :func:`result_of`).
     ``pieces``: their summaries; the rejects and keys are read from their record files."""
-    pieces = [without_sizes(dict(p)) for p in pieces]
+    # (a copy only of a piece that still carries its sizes: the caller's stays whole)
+    pieces = [without_sizes(dict(p)) if "sizes" in p or "frames" in p else p for p in pieces]
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
@@ -233,7 +247,8 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
     )
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
     replace.end(mpath, cfg.store)
-    yield Pickled(manifest)
+    # the manifest as the file holds it (redacted, JSON types), for a caller in this process
+    return json.loads(json.dumps(redact_obj(manifest)))
 
 
 def check_outputs(

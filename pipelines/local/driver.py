@@ -30,7 +30,7 @@ from pipelines.job.setup import (
     ConvertResult,
     Job,
     cleaned_on_failure,
-    finish_job,
+    finish,
     plan_shards,
     prepare,
     record_job,
@@ -240,13 +240,13 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
 def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
     """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
     ``num_workers``: for a second pass of a job whose features had several types."""
-    next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls)))
+    manifest = finish(shards, pieces, job.cfg, job.list_rejects, job.urls)
     # the counts a Beam job's counters hold, from the pieces this process saw
     counters = {"shards_rejected": len(job.list_rejects), "shards_resumed": resumed}
     for piece in pieces:
         for name, n in finalize.piece_counts(piece).items():
             counters[name] = counters.get(name, 0) + n
-    res = result_of(job, counters)
+    res = result_of(job, counters, manifest)
     again = retyped(job.cfg, res.manifest)
     return res if again is None else convert_in_process(again, num_workers)
 
