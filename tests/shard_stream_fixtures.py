@@ -7,6 +7,7 @@ import random
 import time
 
 from pipelines.job import finalize
+from pipelines.job.plan import stream_plan
 from pipelines.local.stream import ShardStream
 
 
@@ -18,15 +19,15 @@ def _pieces(d, layout, seed=0):
         path = os.path.join(d, f"piece-{i:06d}.tfrecord")
         with open(path, "wb") as f:
             f.write(rnd.randbytes(sum(sizes)))
-        out.append({"index": i, "piece": path, "sizes": list(sizes)})
+        out.append({"index": i, "piece": path, "sizes": list(sizes), "records": len(sizes)})
     return out
 
 
 def _planned(pieces, output, max_bytes, max_records, dali):
-    return [
-        finalize.write_shard(t, None, dali)
-        for t in finalize.make_plan(pieces, output, max_bytes, max_records)
-    ]
+    tasks = stream_plan(
+        pieces, output, max_bytes, max_records, None, dali, sizes_of=lambda p: p["sizes"]
+    )
+    return [finalize.write_shard(t, None, dali) for t in tasks]
 
 
 def _frames_of(p):

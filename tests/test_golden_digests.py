@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -73,7 +74,23 @@ JOBS = {
         "cls:int64",
     ],
     "pcr": ["pcr", DEMO, "--output", "OUT", "--images-per-record", "20", "--seed", "3"],
+    # the planned path (shard names that need the count), both bounds, DALI indexes, and an
+    # input shard whose keys an earlier one had (the manifest's duplicate report is pinned)
+    "planned-dup": [
+        "convert",
+        DEMO,
+        "IN/again.tar",
+        "--output",
+        "OUT/p.record",
+        "--max-shard-size",
+        "150KB",
+        "--records-per-shard",
+        "25",
+        "--dali-index",
+    ],
 }
+# what of a job's manifest is pinned besides its files' bytes (paths made relative)
+MANIFEST_KEYS = ("totals", "duplicate_keys", "shards", "rejects")
 
 
 def _digests(out: str) -> dict:
@@ -91,6 +108,19 @@ def _digests(out: str) -> dict:
             with open(p, "rb") as f:
                 got[name] = hashlib.sha256(f.read()).hexdigest()
     return got
+
+
+def _manifest_digest(out: str, inp: str) -> str:
+    """sha256 of the manifest's counts, duplicate-key report, shard rows and reject
+    summary, with this run's directories replaced by OUT and IN, the checkout's by ROOT."""
+    names = [n for n in os.listdir(out) if n.endswith(".manifest.json")]
+    if not names:
+        return ""
+    with open(os.path.join(out, names[0])) as f:
+        m = json.load(f)
+    text = json.dumps({k: m.get(k) for k in MANIFEST_KEYS}, sort_keys=True)
+    text = text.replace(out, "OUT").replace(inp, "IN").replace(ROOT, "ROOT")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _golden() -> dict:
@@ -112,8 +142,9 @@ def _check(name: str, got: dict) -> None:
     assert got == _golden()[name], f"{name}: output bytes differ from the pinned digests"
 
 
-def _tar2tf(args, out, extra=()):
-    cmd = [sys.executable, "-m", "launch.cli"] + [a.replace("OUT", out) for a in args] + list(extra)
+def _tar2tf(args, out, extra=(), inp=""):
+    args = [a.replace("OUT", out).replace("IN/", inp + "/") for a in args]
+    cmd = [sys.executable, "-m", "launch.cli"] + args + list(extra)
     # Beam's local runner as a user gets it (its multi_processing mode), not the suite's
     env = dict(os.environ, **DEFAULT_MODE_ENV)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -136,8 +167,15 @@ CASES = [
 
 @pytest.mark.parametrize("job,runner", CASES)
 def test_job_bytes_are_pinned(job, runner, tmp_path):
-    _tar2tf(JOBS[job], str(tmp_path), RUNNERS[runner])
-    _check(job, _digests(str(tmp_path)))
+    out, inp = tmp_path / "out", tmp_path / "in"
+    out.mkdir()
+    inp.mkdir()
+    shutil.copy(DEMO.replace("{0..3}", "0"), inp / "again.tar")  # demo-0's keys again
+    _tar2tf(JOBS[job], str(out), RUNNERS[runner], str(inp))
+    got = _digests(str(out))
+    if job == "planned-dup":
+        got["manifest"] = _manifest_digest(str(out), str(inp))
+    _check(job, got)
 
 
 def _element_digest(ds) -> str:

@@ -5,10 +5,12 @@ do the work themselves; nothing in it reaches back to the launching process::
 
     Shards:        Create[(index, url)]                 one element per input shard
     SpreadShards:  (index, url) by index                names, not bytes, cross the shuffle
-    ConvertShard:  (index, url) -> piece info           fetch, tar, ops, encode; the piece's
-                                                        frames + sidecar in the work directory
-    GatherPieces:  [piece info]                         every piece's sizes, in input order
-    Plan:          [piece info] -> final shard tasks    greedy packing over all record sizes
+    ConvertShard:  (index, url) -> piece summary        fetch, tar, ops, encode; the piece's
+                                                        frames, record file and sidecar in
+                                                        the work directory
+    GatherPieces:  [piece summary]                      counts, never one entry per record
+    Plan:          [piece summary] -> shard tasks       greedy packing, streamed over each
+                                                        piece's sizes (pipelines.job.plan)
     SpreadWrites:  shard task by index
     WriteShard:    shard task -> shard row              copy byte ranges, atomic rename
     GatherShards + Manifest                             stale outputs gone, manifest + rejects
@@ -45,7 +47,7 @@ from pipelines.job.setup import (
     result_of,
     retyped,
 )
-from pipelines.job.shard import convert_shard, load_verified_piece
+from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
 from transforms.records import Reject
 
 __all__ = ["ConvertConfig", "ConvertResult", "OutputExistsError", "build", "convert", "counters_of"]
@@ -87,8 +89,9 @@ class ConvertShardFn(beam.DoFn):
         for name, n in finalize.piece_counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
-        yield Pickled(info)
+        # its summary only (the sizes stay in its record file); its shard URL may hold
+        # surrogate-escaped bytes (pipelines.job.element_coding)
+        yield Pickled(without_sizes(info))
 
 
 def build(

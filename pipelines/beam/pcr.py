@@ -37,11 +37,12 @@ from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.convert import ConvertResult, OutputExistsError, counters_of
 from pipelines.beam.distribute import gather, spread
-from pipelines.beam.shuffle import sort_key
 from pipelines.job import cleanup, finalize, output_lock, overlap, replace, workfiles
 from pipelines.job import progress as prog
 from pipelines.job import record as job_record
 from pipelines.job.element_coding import Pickled
+from pipelines.job.piecefiles import sort_key
+from pipelines.job.setup import job_of, work_dir_for
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
@@ -75,6 +76,13 @@ class PcrConfig:
     resume: bool = False  # reuse verified unit blobs of an interrupted run
     progress: Optional[bool] = None  # None: a bar when stderr is a terminal (local runs)
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+
+    # the job's identity (pipelines.job.setup.job_of) leaves the output out: the work
+    # directory is inside it
+    output_in_identity = False
+
+    def work_root(self) -> str:
+        return join(self.output, ".tar2tf-work")
 
     def describe(self) -> Dict[str, Any]:
         return {
@@ -339,17 +347,6 @@ def list_units(cfg: PcrConfig):
         raise ValueError(f"unknown input format {cfg.input_format!r} (auto, imagefolder, tar)")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
-
-
-def job_of(cfg: PcrConfig, inputs: List[str]) -> Dict[str, Any]:
-    """What the job is: its work directory's fingerprint and record (``pipelines.job.record``)."""
-    return {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
-
-
-def work_dir_for(cfg: PcrConfig, inputs: List[str]) -> str:
-    """Same inputs + options -> same work dir, which is what lets ``resume`` find unit blobs."""
-    key = json.dumps(job_of(cfg, inputs), sort_keys=True)
-    return join(join(cfg.output, ".tar2tf-work"), hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def _shown(key: str, value: Any) -> str:

@@ -1,11 +1,19 @@
 """Global, seeded shuffle of records across output shards (``--shuffle --seed S``).
 
-Each record gets a sort key ``sha256(seed, input shard index, record key)``; the order of all
-records by that key is the output order, packed into shards by the same greedy size rule
-as the unshuffled path.  Records then move through Beam's shuffle exactly once: every
-piece is read by one worker, each record is keyed by its final shard, a GroupByKey brings
-a shard's records together, and the writer orders them by rank.  The result depends only
-on the inputs, the options and the seed.
+Each record gets a sort key ``sha256(seed, input shard index, record key)`` (computed as
+its piece is converted, kept in the piece's record file: ``pipelines.job.piecefiles``);
+the order of all records by that key (ties: input order) is the output order, packed
+into shards by the same greedy size rule as the unshuffled path.  Records then move
+through Beam's shuffle exactly once: every piece is read by one worker, each record is
+keyed by its final shard, a GroupByKey brings a shard's records together, and the writer
+orders them.  The result depends only on the inputs, the options and the seed.
+
+The plan never holds every record: the sort keys of all pieces are grouped by their
+leading bits in buckets (``pipelines.job.external``) -- bucket order is key order, since
+the keys are hashes -- and each bucket, sorted, feeds the packing rule.  What the plan
+passes on is each final shard's first record in that order (its sort key, piece and
+record): a list as long as the shard count, the side input of every worker, which finds
+a record's shard by bisection.
 
 Cost: every record crosses the shuffle once (the unshuffled path copies byte ranges
 instead), and one final shard's records are held by one worker while it is written, so
@@ -14,59 +22,67 @@ instead), and one final shard's records are held by one worker while it is writt
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Dict, List, Tuple
+import bisect
+from typing import Any, Dict, Iterator, List, Tuple
 
 import apache_beam as beam
+import numpy as np
 
-from pipelines.job import finalize
+from pipelines.job import external, names, piecefiles
+from pipelines.job.finalize import ShardFile
+from pipelines.job.plan import Packing
 from transforms.sizes import parse_size
 from transforms.stores import get_store
-from transforms.tfrecord.framing import iter_frames, pack
+from transforms.tfrecord.framing import frame, iter_frames
+
+ROW = np.dtype([("k0", ">u8"), ("k1", ">u4"), ("p", "<i4"), ("r", "<i4"), ("s", "<i8")])
+Position = Tuple[bytes, int, int]  # (sort key, piece index, record): a record's place
 
 
-def sort_key(seed: int, shard: int, key: str) -> bytes:
-    # the key's own bytes, also where they are no UTF-8 (pipelines.job.element_coding)
-    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[
-        :12
-    ]
+def _rows(pieces: List[Dict[str, Any]], config) -> Iterator[np.ndarray]:
+    for p in pieces:
+        if not p["records"]:
+            continue
+        sort, sizes = piecefiles.member(p, "sort", config), piecefiles.member(p, "sizes", config)
+        rows = np.empty(len(sizes), dtype=ROW)
+        rows["k0"], rows["k1"] = sort["k0"], sort["k1"]
+        rows["p"], rows["r"], rows["s"] = p["index"], np.arange(len(sizes)), sizes
+        yield rows
+
+
+def _position(row) -> Position:
+    key = int(row["k0"]).to_bytes(8, "big") + int(row["k1"]).to_bytes(4, "big")
+    return key, int(row["p"]), int(row["r"])
 
 
 def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:
-    """Final shard names and, per piece, (shard index, rank) for each of its records."""
+    """Final shard names and the position of each shard's first record."""
     pieces = sorted(pieces, key=lambda p: p["index"])
-    order: List[Tuple[bytes, int, int, int]] = []
-    for pi, p in enumerate(pieces):
-        for ri, (k, size) in enumerate(zip(p["keys"], p["sizes"])):
-            order.append((sort_key(cfg.seed, p["index"], k), pi, ri, size))
-    order.sort()
-    spans = pack([o[3] for o in order], parse_size(cfg.max_shard_size), cfg.records_per_shard)
-    names = finalize.shard_names(cfg.output, len(spans))
-    where: Dict[str, List[Tuple[int, int]]] = {p["piece"]: [None] * len(p["sizes"]) for p in pieces}
-    for si, (a, b) in enumerate(spans):
-        for rank, (_, pi, ri, _) in enumerate(order[a:b]):
-            where[pieces[pi]["piece"]][ri] = (si, rank)
-    return {"names": names, "where": where}
+    total = sum(p["records"] for p in pieces)
+    packing = Packing(parse_size(cfg.max_shard_size), cfg.records_per_shard)
+    firsts: List[Position] = []
+    for rows in external.buckets(_rows(pieces, cfg.store), ROW, total):
+        rows = rows[np.lexsort((rows["r"], rows["p"], rows["k1"], rows["k0"]))]
+        firsts.extend(_position(rows[i]) for i in packing.starts(rows["s"]))
+    return {"names": names.shard_names(cfg.output, len(firsts)), "firsts": firsts}
 
 
 def _scatter(piece: Dict[str, Any], plan: Dict[str, Any], cfg):
-    slots = plan["where"][piece["piece"]]
-    if not slots:
+    if not piece["records"]:
         return
+    sort = piecefiles.member(piece, "sort", cfg.store).tobytes()
+    firsts = plan["firsts"]
     with get_store(piece["piece"], cfg.store).open_read(piece["piece"]) as f:
-        for (shard, rank), (_, payload) in zip(slots, iter_frames(f)):
-            yield shard, (rank, payload)
+        for r, (_, payload) in enumerate(iter_frames(f)):
+            at = (sort[12 * r : 12 * r + 12], piece["index"], r)
+            yield bisect.bisect_right(firsts, at) - 1, (at, payload)
 
 
 def _write(item, plan: Dict[str, Any], cfg):
-    shard, ranked = item
-    ranked = sorted(ranked, key=lambda rp: rp[0])
-    path = plan["names"][shard]
-    from transforms.tfrecord.framing import frame
-
-    shard = finalize.ShardFile(path, cfg.store, cfg.dali_index)
+    shard, placed = item
+    shard = ShardFile(plan["names"][shard], cfg.store, cfg.dali_index)
     try:
-        for _, p in ranked:
+        for _, p in sorted(placed, key=lambda ap: ap[0]):
             fr = frame(p)
             shard.write((fr,), (len(fr),))
     except BaseException as e:

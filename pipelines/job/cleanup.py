@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Optional
 
-from pipelines.job import finalize, workfiles
+from pipelines.job import finalize, piecefiles, workfiles
 from pipelines.job import record as job_record
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
@@ -58,8 +58,11 @@ def after_failure(
         for dirpath, _, files in os.walk(work):
             for fn in files:
                 path = os.path.join(dirpath, fn)
+                # a record file stays whole: a piece the in-process driver held in memory
+                # has no sidecar, and the journaled shards' pieces are read at the end
                 if LOCAL_TEMP.match(fn) or (
-                    not fn.endswith(".json") and not os.path.exists(workfiles.sidecar_of(path))
+                    not fn.endswith((".json", piecefiles.SUFFIX))
+                    and not os.path.exists(workfiles.sidecar_of(path))
                 ):
                     _unlink(path)
                     continue

@@ -1,13 +1,13 @@
-"""Finalization: pack per-input-shard pieces into final shards, atomically, with a manifest.
+"""Finalization: write final shards from pieces, atomically, and the manifest.
 
-Why this shape: every input shard is converted into one *piece* (a TFRecord file) plus a
-JSON *sidecar* holding its framed record sizes, rejects and counts.  Pieces are named by
-input shard index, so what a worker wrote never depends on bundling or worker count.  The
-plan then packs the records of all pieces, in input order, into final shards with the
-greedy rule of :func:`transforms.tfrecord.pack`; since TFRecord files concatenate
-byte-wise, writing a final shard is a copy of byte ranges -- no record is parsed or
-re-framed.  Each final shard is written under a temporary name and renamed when complete
-(:class:`ShardFile`).  The plan here serves runners whose pieces are only known together;
+Why this shape: every input shard is converted into one *piece* (a TFRecord file), its
+record file (``pipelines.job.piecefiles``: framed record sizes, keys, rejects) and a JSON
+*sidecar* holding its summary.  Pieces are named by input shard index, so what a worker
+wrote never depends on bundling or worker count.  The plan (``pipelines.job.plan``) packs
+the records of all pieces, in input order, into final shards with the greedy rule of
+:func:`transforms.tfrecord.pack`; since TFRecord files concatenate byte-wise, writing a
+final shard is a copy of byte ranges -- no record is parsed or re-framed.  Each final
+shard is written under a temporary name and renamed when complete (:class:`ShardFile`).
 ``pipelines.local.stream`` applies the same rule while the pieces arrive.
 """
 
@@ -16,133 +16,32 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+# the names this module once defined, for its importers
+from pipelines.job.names import (  # noqa: F401
+    companion,
+    existing_outputs,
+    output_pattern,
+    shard_names,
+    stale_temporaries,
+)
 from transforms.records import Reject
 from transforms.stores import (
-    LOCAL_TEMP,
     Store,
     StoreConfig,
-    basename,
     get_store,
     split_url,
     writeback,
 )
 from transforms.tfrecord import digests
-from transforms.tfrecord.framing import pack
 
 log = logging.getLogger("tar2tf")
 COPY_CHUNK = 1 << 20
 # a local shard's appended bytes go to the device in ranges of this size while it fills
 # (transforms.stores.writeback), so that closing it does not wait for all of them
 WRITEBACK_CHUNK = 8 << 20
-
-
-# -- names ------------------------------------------------------------------------------
-
-
-def _split_ext(url: str) -> Tuple[str, str]:
-    base = basename(url)
-    stem, dot, ext = base.rpartition(".")
-    if not dot or not stem:
-        return url, ""
-    return url[: len(url) - len(ext) - 1], "." + ext
-
-
-def shard_names(output: str, n: int) -> List[str]:
-    """Final shard URLs: ``{}`` -> 1..n; otherwise ``<stem>-00000-of-0000n<ext>``."""
-    if "{}" in output:
-        return [output.replace("{}", str(i + 1)) for i in range(n)]
-    stem, ext = _split_ext(output)
-    return [f"{stem}-{i:05d}-of-{n:05d}{ext}" for i in range(n)]
-
-
-def output_pattern(output: str) -> "re.Pattern[str]":
-    """Regex matching any shard name this output template could produce (for stale files)."""
-    if "{}" in output:
-        head, tail = output.split("{}", 1)
-        return re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
-    stem, ext = _split_ext(output)
-    return re.compile(re.escape(stem) + r"-\d{5,}-of-\d{5,}" + re.escape(ext) + r"\Z")
-
-
-def companion(output: str, suffix: str) -> str:
-    """``train-{}.record`` -> ``train.record<suffix>``: manifest, rejects, report."""
-    base = re.sub(r"[-_.]?\{\}", "", output) if "{}" in output else output
-    return base + suffix
-
-
-def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List[str]:
-    """Temporary files of this output's shards (and their ``.idx``), manifest and rejects
-    file that a killed or failed job left in a local output directory (a ``kill -9`` can
-    land while a shard is written)."""
-    if split_url(output)[0] != "":
-        return []  # object stores publish an object whole, or not at all
-    d = os.path.dirname(output) or "."
-    if not os.path.isdir(d):
-        return []
-    pat, out = output_pattern(output), []
-    # the manifest's and the rejects' own (a full disk at the manifest step)
-    beside = {os.path.basename(companion(output, s)) for s in (".manifest.json", ".rejects.jsonl")}
-    for fn in sorted(os.listdir(d)):
-        m = LOCAL_TEMP.match(fn)
-        if m:
-            name = m.group("name")
-            if name in beside:
-                out.append(os.path.join(os.path.dirname(output), fn))
-                continue
-            name = name[: -len(".idx")] if name.endswith(".idx") else name
-            if pat.match(os.path.join(os.path.dirname(output), name)):
-                out.append(os.path.join(os.path.dirname(output), fn))
-    return out
-
-
-def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[str]:
-    pat = output_pattern(output)
-    store = get_store(output, config)
-    prefix = output.split("{}", 1)[0] if "{}" in output else _split_ext(output)[0]
-    return [u for u in store.list(prefix) if pat.match(u)]
-
-
-# -- plan -------------------------------------------------------------------------------
-
-
-def make_plan(
-    pieces: Sequence[Dict[str, Any]],
-    output: str,
-    max_bytes: Optional[int],
-    max_records: Optional[int],
-) -> List[Dict[str, Any]]:
-    """Final shard tasks: ``{index, path, ranges: [[piece, offset, length]], sizes}``."""
-    pieces = sorted(pieces, key=lambda p: p["index"])
-    flat: List[Tuple[int, int]] = []  # (piece position, record size)
-    for pi, p in enumerate(pieces):
-        flat.extend((pi, s) for s in p["sizes"])
-    spans = pack([s for _, s in flat], max_bytes, max_records)
-    names = shard_names(output, len(spans))
-    offsets = [0] * len(pieces)
-    tasks = []
-    for n, ((a, b), path) in enumerate(zip(spans, names)):
-        ranges: List[List[Any]] = []
-        for pi, size in flat[a:b]:
-            url = pieces[pi]["piece"]
-            if ranges and ranges[-1][0] == url:
-                ranges[-1][2] += size
-            else:
-                ranges.append([url, offsets[pi], size])
-            offsets[pi] += size
-        sizes = [s for _, s in flat[a:b]]
-        if max_bytes is not None and len(sizes) == 1 and sizes[0] > max_bytes:
-            log.warning(
-                "record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                sizes[0],
-                max_bytes,
-                path,
-            )
-        tasks.append({"index": n, "path": path, "ranges": ranges, "sizes": sizes})
-    return tasks
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -192,7 +91,8 @@ class ShardFile:
         self.path, self.dali_index = path, dali_index
         self.store = get_store(path, config)
         self.digest = digests.new("crc32c")
-        self.sizes: List[int] = []
+        self.sizes: List[int] = []  # framed record sizes, kept for a DALI index only
+        self.records = 0
         self.bytes = 0
         self._cm = self.store.open_write(path)
         self.f = self._cm.__enter__()
@@ -220,16 +120,21 @@ class ShardFile:
         for fr in frames:
             self.f.write(fr)
             self.digest.update(fr)
-        self.sizes.extend(sizes)
+        self._count(sizes)
         self.bytes += sum(sizes)
         self._start_writeback()
 
     def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
         """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
         copy_range(src, self.f, offset, length, self.digest)
-        self.sizes.extend(sizes)
+        self._count(sizes)
         self.bytes += length
         self._start_writeback()
+
+    def _count(self, sizes: Sequence[int]) -> None:
+        self.records += len(sizes)
+        if self.dali_index:
+            self.sizes.extend(sizes)
 
     def _start_writeback(self) -> None:
         """Every :data:`WRITEBACK_CHUNK` bytes, have the kernel start writing the new ones
@@ -247,7 +152,7 @@ class ShardFile:
         offset = self.bytes
         with self._cv:
             self._ranges[offset] = (length, None)
-        self.sizes.extend(sizes)
+        self._count(sizes)
         self.bytes += length
         self._start = self.bytes
         self.f.seek(self.bytes)
@@ -312,10 +217,10 @@ class ShardFile:
         if self.dali_index:
             lines, off = [], 0
             for s in self.sizes:
-                lines.append(f"{off} {s}\n")
+                lines.append(f"{off} {int(s)}\n")
                 off += s
             self.store.write_bytes(self.path + ".idx", "".join(lines).encode())
-        return {"path": self.path, "records": len(self.sizes), "bytes": self.bytes, "crc32c": crc}
+        return {"path": self.path, "records": self.records, "bytes": self.bytes, "crc32c": crc}
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         """Remove the temporary file; nothing appears under the final name."""
@@ -326,7 +231,8 @@ class ShardFile:
 def write_shard(
     task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
 ) -> Dict[str, Any]:
-    """Copy the task's byte ranges into its final name, atomically; return its manifest row."""
+    """Copy the task's byte ranges into its final name, atomically; return its manifest row.
+    ``task``: one of ``pipelines.job.plan.stream_plan``."""
     shard = ShardFile(task["path"], config, dali_index)
     try:
         for url, offset, length in task["ranges"]:
@@ -335,7 +241,9 @@ def write_shard(
     except BaseException as e:
         shard.abort(e)
         raise
-    shard.sizes = list(task["sizes"])
+    shard.records = task["records"]
+    if dali_index:
+        shard.sizes = [int(s) for s in task["sizes"]]
     return shard.close()
 
 
@@ -359,13 +267,25 @@ def delete_tree(store: Store, prefix: str) -> None:
 # -- manifest ---------------------------------------------------------------------------
 
 
+def reject_counts(info: Dict[str, Any]) -> List[Tuple[str, str, int]]:
+    """``(stage, kind, count)`` of a piece's rejects: its summary's ``reject_counts`` (a
+    TFRecord piece), or counted from its ``rejects`` (a PCR unit's info)."""
+    if "reject_counts" in info:
+        return [tuple(x) for x in info["reject_counts"]]
+    by: Dict[Tuple[str, str], int] = {}
+    for r in info["rejects"]:
+        k = (r["stage"], Reject.from_dict(r).kind)
+        by[k] = by.get(k, 0) + 1
+    return [(st, kind, n) for (st, kind), n in sorted(by.items())]
+
+
 def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
-    """What one converted input shard (its piece description) adds to the job's counts:
+    """What one converted input shard (its piece summary) adds to the job's counts:
     the Beam counters of the ``tar2tf`` namespace, ``reject:<stage>:<kind>`` included."""
     c = {
         "shards_read": 1,
         "records_read": info["records_read"],
-        "records_written": len(info["sizes"]),
+        "records_written": info["records"] if "records" in info else len(info["sizes"]),
         "records_filtered": info["filtered"],
         "bytes_written": info.get("bytes", 0),
         "member_bytes_read": info.get("member_bytes", 0),
@@ -374,12 +294,17 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
         "records_rejected": 0,
         "shards_rejected": 0,
     }
-    for r in info["rejects"]:
-        c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
-        name = "reject:" + r["stage"] + ":" + Reject.from_dict(r).kind
+    if "reject_counts" in info:
+        c["records_rejected"] = info["records_rejected"]
+        c["shards_rejected"] = info["shards_rejected"]
+    else:
+        for r in info["rejects"]:
+            c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+    for stage, kind, n in reject_counts(info):
+        name = "reject:" + stage + ":" + kind
         # a counter name is UTF-8 text: a member name's undecodable bytes stay escaped
         name = name.encode("utf-8", "backslashreplace").decode("utf-8")
-        c[name] = c.get(name, 0) + 1
+        c[name] = c.get(name, 0) + n
     return c
 
 
@@ -415,26 +340,6 @@ def totals_of(
     return t
 
 
-DUPLICATE_EXAMPLES = 5
-
-
-def duplicate_keys(pieces: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """Records written whose key an earlier input shard (in input order) already had:
-    their count and the first few, each with the shard that had the key first.  Within a
-    shard a repeated key is a ``tar`` reject; across shards both records are written (they
-    may be distinct samples that share a name), and this says so."""
-    first: Dict[str, str] = {}
-    count, examples = 0, []
-    for p in sorted(pieces, key=lambda p: p["index"]):
-        for k in p.get("keys", ()):
-            seen = first.setdefault(k, p["shard"])
-            if seen != p["shard"]:
-                count += 1
-                if len(examples) < DUPLICATE_EXAMPLES:
-                    examples.append({"key": k, "first": seen, "again": p["shard"]})
-    return {"count": count, "examples": examples}
-
-
 def all_rejects(
     pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]
 ) -> List[Dict[str, Any]]:
@@ -453,6 +358,25 @@ def exit_code(totals: Dict[str, int], rejected: int, max_rejects: int) -> int:
     return 3 if rejected and not totals.get("records_written", 0) else 0
 
 
+def reasons_of(
+    pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]
+) -> Tuple[int, Dict[str, int]]:
+    """The number of rejects and ``"<stage>: <kind>" -> count`` (sorted by reason: the
+    manifest's), from the pieces' summaries and the listing's rejects."""
+    out: Dict[str, int] = {}
+    count = 0
+    for r in list_rejects:
+        k = f"{r.stage}: {r.kind}"
+        out[k] = out.get(k, 0) + 1
+        count += 1
+    for p in pieces:
+        for stage, kind, n in reject_counts(p):
+            k = f"{stage}: {kind}"
+            out[k] = out.get(k, 0) + n
+            count += n
+    return count, dict(sorted(out.items()))
+
+
 def rejects_by_reason(rejects: Sequence[Dict[str, Any]]) -> Dict[str, int]:
     """``"<stage>: <kind>" -> count`` over reject dicts, sorted by reason (the manifest's)."""
     out: Dict[str, int] = {}
@@ -465,16 +389,17 @@ def rejects_by_reason(rejects: Sequence[Dict[str, Any]]) -> Dict[str, int]:
 def write_manifest(
     output: str,
     manifest: Dict[str, Any],
-    rejects: List[Dict[str, Any]],
+    rejects: Iterable[Dict[str, Any]],
     config: Optional[StoreConfig] = None,
 ) -> Tuple[str, str]:
+    """The rejects file (``rejects`` streamed into it, one at a time), then the manifest."""
     mpath, rpath = companion(output, ".manifest.json"), companion(output, ".rejects.jsonl")
     store = get_store(mpath, config)
     from transforms.redact import redact_obj  # no credential in a file tar2tf writes
 
-    manifest, rejects = redact_obj(manifest), redact_obj(rejects)
-    store.write_bytes(
-        rpath, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode()
-    )
+    manifest = redact_obj(manifest)
+    with store.open_write(rpath) as f:
+        for r in rejects:
+            f.write((json.dumps(redact_obj(r), sort_keys=True) + "\n").encode())
     store.write_bytes(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return mpath, rpath

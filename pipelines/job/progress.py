@@ -86,8 +86,8 @@ def _sidecar_counts(path: str):
         return None  # being written (sidecars are renamed into place) or not a sidecar
     if not isinstance(info, dict):
         return None
-    if "sizes" in info and "member_bytes" in info:  # a TFRecord piece
-        return len(info["sizes"]), int(info["member_bytes"])
+    if "records" in info and "member_bytes" in info:  # a TFRecord piece
+        return int(info["records"]), int(info["member_bytes"])
     if "images" in info:  # a PCR unit
         return len(info["images"]), int(sum(info.get("sizes", [])))
     return None

@@ -17,18 +17,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import transforms
-from pipelines.job import cleanup, finalize, output_lock, overlap, replace
+from pipelines.job import cleanup, finalize, output_lock, overlap, piecefiles, replace
 from pipelines.job import journal as shard_journal
+from pipelines.job import plan as job_plan
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.element_coding import Pickled
+from pipelines.job.shard import without_sizes
 from transforms.records import Reject
+from transforms.redact import redact_obj
 from transforms.sizes import parse_size
 from transforms.stores import dirname, get_store, join
 from transforms.tar.sources import resolve
@@ -91,15 +96,20 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
         raise
 
 
-def result_of(job: Job, counters: Dict[str, int]) -> "ConvertResult":
-    """The finished job's result, from the manifest it wrote; its work directory deleted."""
+def result_of(
+    job: Job, counters: Dict[str, int], manifest: Optional[Dict[str, Any]] = None
+) -> "ConvertResult":
+    """The finished job's result, from its manifest (``manifest``: what :func:`finish`
+    returned in this process; else read back, as a Beam job's last step wrote it on a
+    worker); its work directory deleted."""
     cfg = job.cfg
     cleanup.remove_work(job.work, cfg.store)
     if job.lock is not None:
         job.lock.release()
         job.lock.check()  # another job took the output over while this one ran: fail
     manifest_path = finalize.companion(cfg.output, ".manifest.json")
-    manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
+    if manifest is None:
+        manifest = json.loads(get_store(manifest_path, cfg.store).read_bytes(manifest_path))
     rejected = manifest["rejects"]["count"]
     return ConvertResult(
         paths=[s["path"] for s in manifest["shards"]],
@@ -149,15 +159,31 @@ class ConvertResult:
 
 def plan_shards(pieces, cfg: ConvertConfig):
     """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
-    in-process driver when output names need the shard count)."""
-    return finalize.make_plan(
-        pieces, cfg.output, parse_size(cfg.max_shard_size), cfg.records_per_shard
+    in-process driver when output names need the shard count), streamed from the pieces'
+    record files (``pipelines.job.plan``)."""
+    return job_plan.stream_plan(
+        pieces,
+        cfg.output,
+        parse_size(cfg.max_shard_size),
+        cfg.records_per_shard,
+        cfg.store,
+        cfg.dali_index,
     )
 
 
 def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]):
-    """Stale outputs removed, manifest + rejects written; yields the manifest.  Run again, it
-    writes the same manifest (the work directory is deleted by :func:`result_of`)."""
+    """:func:`finish` as the Beam graph's last step (a FlatMap): yields the manifest."""
+    yield Pickled(finish(shards, pieces, cfg, list_rejects, inputs))
+
+
+def finish(
+    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]
+) -> Dict[str, Any]:
+    """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
+    it writes the same manifest (the work directory is deleted by :func:`result_of`).
+    ``pieces``: their summaries; the rejects and keys are read from their record files."""
+    # (a copy only of a piece that still carries its sizes: the caller's stays whole)
+    pieces = [without_sizes(dict(p)) if "sizes" in p or "frames" in p else p for p in pieces]
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(finalize.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
@@ -174,10 +200,9 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
             ", ".join(unmatched),
             ", ".join(sorted(schema)),
         )
-    rejects = finalize.all_rejects(pieces, list_rejects)
     totals = finalize.totals_of(pieces, list_rejects, shards)
-    by_reason = finalize.rejects_by_reason(rejects)
-    dups = finalize.duplicate_keys(pieces)
+    rejected, by_reason = finalize.reasons_of(pieces, list_rejects)
+    dups = duplicate_keys(pieces, cfg.store)
     if dups["count"]:
         e = dups["examples"][0]
         log.warning(
@@ -200,7 +225,7 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
         "totals": totals,
         "duplicate_keys": dups,
         "rejects": {
-            "count": len(rejects),
+            "count": rejected,
             "by_reason": by_reason,
             "path": finalize.companion(cfg.output, ".rejects.jsonl"),
         },
@@ -217,9 +242,13 @@ def finish_job(shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], i
             store.delete(kept + ".idx")
     for tmp in finalize.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
+    rejects = itertools.chain(
+        (r.to_dict() for r in list_rejects), piecefiles.rejects_of(pieces, cfg.store)
+    )
     finalize.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
     replace.end(mpath, cfg.store)
-    yield Pickled(manifest)
+    # the manifest as the file holds it (redacted, JSON types), for a caller in this process
+    return json.loads(json.dumps(redact_obj(manifest)))
 
 
 def check_outputs(
@@ -278,14 +307,14 @@ def check_outputs(
     raise OutputExistsError(f"{msg}; pass {overwrite} to replace them")
 
 
-def job_of(cfg: ConvertConfig, inputs: List[str]) -> Dict[str, Any]:
-    """What the job is: its work directory's fingerprint and record (``pipelines.job.record``)."""
-    return {
-        "inputs": inputs,
-        "options": cfg.describe(),
-        "output": cfg.output,
-        "v": transforms.__version__,
-    }
+def job_of(cfg, inputs: List[str]) -> Dict[str, Any]:
+    """What the job is, for either format: its work directory's fingerprint and record
+    (``pipelines.job.record``).  A TFRecord job's names its output; a PCR job's does not
+    (``PcrConfig.output_in_identity``: its work directory is inside its output)."""
+    job = {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
+    if getattr(cfg, "output_in_identity", True):
+        job["output"] = cfg.output
+    return job
 
 
 def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
@@ -298,10 +327,15 @@ def record_job(cfg: ConvertConfig, inputs: List[str], work: str) -> None:
     )
 
 
-def work_dir_for(cfg: ConvertConfig, inputs: List[str]) -> str:
-    """Same inputs + options + output -> same work dir, which is what makes ``resume``
-    find pieces (and only this job's: another output's journal lists other shards)."""
+def work_dir_for(cfg, inputs: List[str]) -> str:
+    """Same job (:func:`job_of`) -> same work dir, which is what makes ``resume`` find
+    pieces or unit blobs (and only this job's: another output's journal lists other
+    shards).  Under ``cfg.work_root()`` where the config has one (PCR: inside its output
+    directory), else ``cfg.work_dir`` or ``.tar2tf-work`` beside the output."""
     key = json.dumps(job_of(cfg, inputs), sort_keys=True)
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
+    if hasattr(cfg, "work_root"):
+        root = cfg.work_root()
+    else:
+        root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
     return join(root, fp)

@@ -8,9 +8,9 @@ run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process dri
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import workfiles
+from pipelines.job import piecefiles, workfiles
 from pipelines.job.config import ConvertConfig
 from transforms.ops.stages import FILTERED, Stages
 from transforms.records import Reject, is_reject
@@ -146,31 +146,68 @@ def convert_shard(
         rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
         sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
-    info = {
-        "index": index,
-        "shard": url,
-        "piece": piece,
-        "sizes": sizes,
-        "keys": keys,
-        "bytes": sum(sizes),
-        "records_read": read,
-        "filtered": filtered,
-        "rejects": rejects,
-        "schema": schema,
-        "first_types": first_types,
-        "members": stats.members,
-        "skipped_members": stats.skipped_members,
-        "duplicate_members": stats.duplicate_members,
-        "member_bytes": stats.member_bytes,
-    }
+    sort = [piecefiles.sort_key(cfg.seed, index, k) for k in keys] if cfg.shuffle else None
+    info = summary(index, url, piece, sizes, rejects, read, filtered, stats)
+    info.update(schema=schema, first_types=first_types)
+    # the record file before the sidecar: a sidecar vouches for both (pipelines.job.piecefiles)
+    info["recs_crc32c"] = piecefiles.write(
+        piece, piecefiles.encode(sizes, keys, rejects, sort), cfg.store
+    )
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)
         workfiles.write_sidecar(piece, info, cfg.store)
     else:
         info["frames"] = out.frames  # taken (and dropped) by the shard stream
+    info["sizes"] = sizes  # this piece's, for whoever writes it next; never in a sidecar
+    return info
+
+
+def summary(
+    index: int,
+    url: str,
+    piece: str,
+    sizes: List[int],
+    rejects: List[Dict[str, Any]],
+    read: int,
+    filtered: int,
+    stats: TarStats,
+) -> Dict[str, Any]:
+    """What the job's global steps learn of a converted input shard: counts, never one
+    entry per record (those stay in its record file)."""
+    by_kind: Dict[Tuple[str, str], int] = {}
+    rejected = {"records_rejected": 0, "shards_rejected": 0}
+    for r in rejects:
+        rejected["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+        k = (r["stage"], Reject.from_dict(r).kind)
+        by_kind[k] = by_kind.get(k, 0) + 1
+    return {
+        "index": index,
+        "shard": url,
+        "piece": piece,
+        "records": len(sizes),
+        "bytes": sum(sizes),
+        "records_read": read,
+        "filtered": filtered,
+        **rejected,
+        "reject_counts": [[st, kind, n] for (st, kind), n in sorted(by_kind.items())],
+        "members": stats.members,
+        "skipped_members": stats.skipped_members,
+        "duplicate_members": stats.duplicate_members,
+        "member_bytes": stats.member_bytes,
+    }
+
+
+def without_sizes(info: Dict[str, Any]) -> Dict[str, Any]:
+    """The piece's summary: what may cross the job (its sizes and held frames dropped)."""
+    info.pop("sizes", None)
+    info.pop("frames", None)
     return info
 
 
 def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
-    """A finished piece from an earlier run, if its sidecar exists and its bytes match."""
-    return workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
+    """A finished piece from an earlier run, if its sidecar exists and the bytes of both
+    the piece and its record file match it (a summary: no sizes)."""
+    info = workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
+    if info is None or "records" not in info or not piecefiles.verified(info, config):
+        return None
+    return info

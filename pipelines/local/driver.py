@@ -30,14 +30,14 @@ from pipelines.job.setup import (
     ConvertResult,
     Job,
     cleaned_on_failure,
-    finish_job,
+    finish,
     plan_shards,
     prepare,
     record_job,
     result_of,
     retyped,
 )
-from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece
+from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece, without_sizes
 from pipelines.local import pool as shard_pool
 from pipelines.local import stream as shard_stream
 from transforms.sizes import parse_size
@@ -173,9 +173,10 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
         try:
             for piece in converted:
                 pieces.append(piece)
-                bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+                bar.shard_done(piece["records"], piece["member_bytes"])
                 if stream is not None:
                     stream.add(piece)  # in input order, while later pieces convert
+                without_sizes(piece)  # its summary is all the job keeps
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
@@ -215,7 +216,7 @@ def _placed(
     try:
         for index, url in tasks:
             info = pool.convert(index, url)  # raises a worker's error
-            bar.shard_done(len(info["sizes"]), info["member_bytes"])
+            bar.shard_done(info["records"], info["member_bytes"])
         shards = feed.finish(len(job.urls))
     except BaseException as e:
         if not feed.settled:
@@ -232,20 +233,20 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
     the shards a resumed job's journal already holds."""
     bar = Progress(len(job.urls), job.cfg.progress)
     for piece in resumed.pieces:
-        bar.shard_done(len(piece["sizes"]), piece["member_bytes"])
+        bar.shard_done(piece["records"], piece["member_bytes"])
     return bar
 
 
 def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
     """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
     ``num_workers``: for a second pass of a job whose features had several types."""
-    next(iter(finish_job(shards, pieces, job.cfg, job.list_rejects, job.urls)))
+    manifest = finish(shards, pieces, job.cfg, job.list_rejects, job.urls)
     # the counts a Beam job's counters hold, from the pieces this process saw
     counters = {"shards_rejected": len(job.list_rejects), "shards_resumed": resumed}
     for piece in pieces:
         for name, n in finalize.piece_counts(piece).items():
             counters[name] = counters.get(name, 0) + n
-    res = result_of(job, counters)
+    res = result_of(job, counters, manifest)
     again = retyped(job.cfg, res.manifest)
     return res if again is None else convert_in_process(again, num_workers)
 

@@ -1,7 +1,7 @@
 """Final TFRecord shards written while the input shards are still converting (the
 in-process driver's way to write them).
 
-The planned path (``pipelines.job.finalize.make_plan`` + ``write_shard``, which the Beam graph
+The planned path (``pipelines.job.plan.stream_plan`` + ``write_shard``, which the Beam graph
 takes) waits for every piece, then copies byte ranges into final shards.  Here pieces are
 taken in input order as they finish (:class:`PieceFeed`: offered in any order, from any
 thread), and their frames go straight into the open final shard, under the same greedy
@@ -35,9 +35,10 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import finalize, workfiles
+from pipelines.job import finalize, piecefiles, workfiles
 from pipelines.job import journal as shard_journal
 from pipelines.job.finalize import ShardFile
+from pipelines.job.shard import without_sizes
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
 
@@ -210,7 +211,9 @@ class ShardStream:
 
     def add(self, piece: Dict[str, Any]) -> None:
         index = piece["index"]
-        sizes = piece["sizes"]
+        sizes = piece.get("sizes")  # only this piece's: what is kept is its summary
+        if sizes is None:  # a piece an interrupted run left: its record file has them
+            sizes = piecefiles.sizes(piece, self.config).tolist()
         frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
         place = piece.pop("place", None)  # a worker process holds the frames (PieceFeed.place)
         skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
@@ -236,7 +239,7 @@ class ShardStream:
             with get_store(url, self.config).open_read(url) as src:
                 for lo, hi in self._runs(index, sizes, skip):
                     self.current.copy(src, ends[lo], ends[hi] - ends[lo], sizes[lo:hi])
-        self._ended.append(piece)
+        self._ended.append(without_sizes(dict(piece)))
 
     def finish(self) -> List[Dict[str, Any]]:
         self.done = True
@@ -363,6 +366,7 @@ class PieceFeed:
                     piece = self._pending.pop(self._next)
                     self._next += 1
                 self.stream.add(piece)
+                without_sizes(piece)  # what the job keeps of it: its summary
                 if self._next == self._expect:  # every piece is in: close the last shard now
                     try:
                         self._rows = self.stream.finish()

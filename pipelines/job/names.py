@@ -1,0 +1,89 @@
+"""The names a TFRecord job writes: final shards from the output template, and the
+companions beside them (manifest, rejects, ledger)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import List, Optional, Tuple
+
+from transforms.stores import LOCAL_TEMP, StoreConfig, basename, get_store, split_url
+
+# -- names ------------------------------------------------------------------------------
+
+
+def _split_ext(url: str) -> Tuple[str, str]:
+    base = basename(url)
+    stem, dot, ext = base.rpartition(".")
+    if not dot or not stem:
+        return url, ""
+    return url[: len(url) - len(ext) - 1], "." + ext
+
+
+def shard_names(output: str, n: int) -> List[str]:
+    """Final shard URLs: ``{}`` -> 1..n; otherwise ``<stem>-00000-of-0000n<ext>``."""
+    if "{}" in output:
+        return [output.replace("{}", str(i + 1)) for i in range(n)]
+    stem, ext = _split_ext(output)
+    return [f"{stem}-{i:05d}-of-{n:05d}{ext}" for i in range(n)]
+
+
+def streams_names(output: str) -> bool:
+    """Whether shard names are known before the shard count is (``{}`` templates)."""
+    return "{}" in output
+
+
+def shard_name(output: str, i: int, total: Optional[int]) -> str:
+    """Final shard ``i`` (0-based) of ``total`` (None: a ``{}`` template, which needs no
+    count); one name of :func:`shard_names`."""
+    if "{}" in output:
+        return output.replace("{}", str(i + 1))
+    stem, ext = _split_ext(output)
+    return f"{stem}-{i:05d}-of-{total:05d}{ext}"
+
+
+def output_pattern(output: str) -> "re.Pattern[str]":
+    """Regex matching any shard name this output template could produce (for stale files)."""
+    if "{}" in output:
+        head, tail = output.split("{}", 1)
+        return re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
+    stem, ext = _split_ext(output)
+    return re.compile(re.escape(stem) + r"-\d{5,}-of-\d{5,}" + re.escape(ext) + r"\Z")
+
+
+def companion(output: str, suffix: str) -> str:
+    """``train-{}.record`` -> ``train.record<suffix>``: manifest, rejects, report."""
+    base = re.sub(r"[-_.]?\{\}", "", output) if "{}" in output else output
+    return base + suffix
+
+
+def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List[str]:
+    """Temporary files of this output's shards (and their ``.idx``), manifest and rejects
+    file that a killed or failed job left in a local output directory (a ``kill -9`` can
+    land while a shard is written)."""
+    if split_url(output)[0] != "":
+        return []  # object stores publish an object whole, or not at all
+    d = os.path.dirname(output) or "."
+    if not os.path.isdir(d):
+        return []
+    pat, out = output_pattern(output), []
+    # the manifest's and the rejects' own (a full disk at the manifest step)
+    beside = {os.path.basename(companion(output, s)) for s in (".manifest.json", ".rejects.jsonl")}
+    for fn in sorted(os.listdir(d)):
+        m = LOCAL_TEMP.match(fn)
+        if m:
+            name = m.group("name")
+            if name in beside:
+                out.append(os.path.join(os.path.dirname(output), fn))
+                continue
+            name = name[: -len(".idx")] if name.endswith(".idx") else name
+            if pat.match(os.path.join(os.path.dirname(output), name)):
+                out.append(os.path.join(os.path.dirname(output), fn))
+    return out
+
+
+def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[str]:
+    pat = output_pattern(output)
+    store = get_store(output, config)
+    prefix = output.split("{}", 1)[0] if "{}" in output else _split_ext(output)[0]
+    return [u for u in store.list(prefix) if pat.match(u)]

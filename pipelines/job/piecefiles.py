@@ -1,0 +1,196 @@
+"""A piece's per-record facts, kept in the work directory instead of in what crosses the job.
+
+What a converted input shard tells the rest of the job is split by how it grows:
+
+* its *summary* (the dict ``convert_shard`` returns and its JSON sidecar holds): counts,
+  bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
+  Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
+  with the number of input shards, never with the number of records;
+* its *record file* ``piece-NNNNNN.recs`` beside the piece: a few flat arrays (a JSON
+  header naming each one's dtype, offset and length, then their bytes) holding, per
+  written record, its framed size (``sizes``, int64), a 128-bit hash of its
+  key (``hashes``: what the duplicate-key check compares), its key's bytes (``keys``,
+  NUL-separated: a tar member name holds no NUL), with ``--shuffle`` its sort key
+  (``sort``), and the piece's rejects as JSON lines (``rejects``).
+
+The plan, the duplicate-key check, the shuffle and the rejects file read record files one
+piece at a time (:func:`load`).  The file is written before the sidecar, which is written
+last and holds the record file's CRC-32C (``recs_crc32c``): ``--resume`` trusts a piece
+only when both its data and its record file match (:func:`verified`).  A piece the
+in-process driver keeps in memory has no data file or sidecar, but its record file is
+written all the same: the duplicate-key check of the job's end reads it, also after a
+resume that kept the shard it went into.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from transforms.stores import StoreConfig, get_store, split_url
+from transforms.tfrecord import digests
+
+try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
+    from _blake2 import blake2b
+except ImportError:  # not CPython
+    from hashlib import blake2b
+
+SUFFIX = ".recs"
+HASH = np.dtype([("h0", ">u8"), ("h1", ">u8")])  # big-endian: numeric order = byte order
+SORT = np.dtype([("k0", ">u8"), ("k1", ">u4")])  # the shuffle's 12-byte sort key
+
+
+def url_of(piece_url: str) -> str:
+    """``.../piece-000001.tfrecord`` -> ``.../piece-000001.recs`` (whose sidecar, for the
+    clean-up of a failed job, is the piece's: ``workfiles.sidecar_of``)."""
+    head, dot, ext = piece_url.rpartition(".")
+    return (head if dot and "/" not in ext else piece_url) + SUFFIX
+
+
+def key_bytes(key: str) -> bytes:
+    # the key's own bytes, also where they are no UTF-8 (pipelines.job.element_coding)
+    return key.encode("utf-8", "surrogateescape")
+
+
+def sort_key(seed: Optional[int], shard: int, key: str) -> bytes:
+    """The shuffle's order of a record: ``sha256(seed, input shard index, key)``, 12 bytes."""
+    import hashlib  # only a shuffled job, a Beam job, needs it
+
+    return hashlib.sha256(f"{seed}\0{shard}\0{key}".encode("utf-8", "surrogateescape")).digest()[
+        :12
+    ]
+
+
+def key_hash(key: bytes) -> bytes:
+    return blake2b(key, digest_size=16).digest()
+
+
+MAGIC = b"tar2tf-recs\n"
+
+
+def encode(
+    sizes: List[int],
+    keys: List[str],
+    rejects: List[Dict[str, Any]],
+    sort: Optional[List[bytes]] = None,
+) -> bytes:
+    """The record file's bytes."""
+    raw = [key_bytes(k) for k in keys]
+    arrays = {
+        "sizes": np.asarray(sizes, dtype="<i8"),
+        "hashes": np.frombuffer(b"".join(key_hash(k) for k in raw), dtype=HASH),
+        "keys": np.frombuffer(b"\0".join(raw), dtype=np.uint8),
+        "rejects": np.frombuffer(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode(), np.uint8
+        ),
+    }
+    if sort is not None:
+        arrays["sort"] = np.frombuffer(b"".join(sort), dtype=SORT)
+    return pack(arrays)
+
+
+def pack(arrays: Dict[str, np.ndarray]) -> bytes:
+    """Flat arrays as one file: magic, header length (8 bytes), JSON header, bytes."""
+    members, off = {}, 0
+    for name, a in arrays.items():
+        members[name] = [off, a.nbytes, a.dtype.descr if a.dtype.names else a.dtype.str]
+        off += a.nbytes
+    head = json.dumps(members).encode()
+    parts = [MAGIC, len(head).to_bytes(8, "little"), head]
+    return b"".join(parts + [np.ascontiguousarray(a).tobytes() for a in arrays.values()])
+
+
+def _dtype(d) -> np.dtype:
+    return np.dtype([tuple(f) for f in d]) if isinstance(d, list) else np.dtype(d)
+
+
+def _header(f) -> Tuple[Dict[str, Any], int]:
+    if f.read(len(MAGIC)) != MAGIC:
+        raise ValueError("not a tar2tf record file")
+    n = int.from_bytes(f.read(8), "little")
+    return json.loads(f.read(n)), len(MAGIC) + 8 + n
+
+
+def write(piece_url: str, data: bytes, config: Optional[StoreConfig] = None) -> str:
+    """Store a piece's record file (atomically, as every store write); its CRC-32C."""
+    get_store(piece_url, config).write_bytes(url_of(piece_url), data)
+    d = digests.new("crc32c")
+    d.update(data)
+    return digests.hexdigest(d)
+
+
+class Records:
+    """One piece's record file, read whole (one piece's worth of memory)."""
+
+    def __init__(self, data: bytes):
+        f = io.BytesIO(data)
+        self._members, self._base = _header(f)
+        self._data = data
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        off, n, dt = self._members[name]
+        start = self._base + off
+        return np.frombuffer(self._data[start : start + n], dtype=_dtype(dt))
+
+    def key(self, r: int) -> str:
+        """Record ``r``'s key."""
+        return self["keys"].tobytes().split(b"\0")[r].decode("utf-8", "surrogateescape")
+
+    def rejects(self) -> List[Dict[str, Any]]:
+        text = self["rejects"].tobytes().decode()
+        return [json.loads(line) for line in text.splitlines()]
+
+
+def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Records:
+    url = url_of(summary["piece"])
+    return Records(get_store(url, config).read_bytes(url))
+
+
+def member(summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None) -> np.ndarray:
+    """One array of a piece's record file; from a local file, only that array is read
+    (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
+    url = url_of(summary["piece"])
+    if split_url(url)[0] != "":
+        return load(summary, config)[name]
+    with open(url, "rb") as f:
+        members, base = _header(f)
+        off, n, dt = members[name]
+        f.seek(base + off)
+        data = f.read(n)
+    if len(data) != n:
+        raise IOError(f"{url} is shorter than its header says")
+    return np.frombuffer(data, dtype=_dtype(dt))
+
+
+def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> np.ndarray:
+    """The framed sizes of a piece's written records (none read for an empty piece)."""
+    if not summary["records"]:
+        return np.zeros(0, dtype="<i8")
+    return member(summary, "sizes", config)
+
+
+def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:
+    """Whether the piece's record file is there with the CRC-32C its sidecar holds."""
+    want = summary.get("recs_crc32c")
+    if not want:
+        return False
+    url = url_of(summary["piece"])
+    try:
+        data = get_store(url, config).read_bytes(url)
+    except (FileNotFoundError, OSError):
+        return False
+    d = digests.new("crc32c")
+    d.update(data)
+    return digests.hexdigest(d) == want
+
+
+def rejects_of(
+    summaries: Iterable[Dict[str, Any]], config: Optional[StoreConfig] = None
+) -> Iterable[Dict[str, Any]]:
+    """The rejects of the pieces, in input order, one piece's at a time."""
+    for s in sorted(summaries, key=lambda s: s["index"]):
+        if s.get("records_rejected", 0) or s.get("shards_rejected", 0):
+            yield from load(s, config).rejects()

@@ -1,0 +1,143 @@
+"""The plan of a job's final TFRecord shards, streamed from the pieces' record files.
+
+The greedy rule (:class:`transforms.tfrecord.framing.Packer`) packs the written records of
+all pieces, in input order, into final shards.  Here it runs over one piece's sizes at a
+time (``pipelines.job.piecefiles``), never over all records at once, and finds each
+shard's start with a search over the piece's cumulative sizes instead of a step per
+record, so the plan costs O(pieces + shards) Python steps and one piece's sizes of
+memory.  Shard names of the ``-NNNNN-of-NNNNN`` kind need the shard count: the sizes are
+then read twice, a first time only to count.  Each task is emitted as its shard closes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from pipelines.job import names, piecefiles
+from transforms.stores import StoreConfig
+
+log = logging.getLogger("tar2tf")
+
+
+class Packing:
+    """The greedy rule's state between pieces: the open shard's record count and bytes."""
+
+    def __init__(self, max_bytes: Optional[int], max_records: Optional[int]):
+        self.max_bytes, self.max_records = max_bytes, max_records
+        self.count = self.acc = 0
+
+    def starts(self, sizes: np.ndarray) -> List[int]:
+        """The records of ``sizes`` (the next ones in input order) that open a shard, as
+        :meth:`Packer.starts_shard <transforms.tfrecord.framing.Packer.starts_shard>` says
+        record by record."""
+        n = len(sizes)
+        out: List[int] = []
+        if not n:
+            return out
+        cs = np.cumsum(sizes, dtype=np.int64)  # cs[j]: bytes of records 0..j
+        i = 0
+        while i < n:
+            if self.count == 0:  # nothing open (the job's first record)
+                out.append(i)
+                self.count, self.acc = 1, int(sizes[i])
+                i += 1
+                continue
+            base = int(cs[i - 1]) if i else 0
+            stop = n
+            if self.max_bytes is not None:
+                # the first record j >= i for which acc + sizes[i..j] > max_bytes
+                stop = int(np.searchsorted(cs, self.max_bytes - self.acc + base, side="right"))
+                stop = max(stop, i)
+            if self.max_records is not None:
+                stop = min(stop, i + max(self.max_records - self.count, 0))
+            if stop >= n:
+                self.count += n - i
+                self.acc += int(cs[n - 1]) - base
+                break
+            out.append(stop)
+            self.count, self.acc = 1, int(sizes[stop])
+            i = stop + 1
+        return out
+
+
+def count_shards(
+    pieces: Sequence[Dict[str, Any]],
+    max_bytes: Optional[int],
+    max_records: Optional[int],
+    sizes_of: Callable[[Dict[str, Any]], np.ndarray],
+) -> int:
+    packing = Packing(max_bytes, max_records)
+    return sum(len(packing.starts(sizes_of(p))) for p in sorted(pieces, key=lambda p: p["index"]))
+
+
+def stream_plan(
+    pieces: Sequence[Dict[str, Any]],
+    output: str,
+    max_bytes: Optional[int],
+    max_records: Optional[int],
+    config: Optional[StoreConfig] = None,
+    dali_index: bool = False,
+    sizes_of: Optional[Callable[[Dict[str, Any]], np.ndarray]] = None,
+) -> Iterator[Dict[str, Any]]:
+    """Final shard tasks ``{index, path, ranges: [[piece, offset, length]], records}``
+    (and ``sizes``, a numpy array, with ``dali_index``), in order, each when its shard
+    closes.  ``pieces``: summaries (their ``records``); ``sizes_of``: a piece's sizes
+    (default: its record file)."""
+    sizes_of = sizes_of or (lambda p: piecefiles.sizes(p, config))
+    pieces = sorted(pieces, key=lambda p: p["index"])
+    if names.streams_names(output):
+        total = None
+    else:
+        total = count_shards(pieces, max_bytes, max_records, sizes_of)
+    packing = Packing(max_bytes, max_records)
+    cur: Optional[Dict[str, Any]] = None
+    n = 0
+
+    def closed(task: Dict[str, Any]) -> Dict[str, Any]:
+        if max_bytes is not None and task["records"] == 1 and task["bytes"] > max_bytes:
+            log.warning(
+                "record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                task["bytes"],
+                max_bytes,
+                task["path"],
+            )
+        if dali_index:
+            task["sizes"] = np.concatenate(task["sizes"])
+        else:
+            del task["sizes"]
+        return task
+
+    for p in pieces:
+        if not p["records"]:
+            continue
+        sizes = np.asarray(sizes_of(p), dtype=np.int64)
+        starts = packing.starts(sizes)
+        ends = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+        opens = set(starts)
+        cuts = sorted(opens | {0})
+        for k, a in enumerate(cuts):
+            b = cuts[k + 1] if k + 1 < len(cuts) else len(sizes)
+            if a in opens:
+                if cur is not None:
+                    yield closed(cur)
+                cur = {
+                    "index": n,
+                    "path": names.shard_name(output, n, total),
+                    "ranges": [],
+                    "records": 0,
+                    "bytes": 0,
+                    "sizes": [],
+                }
+                n += 1
+            if b > a:
+                length = int(ends[b] - ends[a])
+                cur["ranges"].append([p["piece"], int(ends[a]), length])
+                cur["records"] += b - a
+                cur["bytes"] += length
+                if dali_index:
+                    cur["sizes"].append(sizes[a:b])
+    if cur is not None:
+        yield closed(cur)
