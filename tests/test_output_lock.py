@@ -310,3 +310,28 @@ def test_beam_driver_and_pcr_refused_by_a_live_lock(tmp_path, inputs, sleeper):
     assert f"pid {sleeper.pid}" in _one_line(p, 4)
     assert sorted(os.listdir(pcr_out)) == [".tar2tf-lock"]  # nothing else written
     assert sorted(os.listdir(out)) == ["t.record.tar2tf-lock"]
+
+
+def test_a_beam_job_that_cannot_start_releases_its_lock(tmp_path):
+    """An op that cannot be pickled stops a Beam job while its graph is built, after the
+    output's lock was taken: the lock goes with the failure, not with the process."""
+    from pipelines.beam.convert import convert
+    from pipelines.job.config import ConvertConfig
+    from transforms.ops import Func
+
+    shardgen.make_shards(str(tmp_path), 1, 3, size=(8, 8))
+    counter = (i for i in range(10))  # a generator cannot be pickled: nor can the op
+
+    def tag(record):
+        return dict(record, n=next(counter) * 0)
+
+    out = str(tmp_path / "o" / "t-{}.record")
+    cfg = ConvertConfig(
+        sources=str(tmp_path / "train-0000.tar"),
+        output=out,
+        sample_stages=(Func(tag),),
+        progress=False,
+    )
+    with pytest.raises(Exception, match="pickl"):
+        convert(cfg)
+    assert not os.path.exists(output_lock.lock_url_for(out))

@@ -141,13 +141,21 @@ def convert(
     ``pipelines.beam.options``).  Raises ``OutputExistsError``, whose message names the
     overwrite / resume options as ``flag_names`` spell them."""
     job = prepare(cfg, flag_names)
-    args = opts.effective_args(beam_args, workers=cfg.processes)
-    # built before the job's record is written: ops that cannot be pickled stop the job
-    # before it leaves anything in its work directory
-    worker_logs.install()
-    p = opts.make_pipeline(args)
-    build(p, cfg, job.urls, job.list_rejects, job.work)
-    record_job(cfg, job.urls, job.work)
+    try:
+        args = opts.effective_args(beam_args, workers=cfg.processes)
+        # built before the job's record is written: ops that cannot be pickled stop the
+        # job before it leaves anything in its work directory
+        worker_logs.install()
+        p = opts.make_pipeline(args)
+        build(p, cfg, job.urls, job.list_rejects, job.work)
+        record_job(cfg, job.urls, job.work)
+    except BaseException:
+        # nothing ran yet, so there is nothing to clean up, but the output's lock is held
+        # since prepare(): left to the garbage collector, it would refuse the next job
+        # of a long-lived process (a notebook) until the process ends
+        if job.lock is not None:
+            job.lock.release()
+        raise
     with (
         cleaned_on_failure(job),
         progress.watch(job.work, cfg.store, len(job.urls), cfg.progress) as bar,
