@@ -23,9 +23,9 @@ Variants:
   resize and ``simplejpeg``'s JPEG encode -- the library calls of tar2tf's ``numpy``
   codec, with none of its checks.  Nothing is written.  Falls back to Pillow when
   ``simplejpeg`` or OpenCV is missing.
-* ``naive``        -- the seed's approach in one process and one thread: ``tarfile`` ->
+* ``naive``        -- the original tar2tf client's approach in one process and one thread: ``tarfile`` ->
   group by key -> PIL decode/resize -> ``tf.train.Example`` -> ``tf.io.TFRecordWriter``.
-  Full-size decode (no draft), as the seed did.
+  Full-size decode (no draft), as the original client did.
 * ``webdataset``   -- the ``webdataset`` library reads and groups the shards, the same PIL
   ops (full-size decode: the library has no DCT-domain scaling) run in ``.map``,
   ``tf.io.TFRecordWriter`` writes; one pipeline per core on a round-robin slice of the
@@ -71,7 +71,7 @@ def pil_op(
 
     ``draft_gap``: like ``transforms.ops.Resize``: let libjpeg decode at a reduced DCT scale
     that still leaves ``draft_gap`` x the target size; None decodes at full size.
-    ``minimal``: no work beyond the codec's (limit-codec): skip the seed's ``convert("RGB")``
+    ``minimal``: no work beyond the codec's (limit-codec): skip the original client's ``convert("RGB")``
     of an image that already is RGB, which only copies it."""
     if workload == "passthrough":
         return lambda data: data
@@ -83,7 +83,7 @@ def pil_op(
         if hint:
             img.draft("RGB", hint)
         if img.mode != "RGB" or not minimal:
-            img = img.convert("RGB")  # the seed converts always (a copy when already RGB)
+            img = img.convert("RGB")  # the original client always converts (copying RGB)
         img = img.resize(size, RESAMPLE)
         if workload == "resize32":
             return np.asarray(img)
@@ -224,7 +224,7 @@ def limit_codec(jpegs: List[bytes], workload: str, workers: Optional[int] = None
     return {"images": done, "files": []}
 
 
-# -- naive: the seed's way -----------------------------------------------------------------
+# -- naive: the original client's way -----------------------------------------------------------------
 
 
 def naive(data, workload: str, out: str) -> Dict:

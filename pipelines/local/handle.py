@@ -55,8 +55,7 @@ def failed(url: str, trace: str) -> RuntimeError:
 
 
 def cancel(runs: list, exc: BaseException) -> None:
-    """Ranges that will never be written: their shards fail (a retried bundle would find
-    the piece placed already)."""
+    """Ranges that will never be written: their shards fail."""
     for shard, _, _, _ in runs:
         shard.cancel(exc)
 

@@ -318,7 +318,7 @@ class PieceFeed:
 
     def offer(self, piece: Dict[str, Any]) -> None:
         with self._cv:
-            if piece["index"] >= self._next:  # a retried bundle's second offer is the same piece
+            if piece["index"] >= self._next:  # a piece already written is not taken again
                 self._pending[piece["index"]] = piece
                 self._offered[piece["index"]] = piece
                 self._cv.notify()
