@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Dict, Iterable, List, Optional, Tuple
-
-import numpy as np
+import sys
+from array import array
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from transforms.stores import StoreConfig, get_store, split_url
 from transforms.tfrecord import digests
+
+if TYPE_CHECKING:
+    import numpy as np
 
 try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
     from _blake2 import blake2b
@@ -39,8 +42,19 @@ except ImportError:  # not CPython
     from hashlib import blake2b
 
 SUFFIX = ".recs"
-HASH = np.dtype([("h0", ">u8"), ("h1", ">u8")])  # big-endian: numeric order = byte order
-SORT = np.dtype([("k0", ">u8"), ("k1", ">u4")])  # the shuffle's 12-byte sort key
+# The arrays' dtypes, as numpy describes them.  A shard worker writes record files without
+# numpy (importing it costs every worker start-up; transforms.ops.lazynp): only the global
+# steps that read the files load it, and HASH / SORT are its dtypes of these fields.
+SIZES_DESCR = "<i8"
+BYTES_DESCR = "|u1"
+HASH_DESCR = [["h0", ">u8"], ["h1", ">u8"]]  # big-endian: numeric order = byte order
+SORT_DESCR = [["k0", ">u8"], ["k1", ">u4"]]  # the shuffle's 12-byte sort key
+
+
+def __getattr__(name: str):
+    if name in ("HASH", "SORT"):
+        return _dtype(HASH_DESCR if name == "HASH" else SORT_DESCR)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def url_of(piece_url: str) -> str:
@@ -77,33 +91,57 @@ def encode(
     rejects: List[Dict[str, Any]],
     sort: Optional[List[bytes]] = None,
 ) -> bytes:
-    """The record file's bytes."""
+    """The record file's bytes (without numpy: this runs in every shard worker)."""
     raw = [key_bytes(k) for k in keys]
-    arrays = {
-        "sizes": np.asarray(sizes, dtype="<i8"),
-        "hashes": np.frombuffer(b"".join(key_hash(k) for k in raw), dtype=HASH),
-        "keys": np.frombuffer(b"\0".join(raw), dtype=np.uint8),
-        "rejects": np.frombuffer(
-            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode(), np.uint8
+    sized = array("q", sizes)
+    if sys.byteorder != "little":
+        sized.byteswap()
+    members = [
+        ("sizes", SIZES_DESCR, sized.tobytes()),
+        ("hashes", HASH_DESCR, b"".join(key_hash(k) for k in raw)),
+        ("keys", BYTES_DESCR, b"\0".join(raw)),
+        (
+            "rejects",
+            BYTES_DESCR,
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects).encode(),
         ),
-    }
+    ]
     if sort is not None:
-        arrays["sort"] = np.frombuffer(b"".join(sort), dtype=SORT)
-    return pack(arrays)
+        members.append(("sort", SORT_DESCR, b"".join(sort)))
+    return _pack(members)
 
 
-def pack(arrays: Dict[str, np.ndarray]) -> bytes:
-    """Flat arrays as one file: magic, header length (8 bytes), JSON header, bytes."""
-    members, off = {}, 0
-    for name, a in arrays.items():
-        members[name] = [off, a.nbytes, a.dtype.descr if a.dtype.names else a.dtype.str]
-        off += a.nbytes
-    head = json.dumps(members).encode()
-    parts = [MAGIC, len(head).to_bytes(8, "little"), head]
-    return b"".join(parts + [np.ascontiguousarray(a).tobytes() for a in arrays.values()])
+def pack(arrays: "Dict[str, np.ndarray]") -> bytes:
+    """Flat numpy arrays as one record file (what :func:`encode` writes from lists)."""
+    import numpy as np
+
+    return _pack(
+        [
+            (
+                name,
+                [list(f) for f in a.dtype.descr] if a.dtype.names else a.dtype.str,
+                np.ascontiguousarray(a).tobytes(),
+            )
+            for name, a in arrays.items()
+        ]
+    )
 
 
-def _dtype(d) -> np.dtype:
+def _pack(members: List[Tuple[str, Any, bytes]]) -> bytes:
+    """Magic, header length (8 bytes), a JSON header naming each array's offset, length
+    and dtype, then the arrays' bytes."""
+    head, off = {}, 0
+    for name, descr, data in members:
+        head[name] = [off, len(data), descr]
+        off += len(data)
+    text = json.dumps(head).encode()
+    parts = [MAGIC, len(text).to_bytes(8, "little"), text]
+    return b"".join(parts + [data for _, _, data in members])
+
+
+def _dtype(d) -> "np.dtype":
+    import numpy as np
+
     return np.dtype([tuple(f) for f in d]) if isinstance(d, list) else np.dtype(d)
 
 
@@ -130,7 +168,9 @@ class Records:
         self._members, self._base = _header(f)
         self._data = data
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> "np.ndarray":
+        import numpy as np
+
         off, n, dt = self._members[name]
         start = self._base + off
         return np.frombuffer(self._data[start : start + n], dtype=_dtype(dt))
@@ -149,7 +189,9 @@ def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Recor
     return Records(get_store(url, config).read_bytes(url))
 
 
-def member(summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None) -> np.ndarray:
+def member(
+    summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None
+) -> "np.ndarray":
     """One array of a piece's record file; from a local file, only that array is read
     (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
     url = url_of(summary["piece"])
@@ -162,13 +204,17 @@ def member(summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = N
         data = f.read(n)
     if len(data) != n:
         raise IOError(f"{url} is shorter than its header says")
+    import numpy as np
+
     return np.frombuffer(data, dtype=_dtype(dt))
 
 
-def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> np.ndarray:
+def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> "np.ndarray":
     """The framed sizes of a piece's written records (none read for an empty piece)."""
     if not summary["records"]:
-        return np.zeros(0, dtype="<i8")
+        import numpy as np
+
+        return np.zeros(0, dtype=SIZES_DESCR)
     return member(summary, "sizes", config)
 
 
