@@ -171,12 +171,10 @@ def flink():
 def _on_flink(flink, *args, **env):
     p = _run(*args, "--no-progress", "--parallelism=2", **flink, **env)
     assert p.returncode == 0, p.stderr[-5000:]
-    assert (
-        "FlinkJobServerDriver" in p.stderr or "job-server" in p.stderr
-    )  # Beam started the job server
-    if (
-        "FLINK_LOG_LEVEL" not in env
-    ):  # the job server's INFO records stay out of a normal run's stderr
+    if "FLINK_LOG_LEVEL" not in env:
+        # a normal run's stderr holds none of the job server's INFO records (nor Beam's
+        # service start-up chatter: test_beam_service_log); that Beam started the job
+        # server shows where its INFO log is asked for (test_flink_shuffle_equals_local_runner)
         assert "INFO FlinkJarJobServer:" not in p.stderr, p.stderr[-5000:]
     return p
 
