@@ -379,9 +379,11 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     """Run the conversion; raises OutputExistsError, ValueError, RuntimeError (no jpegtran).
     The output's lock is held from before its files are looked at to the end of the job
     (``pipelines.job.output_lock``)."""
-    output = cfg.output.rstrip("/")
+    # usage errors first: the lock lives in the output directory, so taking it creates
+    # that directory, and a refused command must leave nothing behind
+    cfg = _checked(cfg)
     lock = output_lock.acquire(
-        output_lock.pcr_lock_url(output), cfg.store, output=output, command="pcr"
+        output_lock.pcr_lock_url(cfg.output), cfg.store, output=cfg.output, command="pcr"
     )
     try:
         res = _convert_pcr(cfg, beam_args)
@@ -391,8 +393,9 @@ def convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> Pc
     return res
 
 
-def _convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
-    t0 = time.time()
+def _checked(cfg: PcrConfig) -> PcrConfig:
+    """The config with its scan script read and checked; ValueError / RuntimeError for
+    what makes the job impossible before it touches anything."""
     if cfg.images_per_record <= 0:
         raise ValueError("images_per_record must be positive")
     if not 1 <= cfg.quality <= 100:
@@ -411,6 +414,11 @@ def _convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> P
         cfg = dataclasses.replace(cfg, scan_script=text)
     if cfg.scan_script is not None:
         pcr_scan_script.check(cfg.scan_script, cfg.scans or "scan_script")
+    return cfg
+
+
+def _convert_pcr(cfg: PcrConfig, beam_args: Optional[Sequence[str]] = None) -> PcrResult:
+    t0 = time.time()
     existing = _existing_records(cfg)
     units, list_rejects, inputs, classes = list_units(cfg)
     work = work_dir_for(cfg, inputs)
