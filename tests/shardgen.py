@@ -68,14 +68,26 @@ def write_tar(
     """Write members in the given order; mtime 0 and fixed ownership for determinism."""
     mode = "w:gz" if gz else "w"
     with tarfile.open(path, mode, format=fmt) as tf:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            ti.mtime = 0
-            ti.mode = 0o644
-            ti.uname = ti.gname = "tar2tf"
-            tf.addfile(ti, io.BytesIO(data))
+        _add(tf, members)
     return path
+
+
+def tar_bytes(members: Iterable[Tuple[str, bytes]], fmt=tarfile.GNU_FORMAT) -> bytes:
+    """:func:`write_tar`'s archive as bytes, for a test that reads it from memory."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        _add(tf, members)
+    return buf.getvalue()
+
+
+def _add(tf: tarfile.TarFile, members: Iterable[Tuple[str, bytes]]) -> None:
+    for name, data in members:
+        ti = tarfile.TarInfo(name)
+        ti.size = len(data)
+        ti.mtime = 0
+        ti.mode = 0o644
+        ti.uname = ti.gname = "tar2tf"
+        tf.addfile(ti, io.BytesIO(data))
 
 
 def sample_members(

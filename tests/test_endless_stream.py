@@ -6,12 +6,12 @@ import http.server
 import io
 import json
 import socketserver
-import tarfile
 import threading
 import time
 import zlib
 
 import pytest
+import shardgen
 from ops_fixtures import cli
 
 from transforms.records import KEY, is_reject
@@ -26,13 +26,7 @@ MEMBERS = [("a.txt", b"A"), ("a.cls", b"1"), ("b.txt", b"B"), ("b.cls", b"2")]
 
 
 def _tar(members=MEMBERS) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 0
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
+    return shardgen.tar_bytes(members)
 
 
 class ReadTooFar(Exception):

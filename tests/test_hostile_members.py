@@ -5,9 +5,9 @@ a counted ``tar`` reject for their record, never a crash or a spoofed key (docs/
 import io
 import json
 import os
-import tarfile
 
 import pytest
+import shardgen
 from ops_fixtures import cli
 
 from transforms.records import INTERNAL_FIELDS, KEY, SHARD, is_reject
@@ -30,18 +30,8 @@ DRIVERS = {
 }
 
 
-def _tar_bytes(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 0
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _read(members):
-    return list(iter_records(io.BytesIO(_tar_bytes(members)), "s.tar"))
+    return list(iter_records(io.BytesIO(shardgen.tar_bytes(members)), "s.tar"))
 
 
 @pytest.mark.parametrize(
@@ -107,7 +97,7 @@ def test_cli_rejects_the_record_on_both_drivers(tmp_path, driver):
     before; now the good records are written, the record is counted, the exit code
     follows --max-rejects, and the output verifies."""
     src = tmp_path / "key.tar"
-    src.write_bytes(_tar_bytes(MEMBERS))
+    src.write_bytes(shardgen.tar_bytes(MEMBERS))
     out = tmp_path / "o" / "t-{}.record"
     flags = [*DRIVERS[driver], "--no-progress"]
     p = cli("convert", str(src), "-o", str(out), *flags, timeout=300)

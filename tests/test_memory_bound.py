@@ -12,6 +12,7 @@ import sys
 import tarfile
 
 import pytest
+import shardgen
 from ops_fixtures import ROOT
 
 from transforms.records import KEY, is_reject
@@ -28,14 +29,9 @@ BOUND = 3 * RECORD + 100 * MB
 
 def _tar(members):
     """``members``: (name, size or bytes); a size becomes that many zeros."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            data = bytes(data) if isinstance(data, int) else data
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 0
-            t.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
+    return shardgen.tar_bytes(
+        (name, bytes(data) if isinstance(data, int) else data) for name, data in members
+    )
 
 
 @functools.lru_cache(maxsize=None)
