@@ -254,28 +254,19 @@ class Dataset:
         metadata into DIR; ``tfds_image`` names features read as images (docs/tfds.md)."""
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, not {num_workers!r}")
+        write = (
+            template,
+            path,
+            num_workers,
+            record_to_example,
+            max_shard_size,
+            remote_exec,
+            convert_options,
+        )
         if tfds or tfds_image:
-            return self._to_tfds(
-                tfds,
-                tfds_image,
-                template,
-                path,
-                num_workers,
-                record_to_example,
-                max_shard_size,
-                remote_exec,
-                convert_options,
-            )
+            return self._to_tfds(tfds, tfds_image, *write)
         if path is not None and path != "":  # as in the original API, an empty path means in memory
-            return self._to_tfrecords(
-                template,
-                path,
-                num_workers,
-                record_to_example,
-                max_shard_size,
-                remote_exec,
-                convert_options,
-            )
+            return self._to_tfrecords(*write)
         if self._use_beam(remote_exec, in_memory=True):
             return self._remote_dataset(
                 template, num_workers, output_types, output_shapes, output_signature
@@ -291,14 +282,15 @@ class Dataset:
 
         if not tfds_flag:
             raise ValueError("tfds_image needs tfds=True")
-        tfds.check_output(path, image, args[-1].get("type_map"))
+        options = args[-1]  # the convert options, last of _to_tfrecords' arguments
+        tfds.check_output(path, image, options.get("type_map"))
         paths = self._to_tfrecords(template, path, *args)
         res = self.last_result
         if res.exit_code != 0:
             count = res.manifest["rejects"]["count"]
             raise ValueError(
                 f"tfds: metadata not written: {count} rejects, more than max_rejects "
-                f"{args[-1].get('max_rejects', 0)} or every record (see {res.rejects_path})"
+                f"{options.get('max_rejects', 0)} or every record (see {res.rejects_path})"
             )
         tfds.write_metadata(path, res.manifest, image)
         return paths
