@@ -37,16 +37,33 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
+class Loopback:
+    """A threaded HTTP server for a test's own handler class, on a free loopback port,
+    serving until :meth:`stop`."""
+
+    def __init__(self, handler, name: str = "loopback-http"):
+        self._server = _Server(("127.0.0.1", 0), handler)
+        threading.Thread(target=self._server.serve_forever, name=name, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class RangeServer:
     def __init__(self, root: str, ranges: bool = True):
         self.root, self.ranges = root, ranges
         self.requests = []  # (method, path, Range header or None, status)
         self.lock = threading.Lock()
-        self._server: Optional[_Server] = None
+        self._server: Optional[Loopback] = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._server.url
 
     def start(self) -> "RangeServer":
         owner = self
@@ -54,16 +71,12 @@ class RangeServer:
         class Handler(_Handler):
             server_owner = owner
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, name="range-server", daemon=True
-        ).start()
+        self._server = Loopback(Handler, name="range-server")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def _note(self, method: str, path: str, rng: Optional[str], status: int) -> None:

@@ -5,14 +5,13 @@ import gzip
 import http.server
 import io
 import json
-import socketserver
-import threading
 import time
 import zlib
 
 import pytest
 import shardgen
 from ops_fixtures import cli
+from range_server import Loopback
 
 from transforms.records import KEY, is_reject
 from transforms.tar.records import (
@@ -125,10 +124,6 @@ def test_small_padding_and_concatenated_tars_as_before():
     assert rej.reason.startswith("ignored ") and "after the end-of-archive marker" in rej.reason
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-
-
 def _endless_server(body: bytes):
     """An HTTP server that answers every GET with ``body``, then zeros until the client
     hangs up (no Content-Length: the body ends when the connection does)."""
@@ -154,9 +149,7 @@ def _endless_server(body: bytes):
             except OSError:  # the client hung up
                 sent.append(n)
 
-    server = _Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, sent
+    return Loopback(Handler), sent
 
 
 @pytest.mark.parametrize(
@@ -167,7 +160,7 @@ def _endless_server(body: bytes):
 def test_cli_job_on_an_endless_http_body_ends_with_all_records(tmp_path, flags):
     server, sent = _endless_server(_tar())
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/s.tar"
+        url = f"{server.url}/s.tar"
         out = tmp_path / "o" / "t-{}.record"
         t0 = time.monotonic()
         p = cli(
@@ -183,8 +176,7 @@ def test_cli_job_on_an_endless_http_body_ends_with_all_records(tmp_path, flags):
         )
         secs = time.monotonic() - t0
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
     assert p.returncode == 0, p.stderr
     m = json.loads((tmp_path / "o" / "t.record.manifest.json").read_text())
     assert m["totals"]["records_written"] == 2

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import http.server
 import os
-import socketserver
-import threading
 
 import pytest
 import shardgen
 from faultproxy import FaultProxy
 from ops_fixtures import cli
-from range_server import RangeServer
+from range_server import Loopback, RangeServer
 
 from transforms.stores import StoreConfig
 from transforms.stores.http import CROSS_ORIGIN_ENV, HEADERS_ENV, HTTPStore
@@ -62,19 +60,14 @@ class _Hub:
             def log_message(self, *a):
                 pass
 
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = Loopback(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.server.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 @pytest.fixture

@@ -15,15 +15,14 @@ import io
 import json
 import os
 import signal
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import shardgen
 from ops_fixtures import ROOT, cli
+from range_server import Loopback
 
 from transforms.stores.retry import ResumableReader, RetryPolicy, SlowReadError
 
@@ -63,19 +62,14 @@ class _Trickle:
             def log_message(self, *a):
                 pass
 
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = Loopback(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.server.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 @pytest.fixture
