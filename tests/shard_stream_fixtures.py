@@ -6,7 +6,7 @@ import os
 import random
 import time
 
-from pipelines.job import finalize
+from pipelines.job import shardfile
 from pipelines.job.plan import stream_plan
 from pipelines.local.stream import ShardStream
 
@@ -27,7 +27,7 @@ def _planned(pieces, output, max_bytes, max_records, dali):
     tasks = stream_plan(
         pieces, output, max_bytes, max_records, None, dali, sizes_of=lambda p: p["sizes"]
     )
-    return [finalize.write_shard(t, None, dali) for t in tasks]
+    return [shardfile.write_shard(t, None, dali) for t in tasks]
 
 
 def _frames_of(p):

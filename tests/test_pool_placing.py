@@ -25,13 +25,13 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
     write), and the worker is ready for its next task, whose runs it writes."""
     import cloudpickle
 
-    from pipelines.job import finalize
+    from pipelines.job import shardfile
     from pipelines.local import pool as shard_pool
 
     cfg = ConvertConfig(
         sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"}
     )
-    shards_out = [finalize.ShardFile(str(tmp_path / "o" / f"t-{i}.record")) for i in (1, 2)]
+    shards_out = [shardfile.ShardFile(str(tmp_path / "o" / f"t-{i}.record")) for i in (1, 2)]
     placed = []
 
     def place(info):
@@ -148,7 +148,7 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     still written where it was placed, with the worker's CRCs."""
     import cloudpickle
 
-    from pipelines.job import finalize
+    from pipelines.job import shardfile
     from pipelines.local import pool as shard_pool
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
@@ -174,7 +174,7 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
                     break
                 time.sleep(0.01)
             waited[0] = got.count(os.path.basename(urls[1]))
-        shard = files[info["index"]] = finalize.ShardFile(
+        shard = files[info["index"]] = shardfile.ShardFile(
             str(tmp_path / "o" / f"t-{info['index']}.record")
         )
         return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
@@ -219,7 +219,7 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
 
     import cloudpickle
 
-    from pipelines.job import finalize
+    from pipelines.job import shardfile
     from pipelines.local import pool as shard_pool
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
@@ -244,7 +244,7 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
                 else pools[0]._all[0].proc.poll() is not None
             ):
                 time.sleep(0.01)
-        shard = files[info["index"]] = finalize.ShardFile(
+        shard = files[info["index"]] = shardfile.ShardFile(
             str(tmp_path / "o" / f"t-{info['index']}.record")
         )
         return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]

@@ -9,7 +9,7 @@ import shardgen
 from ops_fixtures import output_digest
 
 from pipelines.beam.convert import ConvertConfig, convert
-from pipelines.job import finalize
+from pipelines.job import shardfile
 from pipelines.job.setup import finish_job, plan_shards, prepare, record_job, result_of
 from pipelines.job.shard import convert_shard
 
@@ -35,7 +35,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
 
     def last_steps():  # Plan -> WriteShard -> Manifest
         shards = [
-            finalize.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
+            shardfile.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
         ]
         return next(iter(finish_job(shards, pieces, cfg, job.list_rejects, job.urls)))
 

@@ -448,13 +448,13 @@ def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkey
     """The in-process API with worker processes and a local ``{}`` output: the workers
     write their frames where the stream places them; this process
     neither copies a piece file nor writes a frame, and the bytes are the threads' bytes."""
-    from pipelines.job import finalize
+    from pipelines.job import shardfile
 
     calls = {"copy": 0, "write": 0, "reserve": 0}
     for name in calls:
-        real = getattr(finalize.ShardFile, name)
+        real = getattr(shardfile.ShardFile, name)
         monkeypatch.setattr(
-            finalize.ShardFile,
+            shardfile.ShardFile,
             name,
             lambda self, *a, _n=name, _r=real: (calls.__setitem__(_n, calls[_n] + 1), _r(self, *a))[
                 1

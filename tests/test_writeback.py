@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipelines.job import finalize
+from pipelines.job import shardfile
 from transforms.stores import writeback
 from transforms.tfrecord import digests
 
@@ -73,12 +73,12 @@ def _frames(n, size):
 def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monkeypatch, calls):
     """Appended and copied bytes reach the kernel in consecutive ranges of at least the
     chunk size; the shard's bytes and CRC are those of a plain write."""
-    monkeypatch.setattr(finalize, "WRITEBACK_CHUNK", 10_000)
+    monkeypatch.setattr(shardfile, "WRITEBACK_CHUNK", 10_000)
     out = str(tmp_path / "shard-1.record")
     frames = _frames(40, 1_000)
     src = tmp_path / "piece.bin"
     src.write_bytes(b"".join(frames))
-    shard = finalize.ShardFile(out)
+    shard = shardfile.ShardFile(out)
     for i in range(0, 21, 3):  # runs of 3 frames, as the stream writes a piece's run
         shard.write(frames[i : i + 3], [1_000] * 3)
     with open(src, "rb") as f:

@@ -29,8 +29,8 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines.job import external, names, piecefiles
-from pipelines.job.finalize import ShardFile
 from pipelines.job.plan import Packing
+from pipelines.job.shardfile import ShardFile
 from transforms.sizes import parse_size
 from transforms.stores import get_store
 from transforms.tfrecord.framing import frame, iter_frames

@@ -22,7 +22,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
 
-from pipelines.job import finalize
+from pipelines.job import finalize, shardfile
 from pipelines.job import journal as shard_journal
 from pipelines.job.config import ConvertConfig
 from pipelines.job.progress import Progress
@@ -183,7 +183,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
                 with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
                     shards = list(
                         pool.map(
-                            lambda t: finalize.write_shard(t, cfg.store, cfg.dali_index),
+                            lambda t: shardfile.write_shard(t, cfg.store, cfg.dali_index),
                             plan_shards(pieces, cfg),
                         )
                     )

@@ -9,7 +9,7 @@ rule (:class:`transforms.tfrecord.framing.Packer`, which depends only on the siz
 far) -- so the shards, their names and bytes are the same as the planned path's (tested),
 and the copy overlaps the conversion of later pieces.  The driver's worker processes do
 not hand their frames over at all: :meth:`PieceFeed.place` reserves each run's byte range
-in its final shard (:meth:`ShardFile.reserve <pipelines.job.finalize.ShardFile.reserve>`),
+in its final shard (:meth:`ShardFile.reserve <pipelines.job.shardfile.ShardFile.reserve>`),
 the worker writes it there, and the shard's CRC-32C is combined from the runs' CRCs when
 it closes.
 
@@ -37,8 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pipelines.job import finalize, piecefiles, workfiles
 from pipelines.job import journal as shard_journal
-from pipelines.job.finalize import ShardFile
 from pipelines.job.shard import without_sizes
+from pipelines.job.shardfile import ShardFile
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
 

@@ -196,7 +196,7 @@ def write_runs(runs, frames, info, config=None) -> list:
                         f.write(fr)
                         digest.update(fr)
                 else:
-                    from pipelines.job.finalize import copy_range  # only for spilled pieces
+                    from pipelines.job.shardfile import copy_range  # only for spilled pieces
 
                     copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
                 f.flush()  # the shard's fsync, when it closes, then finds these bytes written

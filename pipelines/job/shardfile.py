@@ -1,0 +1,220 @@
+"""A final shard while it is written, and the planned copy of piece byte ranges into one.
+
+Why this shape: TFRecord files concatenate byte-wise, so a final shard is the pieces'
+byte ranges copied in plan order (:func:`write_shard`); no record is parsed or re-framed.
+Each final shard is written under a temporary name and renamed when complete
+(:class:`ShardFile`), so an interrupted job never leaves a partial file under a final name.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from transforms.stores import StoreConfig, get_store, split_url, writeback
+from transforms.tfrecord import digests
+
+COPY_CHUNK = 1 << 20
+# a local shard's appended bytes go to the device in ranges of this size while it fills
+# (transforms.stores.writeback), so that closing it does not wait for all of them
+WRITEBACK_CHUNK = 8 << 20
+
+
+def copy_range(src, dst, offset: int, length: int, digest) -> None:
+    """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, feeding ``digest``.
+
+    Plain 1 MB reads: google-crc32c only takes ``bytes`` (no memoryview into a reused
+    buffer), and 256 KB-1 MB reads measured fastest (~1.5-2 GB/s of CPU for copy + CRC;
+    4 MB ``bytes`` objects cost page-faulting allocations)."""
+    try:
+        src.seek(offset)
+    except (AttributeError, OSError, ValueError):
+        _discard(src, offset)
+    left = length
+    while left:
+        chunk = src.read(min(COPY_CHUNK, left))
+        if not chunk:
+            raise IOError(f"piece ended {left} bytes early")
+        dst.write(chunk)
+        digest.update(chunk)
+        left -= len(chunk)
+
+
+def _discard(src, n: int) -> None:
+    while n:
+        chunk = src.read(min(COPY_CHUNK, n))
+        if not chunk:
+            raise IOError("piece shorter than its sidecar says")
+        n -= len(chunk)
+
+
+class ShardFile:
+    """One final shard while it is written: bytes appended in order, its crc32c and framed
+    record sizes kept, the file under a temporary name until :meth:`close` (fsync, rename),
+    removed by :meth:`abort`.  The one writer of final TFRecord shards: the planned copy
+    (:func:`write_shard`), the streaming writer (``pipelines.local.stream``) and the
+    shuffle (``pipelines.beam.shuffle``) all go through it.
+
+    A local shard can also leave ranges to other processes (:meth:`reserve`): a worker
+    writes a range into :attr:`local_path` at its offset and reports the range's CRC-32C
+    (:meth:`filled`, from any thread); :meth:`close` waits for every range and combines
+    the CRCs (:func:`transforms.tfrecord.digests.crc32c_combine`)."""
+
+    def __init__(self, path: str, config: Optional[StoreConfig] = None, dali_index: bool = False):
+        self.path, self.dali_index = path, dali_index
+        self.store = get_store(path, config)
+        self.digest = digests.new("crc32c")
+        self.sizes: List[int] = []  # framed record sizes, kept for a DALI index only
+        self.records = 0
+        self.bytes = 0
+        self._cm = self.store.open_write(path)
+        self.f = self._cm.__enter__()
+        self._start = 0  # where the bytes that self.digest hashes begin
+        # offset -> (length, CRC-32C or None until the range is filled); empty while this
+        # process writes every byte itself
+        self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
+        self._cv = threading.Condition()
+        self._failed: Optional[BaseException] = None
+        self._local = self.local_path is not None
+        self._flushed = 0  # writeback started for the bytes before this offset
+
+    @property
+    def local_path(self) -> Optional[str]:
+        """The temporary file other processes write reserved ranges into (local shards
+        only; None elsewhere)."""
+        name = getattr(self.f, "name", None)
+        return name if isinstance(name, str) and split_url(self.path)[0] == "" else None
+
+    def write(self, frames: Sequence[bytes], sizes: Sequence[int]) -> None:
+        """Append whole frames (``sizes``: their framed lengths), each in its own
+        ``write`` call: the file's 1 MB buffer turns them into few system calls.  (One
+        ``writev`` per run of frames, or a larger buffer, measured no faster:
+        docs/benchmarks.md, sessions 16-17.)"""
+        for fr in frames:
+            self.f.write(fr)
+            self.digest.update(fr)
+        self._count(sizes)
+        self.bytes += sum(sizes)
+        self._start_writeback()
+
+    def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
+        """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
+        copy_range(src, self.f, offset, length, self.digest)
+        self._count(sizes)
+        self.bytes += length
+        self._start_writeback()
+
+    def _count(self, sizes: Sequence[int]) -> None:
+        self.records += len(sizes)
+        if self.dali_index:
+            self.sizes.extend(sizes)
+
+    def _start_writeback(self) -> None:
+        """Every :data:`WRITEBACK_CHUNK` bytes, have the kernel start writing the new ones
+        to the device (a head start for :meth:`close`'s fsync; local shards only).
+        Reserved ranges inside them are started by their writers."""
+        if self._local and self.bytes - self._flushed >= WRITEBACK_CHUNK:
+            self.f.flush()
+            writeback.start(self.f.fileno(), self._flushed, self.bytes - self._flushed)
+            self._flushed = self.bytes
+
+    def reserve(self, length: int, sizes: Sequence[int]) -> int:
+        """Leave the next ``length`` bytes (whole frames: ``sizes``) to another writer;
+        returns their offset in :attr:`local_path`.  Appends continue after them."""
+        self._cut()
+        offset = self.bytes
+        with self._cv:
+            self._ranges[offset] = (length, None)
+        self._count(sizes)
+        self.bytes += length
+        self._start = self.bytes
+        self.f.seek(self.bytes)
+        return offset
+
+    def park(self) -> None:
+        """Nothing more is appended here before :meth:`close`: give the file descriptor
+        back while the shard waits (a local file, or a bucket object's spool file; see
+        ``transforms.stores.ParkableFile``)."""
+        park = getattr(self.f, "park", None)
+        if park is not None:
+            park()
+
+    def filled(self, offset: int, crc: int) -> None:
+        """The range reserved at ``offset`` is written; ``crc``: its CRC-32C."""
+        with self._cv:
+            self._ranges[offset] = (self._ranges[offset][0], crc)
+            self._cv.notify_all()
+
+    def cancel(self, exc: BaseException) -> None:
+        """A reserved range will never be filled: :meth:`close` (even one already
+        waiting) raises ``exc`` and removes the file."""
+        with self._cv:
+            self._failed = exc
+            self._cv.notify_all()
+
+    def _cut(self) -> None:
+        """The bytes appended since the last reserved range become a range of their own."""
+        if self.bytes > self._start:
+            with self._cv:
+                self._ranges[self._start] = (
+                    self.bytes - self._start,
+                    digests.crc32c_of(self.digest),
+                )
+            self.digest = digests.new("crc32c")
+            self._start = self.bytes
+
+    def _crc32c(self) -> str:
+        if not self._ranges:  # every byte appended here
+            return digests.hexdigest(self.digest)
+        self._cut()
+        with self._cv:
+            while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
+                self._cv.wait()
+            if self._failed is not None:
+                raise self._failed
+            crc = 0
+            for offset in sorted(self._ranges):
+                length, part = self._ranges[offset]
+                crc = digests.crc32c_combine(crc, part, length)
+        return f"{crc:08x}"
+
+    def close(self) -> Dict[str, Any]:
+        """Make the shard durable under its final name (once its reserved ranges are
+        filled); its manifest row."""
+        try:
+            crc = self._crc32c()
+        except BaseException as e:
+            self.abort(e)
+            raise
+        self._cm.__exit__(None, None, None)
+        if self.dali_index:
+            lines, off = [], 0
+            for s in self.sizes:
+                lines.append(f"{off} {int(s)}\n")
+                off += s
+            self.store.write_bytes(self.path + ".idx", "".join(lines).encode())
+        return {"path": self.path, "records": self.records, "bytes": self.bytes, "crc32c": crc}
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        """Remove the temporary file; nothing appears under the final name."""
+        exc = exc or RuntimeError(f"writing {self.path} was abandoned")
+        self._cm.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def write_shard(
+    task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
+) -> Dict[str, Any]:
+    """Copy the task's byte ranges into its final name, atomically; return its manifest row.
+    ``task``: one of ``pipelines.job.plan.stream_plan``."""
+    shard = ShardFile(task["path"], config, dali_index)
+    try:
+        for url, offset, length in task["ranges"]:
+            with get_store(url, config).open_read(url) as src:
+                shard.copy(src, offset, length, ())
+    except BaseException as e:
+        shard.abort(e)
+        raise
+    shard.records = task["records"]
+    if dali_index:
+        shard.sizes = [int(s) for s in task["sizes"]]
+    return shard.close()
