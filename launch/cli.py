@@ -1,6 +1,6 @@
 """tar2tf: WebDataset tar shards (local, ais://, gs://, s3://, https://) to TFRecords and PCR.
 
-Exit status (all subcommands; launch/job_exit.py):
+Exit status (all subcommands; pipelines/job/exits.py, said by launch/job_exit.py):
   0  success (rejects within --max-rejects; a failed clean-up after a complete output warns)
   1  the job failed while running (full disk, permissions, unreachable server, an error
      inside the job, Ctrl-C); the one line says what and where
@@ -102,9 +102,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     args.beam_args = extra
     from launch import job_exit
-    from pipelines.job import phase as job_phase
+    from pipelines.job import exits
 
-    job_phase.reset()
+    exits.reset()
     from launch import flink_watch
     from launch.log_redact import quiet_step_failures
 

@@ -1,5 +1,5 @@
 """The CLI's failure contract: one line ``tar2tf <cmd>: <what> (<where>)`` and the
-documented exit code for each failure (launch/job_exit.py), a traceback only with
+documented exit code for each failure (pipelines/job/exits.py), a traceback only with
 ``--debug``; no credential in anything tar2tf writes or prints (transforms/redact.py); no
 terminal escapes from names read out of shards; and a full disk left with verified work
 only, its size and place said (pipelines/job/cleanup.py).  Real processes, real servers'

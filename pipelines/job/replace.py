@@ -28,8 +28,7 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import overlap
-from pipelines.job import phase as job_phase
+from pipelines.job import exits, overlap
 from pipelines.job import record as job_record
 from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, get_store, join
@@ -102,8 +101,8 @@ def begin(
     """Step 1 of the protocol (module docstring): the earlier manifest's outputs into the
     ledger, then the manifest (and ``also_delete``: a PCR index) deleted.  ``output`` +
     ``work``: a TFRecord job, whose interrupted runs' journals are read as well.  Marks
-    the job as started (``pipelines.job.phase``)."""
-    job_phase.start()
+    the job as started (``pipelines.job.exits``)."""
+    exits.start()
     store = get_store(manifest_url, config)
     ledger = ledger_of(manifest_url)
     names = previous_outputs(manifest_url, config)
