@@ -16,7 +16,7 @@ record.
 summaries and record files (``pipelines.job.piecefiles``: sizes, key hashes, keys) are
 written into a work directory by one process; a second, fresh process then runs the real
 plan (``pipelines.job.plan.stream_plan``, every task drawn), the duplicate-key check and
-the job's end (``pipelines.job.setup.finish``: totals, rejects, manifest) over them,
+the job's end (``pipelines.job.kinds.tfrecord.finish``: totals, rejects, manifest) over them,
 and reports its own peak RSS and the time of each step.  A few pieces repeat earlier
 keys, and a few carry a reject, so those paths run too.
 
@@ -196,7 +196,7 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
 
     from pipelines.job import duplicates
     from pipelines.job.config import ConvertConfig
-    from pipelines.job.setup import finish, plan_shards
+    from pipelines.job.kinds.tfrecord import finish, plan_shards
 
     t0 = time.time()
     with open(os.path.join(work, "summaries.jsonl")) as f:

@@ -184,7 +184,7 @@ def check_paths(args) -> List[str]:
     launch/local_paths.py); creates a missing local output directory, as the job would,
     and returns what it created."""
     from launch import local_paths
-    from pipelines.job.finalize import companion
+    from pipelines.job.names import companion
 
     name = args.output.rsplit("/", 1)[-1]
     if name in ("", "{}") or companion(name, "").startswith("."):
@@ -225,6 +225,7 @@ def run(args) -> int:
     from launch.local_paths import remove_if_empty, write_file
     from pipelines.beam.options import in_process, names_in_process
     from pipelines.job import report
+    from pipelines.job.refused import CLI_WORDS, Refusal
     from pipelines.local.driver import convert_in_process
     from transforms.redact import printable, redact_obj
 
@@ -236,15 +237,17 @@ def run(args) -> int:
     try:
         # no Beam import: seconds a small job need not pay
         if in_process(args.beam_args, shuffle=args.shuffle):
-            res = convert_in_process(cfg, workers(args.processes), ("--overwrite", "--resume"))
+            res = convert_in_process(cfg, workers(args.processes))
         else:
             from pipelines.beam.convert import convert
             from pipelines.beam.worker_logs import quiet_beam_worker
 
             quiet_beam_worker(args.debug)  # the failure is said once, by launch.cli
             res = convert(cfg, args.beam_args)
-    except BaseException:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
+    except BaseException as e:  # a usage error the job found, a failure, Ctrl-C: no empty dirs left
         remove_if_empty(created)
+        if isinstance(e, Refusal):
+            e.worded(CLI_WORDS)  # the options it names, as this command spells them
         raise
     for p in res.paths:
         print(printable(p))

@@ -94,6 +94,7 @@ def run(args) -> int:
     from launch.job_exit import rejects_exit
     from pipelines.beam.options import PCR_IN_PROCESS, in_process
     from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from pipelines.job.refused import CLI_WORDS, Refusal
     from transforms.redact import printable, redact_obj
 
     beam_args = list(PCR_IN_PROCESS) if in_process(args.beam_args) else args.beam_args
@@ -121,8 +122,12 @@ def run(args) -> int:
         )
         try:
             return cfg, convert_pcr(cfg, beam_args)
-        except BaseException:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
+        except (
+            BaseException
+        ) as e:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
             local_paths.remove_if_empty(created)
+            if isinstance(e, Refusal):
+                e.worded(CLI_WORDS)  # the options it names, as this command spells them
             raise
 
     from pipelines.beam.worker_logs import quiet_beam_worker

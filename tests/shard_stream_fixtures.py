@@ -1,6 +1,6 @@
 """Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
 files of random records with their sidecar dicts, and the shards the planned path
-(``pipelines.job.finalize``) and the stream (``pipelines.local.stream``) make of them."""
+(``pipelines.job.plan``) and the stream (``pipelines.local.stream``) make of them."""
 
 import os
 import random

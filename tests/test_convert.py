@@ -150,7 +150,7 @@ def test_resume_never_takes_over_another_jobs_output(shards, tmp_path):
     """``--resume`` continues an interrupted run of the same job only: finished shards of
     another job (other inputs or options) under the same names are refused, untouched; and
     two outputs never share a work directory (a journal lists its own output's shards)."""
-    from pipelines.job.setup import work_dir_for
+    from pipelines.job.lifecycle import work_dir_for
 
     _, d = shards
     out = str(tmp_path / "o/t-{}.record")

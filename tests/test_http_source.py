@@ -360,7 +360,7 @@ def test_http_headers_stay_out_of_the_job_config_and_record(monkeypatch, tmp_pat
 
     from launch import cli
     from launch.cmd_convert import build_config
-    from pipelines.job.setup import job_of
+    from pipelines.job.lifecycle import job_of
 
     monkeypatch.delenv(HEADERS_ENV, raising=False)
     args, _ = cli.build_parser().parse_known_args(

@@ -16,7 +16,7 @@ import shardgen
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
 
 from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
-from pipelines.job import finalize
+from pipelines.job import names
 from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +89,7 @@ def test_convert_from_and_to_object_store_matches_local_run(backend, local_run):
         assert kept == [s["crc32c"] for s in manifest["shards"]]
     assert store.read_bytes(backend.url("out/train.record.rejects.jsonl")) == b""
     assert list(store.list(backend.url("out/.tar2tf-work/"))) == []
-    assert sorted(finalize.existing_outputs(output, cfg)) == sorted(res.paths)
+    assert sorted(names.existing_outputs(output, cfg)) == sorted(res.paths)
     with pytest.raises(OutputExistsError):
         convert(
             ConvertConfig(
@@ -152,7 +152,7 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(
     store = get_store(output, cfg)
     real_open_read = type(store).open_read
     journal = [u for u in store.list(backend.url("resumed/.tar2tf-work/")) if "/journal-" in u]
-    kept = finalize.existing_outputs(output, cfg)
+    kept = names.existing_outputs(output, cfg)
     assert journal and sorted(kept) == [
         backend.url(f"resumed/train-{i + 1}.record") for i in range(len(journal))
     ]

@@ -6,8 +6,10 @@ import os
 from pcr_fixtures import requires_jpegtran
 
 from pipelines.beam.convert import OutputExistsError
-from pipelines.beam.pcr import PcrConfig, convert_pcr, list_units, work_dir_for
+from pipelines.beam.pcr import PcrConfig, convert_pcr
 from pipelines.job import workfiles
+from pipelines.job.kinds.pcr import list_units
+from pipelines.job.lifecycle import work_dir_for
 from transforms.pcr import convert as pc
 
 pytestmark = requires_jpegtran

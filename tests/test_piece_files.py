@@ -12,7 +12,7 @@ import shardgen
 
 from pipelines.job import piecefiles
 from pipelines.job.config import ConvertConfig
-from pipelines.job.setup import work_dir_for
+from pipelines.job.lifecycle import work_dir_for
 from pipelines.local import driver as cv
 from pipelines.local.driver import convert_in_process
 

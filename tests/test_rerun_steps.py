@@ -9,8 +9,9 @@ import shardgen
 from ops_fixtures import output_digest
 
 from pipelines.beam.convert import ConvertConfig, convert
-from pipelines.job import shardfile
-from pipelines.job.setup import finish_job, plan_shards, prepare, record_job, result_of
+from pipelines.beam.job import _finish
+from pipelines.job import lifecycle, shardfile
+from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
 from pipelines.job.shard import convert_shard
 
 
@@ -27,8 +28,8 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
     src = str(tmp_path / "in")
     shardgen.make_shards(src, 4, 5, size=(32, 24))
     cfg = _cfg(src, str(tmp_path / "o"))
-    job = prepare(cfg)
-    record_job(cfg, job.urls, job.work)
+    job = lifecycle.prepare(TFRECORD, cfg)
+    lifecycle.start(job)
     stages = cfg.stages()
     # ConvertShard, as the graph runs it (its results held by a surviving worker)
     pieces = [convert_shard(i, url, job.work, cfg, stages) for i, url in enumerate(job.urls)]
@@ -37,7 +38,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
         shards = [
             shardfile.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
         ]
-        return next(iter(finish_job(shards, pieces, cfg, job.list_rejects, job.urls)))
+        return next(_finish(shards, pieces, TFRECORD, cfg, job.list_rejects, job.urls, {}))
 
     last_steps()
     first = output_digest(str(tmp_path / "o"))
@@ -46,7 +47,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
     last_steps()  # run again, after the manifest was written
     assert output_digest(str(tmp_path / "o")) == first
 
-    res = result_of(job, {})
+    res = lifecycle.result_of(job, {})
     assert not os.path.exists(job.work)
     assert res.totals["records_written"] == 20
     # and the same bytes as a job run once on the Beam graph (both jobs over: no output

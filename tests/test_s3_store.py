@@ -191,7 +191,7 @@ def test_cli_convert_s3_to_s3_matches_local_run_through_a_reset(s3, local_run, t
     out_keys = [k for k in server.keys(bucket) if k.startswith("out/")]
     shards = sorted((k for k in out_keys if k.endswith(".record")), key=lambda k: int(k[10:-7]))
     assert [server.get(bucket, k) for k in shards] == ref
-    from pipelines.job.finalize import companion
+    from pipelines.job.names import companion
 
     manifest = json.loads(server.get(bucket, companion("out/train-{}.record", ".manifest.json")))
     assert manifest["totals"] == ref_manifest["totals"]

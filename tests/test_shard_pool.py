@@ -270,7 +270,7 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
 
 
 def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
-    from pipelines.job import setup
+    from pipelines.job import lifecycle
     from transforms.tar.sources import resolve
 
     # a planned output: the worker writes its piece into the work dir (a streamed local
@@ -279,7 +279,7 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
     cfg = ConvertConfig(
         sources=shards, output=str(tmp_path / "t.record"), progress=False, processes=1
     )
-    work = setup.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
+    work = lifecycle.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
     os.makedirs(os.path.join(work, "piece-000000.tfrecord", "blocker"))
     with pytest.raises(
         Exception, match="(?s)failed in a shard worker process.*(IsADirectoryError|OSError)"

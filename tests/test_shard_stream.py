@@ -1,4 +1,4 @@
-"""Streamed final shards (pipelines.local.stream) against the planned path (finalize), on
+"""Streamed final shards (pipelines.local.stream) against the planned path (plan), on
 piece files of random records: the stream and its journal, and the feed (``PieceFeed``)
 that Beam's DoFns hand pieces to.  Whole jobs through the stream: test_shard_stream_jobs."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shard_stream_fixtures import _files, _info, _pieces, _planned, _rows, _streamed, _wait_for
 
-from pipelines.job import finalize
+from pipelines.job import names
 from pipelines.job.config import ConvertConfig
 from pipelines.local.stream import ShardStream, can_stream
 
@@ -137,12 +137,12 @@ def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
         "t-3.record",
     ):
         (tmp_path / name).write_bytes(b"x")
-    found = finalize.stale_temporaries(str(tmp_path / "t-{}.record"))
+    found = names.stale_temporaries(str(tmp_path / "t-{}.record"))
     assert sorted(map(os.path.basename, found)) == [
         ".t-3.record.idx.tmp-0123456789ab",
         ".t-3.record.tmp-0123456789ab",
     ]
-    assert finalize.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
+    assert names.stale_temporaries(str(tmp_path / "missing" / "t-{}.record")) == []
 
 
 def _work_pieces(tmp_path, layout):

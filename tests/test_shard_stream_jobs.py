@@ -12,7 +12,7 @@ import pytest
 import shardgen
 
 from pipelines.job.config import ConvertConfig, OutputExistsError
-from pipelines.job.setup import work_dir_for
+from pipelines.job.lifecycle import work_dir_for
 from pipelines.local.driver import convert_in_process
 from transforms.ops import Func
 

@@ -1,7 +1,7 @@
 """The tar -> TFRecord Beam graph and its ``convert()`` entry point.
 
-The graph is the same on every runner (Beam's local runner, Flink, Dataflow), and its DoFns
-do the work themselves; nothing in it reaches back to the launching process::
+The graph is the lifecycle's (``pipelines.beam.job``) with the TFRecord kind
+(``pipelines.job.kinds.tfrecord``); its steps, the same on every runner::
 
     Shards:        Create[(index, url)]                 one element per input shard
     SpreadShards:  (index, url) by index                names, not bytes, cross the shuffle
@@ -15,157 +15,44 @@ do the work themselves; nothing in it reaches back to the launching process::
     WriteShard:    shard task -> shard row              copy byte ranges, atomic rename
     GatherShards + Manifest                             stale outputs gone, manifest + rejects
 
-A worker that dies has its bundle run again: a piece is rewritten whole under the same
-name (its sidecar last), and a final shard is renamed into place only when complete, so a
-retry changes no byte.  With ``shuffle=True`` the records travel through a GroupByKey
-keyed by final shard instead (``pipelines.beam.shuffle``).
+With ``shuffle=True`` the plan and write steps are the shuffled variant: the records
+travel through a GroupByKey keyed by final shard (``pipelines.beam.shuffle``).
 """
 
 from __future__ import annotations
 
-import logging
-from operator import itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-import apache_beam as beam
-from apache_beam.metrics import Metrics
-from apache_beam.metrics.metric import MetricsFilter
-
-from pipelines.beam import options as opts
-from pipelines.beam import worker_logs
-from pipelines.beam.distribute import gather, spread
-from pipelines.job import finalize, progress, shardfile
+from pipelines.beam import job as beam_job
+from pipelines.beam.job import counters_of
 from pipelines.job.config import ConvertConfig, OutputExistsError
-from pipelines.job.element_coding import Pickled
-from pipelines.job.setup import (
-    ConvertResult,
-    cleaned_on_failure,
-    finish_job,
-    plan_shards,
-    prepare,
-    record_job,
-    result_of,
-    retyped,
-)
-from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
-from transforms.records import Reject
+from pipelines.job.kinds.tfrecord import TFRECORD
+from pipelines.job.lifecycle import ConvertResult
 
-__all__ = ["ConvertConfig", "ConvertResult", "OutputExistsError", "build", "convert", "counters_of"]
-
-log = logging.getLogger("tar2tf")
-NS = "tar2tf"
-COUNTERS = (
-    "shards_read",
-    "shards_resumed",
-    "records_read",
-    "records_written",
-    "records_rejected",
-    "records_filtered",
-    "shards_rejected",
-    "bytes_written",
-    "member_bytes_read",
-    "members_skipped",
-)
+__all__ = [
+    "ConvertConfig",
+    "ConvertResult",
+    "ConvertTFRecords",
+    "OutputExistsError",
+    "convert",
+    "counters_of",
+]
 
 
-class ConvertShardFn(beam.DoFn):
-    """One input shard -> its piece (``pipelines.job.shard.convert_shard``), or, with
-    ``resume``, the verified piece an interrupted run left."""
+class ConvertTFRecords(beam_job.ConvertJob):
+    """The TFRecord job's graph (the module docstring)."""
 
-    def __init__(self, cfg: ConvertConfig, work: str):
-        self.cfg, self.work = cfg, work
-        self.c = {n: Metrics.counter(NS, n) for n in COUNTERS}
-
-    def setup(self):
-        self.stages = self.cfg.stages()
-
-    def process(self, task: Tuple[int, str]):
-        index, url = task
-        info = load_verified_piece(index, self.work, self.cfg.store) if self.cfg.resume else None
-        if info is not None:
-            self.c["shards_resumed"].inc()
-        else:
-            info = convert_shard(index, url, self.work, self.cfg, self.stages)
-        for name, n in finalize.piece_counts(info).items():
-            if n:
-                (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
-        # its summary only (the sizes stay in its record file); its shard URL may hold
-        # surrogate-escaped bytes (pipelines.job.element_coding)
-        yield Pickled(without_sizes(info))
-
-
-def build(
-    p: beam.Pipeline, cfg: ConvertConfig, urls: List[str], list_rejects: List[Reject], work: str
-):
-    """The job's graph (see the module docstring); its last step writes the manifest."""
-    tasks = spread(
-        p | "Shards" >> beam.Create(list(enumerate(urls)), reshuffle=False),
-        "SpreadShards",
-        itemgetter(0),
-    )
-    pieces = tasks | "ConvertShard" >> beam.ParDo(ConvertShardFn(cfg, work))
-    all_pieces = gather(pieces, "GatherPieces")
-    if cfg.shuffle:
+    def plan_and_write(self, summaries, all_summaries):
+        if not self.cfg.shuffle:
+            return super().plan_and_write(summaries, all_summaries)
         from pipelines.beam.shuffle import shuffled_shards
 
-        shards = shuffled_shards(pieces, all_pieces, cfg)
-    else:
-        plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
-        shards = spread(plan, "SpreadWrites", itemgetter("index")) | "WriteShard" >> beam.Map(
-            shardfile.write_shard, cfg.store, cfg.dali_index
-        )
-    return gather(shards, "GatherShards") | "Manifest" >> beam.FlatMap(
-        finish_job, beam.pvalue.AsSingleton(all_pieces), cfg, list_rejects, urls
-    )
+        return shuffled_shards(summaries, all_summaries, self.cfg)
 
 
-def counters_of(result) -> Dict[str, int]:
-    """The ``tar2tf`` Beam counters of a finished pipeline result, by name."""
-    out: Dict[str, int] = {}
-    try:
-        for c in result.metrics().query(MetricsFilter().with_namespace(NS))["counters"]:
-            val = c.committed if c.committed is not None else c.attempted
-            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(val or 0)
-    except Exception as e:
-        log.warning("runner reported no metrics: %s", e)
-    return out
-
-
-def convert(
-    cfg: ConvertConfig,
-    beam_args: Optional[Sequence[str]] = None,
-    flag_names: Tuple[str, str] = ("--overwrite", "--resume"),
-) -> ConvertResult:
+def convert(cfg: ConvertConfig, beam_args: Optional[Sequence[str]] = None) -> ConvertResult:
     """Run the conversion as a Beam job (see the module docstring); ``beam_args`` choose
     the runner (default: Beam's local runner, one worker process per core,
-    ``pipelines.beam.options``).  Raises ``OutputExistsError``, whose message names the
-    overwrite / resume options as ``flag_names`` spell them."""
-    job = prepare(cfg, flag_names)
-    try:
-        args = opts.effective_args(beam_args, workers=cfg.processes)
-        # built before the job's record is written: ops that cannot be pickled stop the
-        # job before it leaves anything in its work directory
-        worker_logs.install()
-        p = opts.make_pipeline(args)
-        build(p, cfg, job.urls, job.list_rejects, job.work)
-        record_job(cfg, job.urls, job.work)
-    except BaseException:
-        # nothing ran yet, so there is nothing to clean up, but the output's lock is held
-        # since prepare(): left to the garbage collector, it would refuse the next job
-        # of a long-lived process (a notebook) until the process ends
-        if job.lock is not None:
-            job.lock.release()
-        raise
-    with (
-        cleaned_on_failure(job),
-        progress.watch(job.work, cfg.store, len(job.urls), cfg.progress) as bar,
-    ):
-        result = p.run()
-        result.wait_until_finish()
-        counters = counters_of(result)
-        counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
-        res = result_of(job, counters)
-        if bar is not None:
-            bar.complete(res.totals["records_read"], counters.get("member_bytes_read", 0))
-    again = retyped(cfg, res.manifest)
-    return res if again is None else convert(again, beam_args, flag_names)
+    ``pipelines.beam.options``).  Raises a refusal (``pipelines.job.refused``:
+    an ``OutputExistsError`` or ``ValueError``) for outputs it may not replace."""
+    return beam_job.run(TFRECORD, cfg, beam_args, ConvertTFRecords)

@@ -1,7 +1,7 @@
 """TensorFlow Datasets metadata for a finished job (``--tfds``, ``load(..., tfds=True)``).
 
 A job that writes ``DIR/<split>.tfrecord`` leaves shards ``<split>-00000-of-0000N.tfrecord``
-(``pipelines.job.finalize.shard_names``).  This module writes TFDS's ``dataset_info.json`` and
+(``pipelines.job.names.shard_names``).  This module writes TFDS's ``dataset_info.json`` and
 ``features.json`` into ``DIR``, so that ``tfds.builder_from_directory(DIR)`` reads the split:
 its split info carries tar2tf's file-name template (:data:`FILE_TEMPLATE`) and the record
 count of every shard from the manifest, and its features are typed from the manifest's

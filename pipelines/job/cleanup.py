@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Optional
 
-from pipelines.job import finalize, piecefiles, workfiles
+from pipelines.job import names, piecefiles, workfiles
 from pipelines.job import record as job_record
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
@@ -51,7 +51,7 @@ def after_failure(
     held = 0
     try:
         if output is not None:
-            for tmp in finalize.stale_temporaries(output, config):
+            for tmp in names.stale_temporaries(output, config):
                 _unlink(tmp)
         if split_url(work)[0] != "" or not os.path.isdir(work):
             return 0
@@ -90,7 +90,7 @@ def remove_work(work: str, config: Optional[StoreConfig] = None) -> None:
     """Delete a finished job's work directory; the output is complete and its manifest
     written, so a failure here is a warning, not the job's failure."""
     try:
-        finalize.delete_tree(get_store(work, config), work)
+        workfiles.delete_tree(get_store(work, config), work)
     except OSError as e:
         where = getattr(e, "filename", None) or work
         log.warning(

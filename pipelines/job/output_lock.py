@@ -1,8 +1,8 @@
 """One job per output: a lock object beside the output, created only if absent.
 
-A job takes the lock before it looks at its output (``pipelines.job.setup.prepare``, the
-PCR job) and gives it back at its end, whether it succeeded or failed.  The lock is a
-small JSON object -- who holds it (host, pid and the pid's start time), when the job
+A job takes the lock before it looks at its output (``pipelines.job.lifecycle.prepare``,
+for either kind of job) and gives it back at its end, whether it succeeded or failed.  The
+lock is a small JSON object -- who holds it (host, pid and the pid's start time), when the job
 started, and a heartbeat the job rewrites every :data:`HEARTBEAT_S` seconds -- created
 with the store's create-if-absent (``transforms.stores.exclusive``), so two jobs cannot
 both create it.  A second job on the output is refused (:class:`OutputLockedError`, exit
@@ -58,9 +58,9 @@ class OutputLockedError(OutputExistsError):
 
 def lock_url_for(output: str) -> str:
     """The lock of a TFRecord output (template or single file): beside its manifest."""
-    from pipelines.job import finalize
+    from pipelines.job import names
 
-    return finalize.companion(output, SUFFIX)
+    return names.companion(output, SUFFIX)
 
 
 def pcr_lock_url(output_dir: str) -> str:

@@ -24,7 +24,7 @@ import os
 import re
 from typing import Iterable, List, Sequence, Set
 
-from pipelines.job import finalize
+from pipelines.job import names
 from transforms.stores import split_url
 
 
@@ -75,7 +75,7 @@ def check_convert(
     """Refuse a TFRecord job whose outputs collide with one of ``inputs`` (see the module
     docstring); ``companions``: the other files it writes beside its shards (manifest,
     rejects file, and the like)."""
-    patterns = [finalize.output_pattern(o) for o in _dir_forms(output)]
+    patterns = [names.output_pattern(o) for o in _dir_forms(output)]
     named = {f: c for c in companions for f in _forms(c)}
     works = _forms(work)
     for inp in inputs:

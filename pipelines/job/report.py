@@ -36,7 +36,7 @@ def mismatches(counters: Dict[str, int], totals: Dict[str, int]) -> List[str]:
 
 
 def build(res) -> Dict[str, Any]:
-    """JSON-able report of a :class:`pipelines.job.setup.ConvertResult`."""
+    """JSON-able report of a :class:`pipelines.job.lifecycle.ConvertResult`."""
     t, c = res.totals, dict(res.counters)
     secs = max(res.seconds, 1e-9)
     return {

@@ -32,7 +32,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from pipelines.job import finalize
+from pipelines.job import names
 from transforms.stores import StoreConfig, basename, dirname, get_store, join
 from transforms.tfrecord import digests
 from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
@@ -186,7 +186,7 @@ def manifest_path_for(target: str) -> str:
         found = sorted(n for n in os.listdir(target) if n.endswith(".manifest.json"))
         if len(found) == 1:
             return os.path.join(target, found[0])
-    return finalize.companion(target, ".manifest.json")
+    return names.companion(target, ".manifest.json")
 
 
 def _locate(path: str, manifest_path: str, recorded_manifest: str) -> str:
@@ -428,7 +428,7 @@ def _check_totals(
     rpath = rej.get("path") if isinstance(rej, dict) else None
     if isinstance(rpath, str) and rpath:
         rpath = _locate(
-            rpath, manifest_path, finalize.companion(m.get("output", ""), ".manifest.json")
+            rpath, manifest_path, names.companion(m.get("output", ""), ".manifest.json")
         )
         store = get_store(rpath, config)
         if not store.exists(rpath):
@@ -498,7 +498,7 @@ def verify(
         report.problems.append(Problem("manifest", "output is not a string"))
         m = dict(m, output="")
     if report.kind == "pcr":
-        recorded = finalize.companion(m.get("output", "") + "/PCR", ".manifest.json")
+        recorded = names.companion(m.get("output", "") + "/PCR", ".manifest.json")
         for row in rows:
             path = _locate(row["path"], mpath, recorded)
             _guarded(report, path, _check_file, row, path, report, config)
@@ -519,7 +519,7 @@ def verify(
             )
     options = m.get("options", {})
     dali = isinstance(options, dict) and bool(options.get("dali_index"))
-    recorded = finalize.companion(m.get("output", ""), ".manifest.json")
+    recorded = names.companion(m.get("output", ""), ".manifest.json")
     listed = {  # unreadable rows too: their files are not strays
         _locate(r["path"], mpath, recorded)
         for r in (m["shards"] if isinstance(m.get("shards"), list) else [])
@@ -544,7 +544,7 @@ def verify(
     if output and output != "<generator>":
         # a shard name the output template makes that the manifest does not list: a stale
         # file of another run, or a shard copied in; a reader globbing the names would take it
-        for extra in finalize.existing_outputs(_locate(output, mpath, recorded), config):
+        for extra in names.existing_outputs(_locate(output, mpath, recorded), config):
             if extra not in listed:
                 report.problems.append(
                     Problem("file", "matches the output template but is not in the manifest", extra)

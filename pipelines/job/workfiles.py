@@ -5,15 +5,17 @@ sidecar beside it holding the description it returned, including a digest of the
 (:mod:`transforms.tfrecord.digests`: ``crc32c`` for TFRecord pieces, ``sha256`` for PCR units,
 whose digest is also the final file's).  The sidecar is written last, so its presence
 means the data is complete; on resume the data is re-hashed and reused only if it still
-matches (a damaged file is redone, never trusted).
+matches (a damaged file is redone, never trusted).  Also: whether a work directory holds
+anything, and its removal once the job is over.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, Optional
 
-from transforms.stores import StoreConfig, get_store
+from transforms.stores import Store, StoreConfig, get_store, split_url
 from transforms.tfrecord import digests
 
 HASH_CHUNK = 4 << 20
@@ -53,3 +55,23 @@ def load_verified(data_url: str, config: Optional[StoreConfig] = None) -> Option
     if digests.hexdigest(digest) != info[kind]:
         return None
     return info
+
+
+# -- the work directory ------------------------------------------------------------------
+
+
+def has_files(store: Store, prefix: str) -> bool:
+    """Whether anything is stored under the directory ``prefix`` (a job's work directory)."""
+    return next(iter(store.list(prefix.rstrip("/") + "/")), None) is not None
+
+
+def delete_tree(store: Store, prefix: str) -> None:
+    """Remove a work directory (and its parent, when that is left empty)."""
+    if split_url(prefix)[0] == "":
+        store.delete(prefix)
+        parent = os.path.dirname(prefix.rstrip(os.sep))
+        if os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+        return
+    for url in list(store.list(prefix.rstrip("/") + "/")):
+        store.delete(url)

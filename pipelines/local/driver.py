@@ -3,8 +3,9 @@
 
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
-is the one the Beam graph runs -- :func:`pipelines.job.shard.convert_shard` per input shard,
-the greedy packing of :mod:`pipelines.job.finalize`, the same manifest -- so the output files
+is the one the Beam graph runs (the lifecycle of :mod:`pipelines.job.lifecycle` with its
+TFRecord kind) -- :func:`pipelines.job.shard.convert_shard` per input shard,
+the greedy packing of :mod:`pipelines.job.plan`, the same manifest -- so the output files
 are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
 output template the final shards fill while later input shards still convert
 (:mod:`pipelines.local.stream`); otherwise they are planned once every piece is done.
@@ -22,21 +23,12 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
 
-from pipelines.job import finalize, shardfile
 from pipelines.job import journal as shard_journal
+from pipelines.job import lifecycle
 from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
+from pipelines.job.lifecycle import ConvertResult, Job
 from pipelines.job.progress import Progress
-from pipelines.job.setup import (
-    ConvertResult,
-    Job,
-    cleaned_on_failure,
-    finish,
-    plan_shards,
-    prepare,
-    record_job,
-    result_of,
-    retyped,
-)
 from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece, without_sizes
 from pipelines.local import pool as shard_pool
 from pipelines.local import stream as shard_stream
@@ -103,9 +95,7 @@ def resume_point(cfg: ConvertConfig, work: str) -> shard_journal.ResumePoint:
     return shard_journal.ResumePoint()
 
 
-def convert_in_process(
-    cfg: ConvertConfig, num_workers: int = 1, flag_names=("overwrite=True", "resume=True")
-) -> ConvertResult:
+def convert_in_process(cfg: ConvertConfig, num_workers: int = 1) -> ConvertResult:
     """Like :func:`pipelines.beam.convert.convert`, with ``num_workers`` threads and no Beam
     (and ``cfg.processes`` worker processes converting the shards, if set)."""
     if cfg.shuffle:
@@ -113,8 +103,8 @@ def convert_in_process(
             "a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
             "or no --runner local)"
         )
-    job = prepare(cfg, flag_names)
-    with cleaned_on_failure(job):
+    job = lifecycle.prepare(TFRECORD, cfg)
+    with lifecycle.cleaned_on_failure(job):
         return _convert(job, num_workers)
 
 
@@ -135,7 +125,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     )
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
-    record_job(cfg, urls, work)
+    lifecycle.start(job)
     stream = new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
     tasks = list(enumerate(urls))[resumed.next_piece :]
     if blob is not None and stream is not None and local_output:
@@ -183,7 +173,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
                 with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
                     shards = list(
                         pool.map(
-                            lambda t: shardfile.write_shard(t, cfg.store, cfg.dali_index),
+                            lambda t: job.kind.write(t, cfg),
                             plan_shards(pieces, cfg),
                         )
                     )
@@ -238,16 +228,16 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
 
 
 def _result(job: Job, shards, pieces, num_workers: int, resumed: int = 0) -> ConvertResult:
-    """Manifest and rejects written (``pipelines.job.setup.finish_job``); the job's result.
+    """Manifest and rejects written (``lifecycle.finish``); the job's result.
     ``num_workers``: for a second pass of a job whose features had several types."""
-    manifest = finish(shards, pieces, job.cfg, job.list_rejects, job.urls)
+    manifest = lifecycle.finish(job, shards, pieces)
     # the counts a Beam job's counters hold, from the pieces this process saw
     counters = {"shards_rejected": len(job.list_rejects), "shards_resumed": resumed}
     for piece in pieces:
-        for name, n in finalize.piece_counts(piece).items():
+        for name, n in job.kind.counts(piece).items():
             counters[name] = counters.get(name, 0) + n
-    res = result_of(job, counters, manifest)
-    again = retyped(job.cfg, res.manifest)
+    res = lifecycle.result_of(job, counters, manifest)
+    again = job.kind.again(job.cfg, res.manifest)
     return res if again is None else convert_in_process(again, num_workers)
 
 

@@ -31,16 +31,19 @@ piece the in-process driver held in memory (``frames``) is written once, here.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import finalize, piecefiles, workfiles
 from pipelines.job import journal as shard_journal
+from pipelines.job import piecefiles, workfiles
 from pipelines.job.shard import without_sizes
 from pipelines.job.shardfile import ShardFile
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
+
+log = logging.getLogger("tar2tf")
 
 
 def can_stream(output: str) -> bool:
@@ -200,7 +203,7 @@ class ShardStream:
                 self._next_shard((index, r))
                 lo = r
                 if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
-                    finalize.log.warning(
+                    log.warning(
                         "record of %d bytes exceeds max shard size %d: it sits alone in %s",
                         sizes[r],
                         self.packer.max_bytes,

@@ -336,7 +336,7 @@ class Dataset:
                 a.startswith("--direct_num_workers") for a in args
             ):
                 args.append(f"--direct_num_workers={max(1, int(num_workers))}")
-            res = convert(cfg, args, ("overwrite=True", "resume=True"))
+            res = convert(cfg, args)
         else:
             from pipelines.local.driver import convert_in_process
 

@@ -14,8 +14,9 @@ import os
 import shutil
 from typing import Iterator, List, Optional
 
-from pipelines.job import finalize
+from pipelines.job import manifest as job_manifest
 from pipelines.job.config import OutputExistsError
+from pipelines.job.names import companion
 from transforms.stores import StoreConfig, get_store, split_url
 
 COPY_CHUNK = 4 << 20
@@ -71,10 +72,8 @@ def run_with_path_generator(
             .splitlines()
             if line.strip()
         ]
-        manifest["rejects"] = dict(
-            manifest["rejects"], path=finalize.companion(dests[0], ".rejects.jsonl")
-        )
-        finalize.write_manifest(dests[0], manifest, rejects, config)
+        manifest["rejects"] = dict(manifest["rejects"], path=companion(dests[0], ".rejects.jsonl"))
+        job_manifest.write_manifest(dests[0], manifest, rejects, config)
     tmp = os.path.dirname(res.paths[0]) if res.paths else os.path.dirname(res.manifest_path)
     for leftover in (res.manifest_path, res.rejects_path):
         get_store(leftover, config).delete(leftover)

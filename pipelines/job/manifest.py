@@ -1,60 +1,18 @@
-"""Finalization: write final shards from pieces, atomically, and the manifest.
+"""A job's manifest: its counts, reasons and rejects, and how it is written.
 
-Why this shape: every input shard is converted into one *piece* (a TFRecord file), its
-record file (``pipelines.job.piecefiles``: framed record sizes, keys, rejects) and a JSON
-*sidecar* holding its summary.  Pieces are named by input shard index, so what a worker
-wrote never depends on bundling or worker count.  The plan (``pipelines.job.plan``) packs
-the records of all pieces, in input order, into final shards with the greedy rule of
-:func:`transforms.tfrecord.pack`; since TFRecord files concatenate byte-wise, writing a
-final shard is a copy of byte ranges -- no record is parsed or re-framed.  Each final
-shard is written under a temporary name and renamed when complete (:class:`ShardFile`).
-``pipelines.local.stream`` applies the same rule while the pieces arrive.
+The manifest is the commit point of a job (``pipelines.job.lifecycle``): written last,
+after the rejects file, it describes exactly the outputs on disk.  Its totals come from
+the units' summaries (counts, never one entry per record) and the final shards' rows.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-# the names this module once defined, for its importers
-from pipelines.job.names import (  # noqa: F401
-    companion,
-    existing_outputs,
-    output_pattern,
-    shard_names,
-    stale_temporaries,
-)
+from pipelines.job.names import companion
 from transforms.records import Reject
-from transforms.stores import (
-    Store,
-    StoreConfig,
-    get_store,
-    split_url,
-)
-
-log = logging.getLogger("tar2tf")
-
-
-def has_files(store: Store, prefix: str) -> bool:
-    """Whether anything is stored under the directory ``prefix`` (a job's work directory)."""
-    return next(iter(store.list(prefix.rstrip("/") + "/")), None) is not None
-
-
-def delete_tree(store: Store, prefix: str) -> None:
-    """Remove a work directory (and its parent, when that is left empty)."""
-    if split_url(prefix)[0] == "":
-        store.delete(prefix)
-        parent = os.path.dirname(prefix.rstrip(os.sep))
-        if os.path.isdir(parent) and not os.listdir(parent):
-            os.rmdir(parent)
-        return
-    for url in list(store.list(prefix.rstrip("/") + "/")):
-        store.delete(url)
-
-
-# -- manifest ---------------------------------------------------------------------------
+from transforms.stores import StoreConfig, get_store
 
 
 def reject_counts(info: Dict[str, Any]) -> List[Tuple[str, str, int]]:
@@ -137,15 +95,6 @@ def all_rejects(
     for p in sorted(pieces, key=lambda p: p["index"]):
         out.extend(p["rejects"])
     return out
-
-
-def exit_code(totals: Dict[str, int], rejected: int, max_rejects: int) -> int:
-    """3 when rejects exceed ``max_rejects``, or when the job wrote nothing because
-    everything it read was rejected (within ``max_rejects`` or not): an empty output is no
-    success.  Else 0."""
-    if rejected > max_rejects:
-        return 3
-    return 3 if rejected and not totals.get("records_written", 0) else 0
 
 
 def reasons_of(

@@ -1,0 +1,177 @@
+"""The lifecycle's Beam driver (``pipelines.job.lifecycle``): one composite transform per
+job, and the run of a job on any runner.
+
+:class:`ConvertJob` is the graph, the same for both formats; its steps are named by the
+job's kind (``Kind.steps``; TFRecord's names in brackets)::
+
+    units [Shards]:          Create(units)                one element per unit
+    spread_units [SpreadShards]                           names, not bytes, cross the shuffle
+    convert [ConvertShard]:  unit -> summary              the unit's work files written in
+                                                          the work directory
+    gather_units [GatherPieces]: [summary]                counts, never one entry per record
+    plan [Plan]:             [summary] -> write tasks     streamed, each when it is complete
+    spread_writes [SpreadWrites]
+    write [WriteShard]:      task -> row                  one output file, atomically
+    gather_rows [GatherShards] + finish [Manifest]        stale outputs gone, manifest last
+
+A format's transform may replace the plan and write steps (:meth:`ConvertJob.plan_and_write`:
+the TFRecord shuffle).  Every step does its work itself and looks up nothing in the
+launching process.  A worker that dies has its bundle run again: work files are rewritten
+whole under the same name (their sidecar last), and an output file is renamed into place
+only when complete, so a retry changes no byte.
+"""
+
+from __future__ import annotations
+
+import logging
+from operator import itemgetter
+from typing import Callable, Dict, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipelines.beam import options as opts
+from pipelines.beam import worker_logs
+from pipelines.beam.distribute import gather, spread
+from pipelines.job import lifecycle, progress
+from pipelines.job.element_coding import Pickled
+from pipelines.job.lifecycle import ConvertResult, Job, Kind
+
+log = logging.getLogger("tar2tf")
+NS = "tar2tf"
+COUNTERS = (
+    "shards_read",
+    "shards_resumed",
+    "records_read",
+    "records_written",
+    "records_rejected",
+    "records_filtered",
+    "shards_rejected",
+    "bytes_written",
+    "member_bytes_read",
+    "members_skipped",
+)
+
+
+class ConvertUnitFn(beam.DoFn):
+    """One unit -> its summary (``Kind.convert_unit``), counted in the ``tar2tf`` counters."""
+
+    def __init__(self, kind: Kind, cfg, work: str):
+        self.kind, self.cfg, self.work = kind, cfg, work
+        self.c = {n: Metrics.counter(NS, n) for n in COUNTERS}
+
+    def setup(self):
+        self.stages = self.kind.stages(self.cfg)
+
+    def process(self, unit):
+        info, reused = self.kind.convert_unit(self.cfg, self.work, unit, self.stages)
+        if reused:
+            self.c["shards_resumed"].inc()
+        for name, n in self.kind.counts(info).items():
+            if n:
+                (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
+        # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
+        yield Pickled(info)
+
+
+def _plan(summaries, kind: Kind, cfg):
+    return kind.plan(summaries, cfg)
+
+
+def _write(task, kind: Kind, cfg):
+    return kind.write(task, cfg)
+
+
+def _finish(rows, summaries, kind: Kind, cfg, list_rejects, inputs, extras):
+    """``Kind.finish`` as the graph's last step: yields the manifest."""
+    yield Pickled(kind.finish(rows, summaries, cfg, list_rejects, inputs, extras))
+
+
+class ConvertJob(beam.PTransform):
+    """A job's whole graph (the module docstring), applied to the pipeline's start."""
+
+    def __init__(self, job: Job):
+        super().__init__()
+        self.kind, self.cfg, self.work = job.kind, job.cfg, job.work
+        self.units, self.list_rejects = job.units, job.list_rejects
+        self.inputs, self.extras = job.inputs, job.extras
+
+    def step(self, name: str) -> str:
+        return self.kind.steps[name]
+
+    def expand(self, pbegin):
+        units = pbegin | self.step("units") >> beam.Create(self.units, reshuffle=False)
+        units = spread(units, self.step("spread_units"), itemgetter(self.kind.index_at))
+        summaries = units | self.step("convert") >> beam.ParDo(
+            ConvertUnitFn(self.kind, self.cfg, self.work)
+        )
+        all_summaries = gather(summaries, self.step("gather_units"))
+        rows = self.plan_and_write(summaries, all_summaries)
+        return gather(rows, self.step("gather_rows")) | self.step("finish") >> beam.FlatMap(
+            _finish,
+            beam.pvalue.AsSingleton(all_summaries),
+            self.kind,
+            self.cfg,
+            self.list_rejects,
+            self.inputs,
+            self.extras,
+        )
+
+    def plan_and_write(self, summaries, all_summaries):
+        """The rows of the written output files: the plan on one worker, the writes spread."""
+        plan = all_summaries | self.step("plan") >> beam.FlatMap(_plan, self.kind, self.cfg)
+        return spread(plan, self.step("spread_writes"), itemgetter("index")) | self.step(
+            "write"
+        ) >> beam.Map(_write, self.kind, self.cfg)
+
+
+def counters_of(result) -> Dict[str, int]:
+    """The ``tar2tf`` Beam counters of a finished pipeline result, by name."""
+    out: Dict[str, int] = {}
+    try:
+        for c in result.metrics().query(MetricsFilter().with_namespace(NS))["counters"]:
+            val = c.committed if c.committed is not None else c.attempted
+            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(val or 0)
+    except Exception as e:
+        log.warning("runner reported no metrics: %s", e)
+    return out
+
+
+def run(
+    kind: Kind,
+    cfg,
+    beam_args: Optional[Sequence[str]],
+    transform: Callable[[Job], beam.PTransform],
+) -> ConvertResult:
+    """The job's lifecycle with ``transform(job)`` as its graph, on the runner
+    ``beam_args`` choose (default: Beam's local runner, one worker process per core,
+    ``pipelines.beam.options``)."""
+    job = lifecycle.prepare(kind, cfg)
+    try:
+        args = opts.effective_args(beam_args, workers=getattr(job.cfg, "processes", None))
+        # built before the job starts: ops that cannot be pickled stop the job before it
+        # leaves anything in its work directory
+        worker_logs.install()
+        p = opts.make_pipeline(args)
+        _ = p | transform(job)
+        lifecycle.start(job)
+    except BaseException:
+        # nothing ran yet, so there is nothing to clean up, but the output's lock is held
+        # since prepare(): left to the garbage collector, it would refuse the next job
+        # of a long-lived process (a notebook) until the process ends
+        job.release()
+        raise
+    with (
+        lifecycle.cleaned_on_failure(job),
+        progress.watch(job.work, job.cfg.store, len(job.units), job.cfg.progress) as bar,
+    ):
+        result = p.run()
+        result.wait_until_finish()
+        counters = counters_of(result)
+        counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
+        res = lifecycle.result_of(job, counters)
+        if bar is not None:
+            bar.complete(res.totals["records_read"], counters.get("member_bytes_read", 0))
+    again = kind.again(job.cfg, res.manifest)
+    return res if again is None else run(kind, again, beam_args, transform)

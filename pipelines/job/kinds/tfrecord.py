@@ -1,0 +1,298 @@
+"""The TFRecord kind of job (``pipelines.job.lifecycle``): input shards in, pieces, final
+shards cut by the greedy size rule, a manifest with the written schema.
+
+Units are ``(index, url)``: one input shard each, converted into one piece
+(``pipelines.job.shard``).  The plan packs the records of all pieces, in input order,
+into final shards (``pipelines.job.plan``), and the writer copies their byte ranges
+(``pipelines.job.shardfile``).  The manifest adds the schema, the duplicate keys across
+input shards, and the options' first types (a job whose features had several types is
+run again with them: :func:`retyped`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+from typing import Any, Dict, List, Optional
+
+import transforms
+from pipelines.job import journal as shard_journal
+from pipelines.job import manifest as job_manifest
+from pipelines.job import names, output_lock, overlap, piecefiles, replace, shardfile, workfiles
+from pipelines.job import plan as job_plan
+from pipelines.job import record as job_record
+from pipelines.job.config import ConvertConfig
+from pipelines.job.duplicates import duplicate_keys
+from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
+from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
+from transforms.records import Reject
+from transforms.redact import redact_obj
+from transforms.sizes import parse_size
+from transforms.stores import get_store
+from transforms.tar.sources import resolve
+from transforms.tfrecord import schema as exs
+
+log = logging.getLogger("tar2tf")
+# files written beside the shards (what overlap.check_convert holds against the inputs)
+COMPANIONS = (".manifest.json", ".rejects.jsonl", replace.LEDGER_SUFFIX)
+
+
+class TFRecordKind(Kind):
+    name = "convert"
+    steps = {
+        "units": "Shards",
+        "spread_units": "SpreadShards",
+        "convert": "ConvertShard",
+        "gather_units": "GatherPieces",
+        "plan": "Plan",
+        "spread_writes": "SpreadWrites",
+        "write": "WriteShard",
+        "gather_rows": "GatherShards",
+        "finish": "Manifest",
+    }
+
+    def checked(self, cfg: ConvertConfig) -> ConvertConfig:
+        if cfg.output.count("{}") > 1:
+            raise ValueError("output may contain '{}' only once")
+        parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
+        parse_size(cfg.spool_limit)
+        if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
+            raise ValueError("records_per_shard must be positive")
+        return cfg
+
+    def units(self, cfg: ConvertConfig):
+        urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+        return list(enumerate(urls)), list_rejects, urls, {}
+
+    def lock_url(self, cfg: ConvertConfig) -> str:
+        return output_lock.lock_url_for(cfg.output)
+
+    def check_outputs(self, cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
+        check_outputs(cfg, work, inputs)
+
+    def begin(self, job: Job) -> None:
+        cfg = job.cfg
+        replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
+
+    def stages(self, cfg: ConvertConfig):
+        return cfg.stages()
+
+    def convert_unit(self, cfg: ConvertConfig, work: str, unit, stages):
+        index, url = unit
+        info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
+        if info is not None:
+            return info, True
+        # its summary only: the sizes stay in its record file
+        return without_sizes(convert_shard(index, url, work, cfg, stages)), False
+
+    def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
+        return job_manifest.piece_counts(summary)
+
+    def plan(self, summaries, cfg: ConvertConfig):
+        return plan_shards(summaries, cfg)
+
+    def write(self, task: Dict[str, Any], cfg: ConvertConfig) -> Dict[str, Any]:
+        return shardfile.write_shard(task, cfg.store, cfg.dali_index)
+
+    def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
+        return finish(rows, summaries, cfg, list_rejects, inputs)
+
+    def manifest_path(self, cfg: ConvertConfig) -> str:
+        return names.companion(cfg.output, ".manifest.json")
+
+    def failed_output(self, cfg: ConvertConfig) -> Optional[str]:
+        return cfg.output
+
+    def result(self, job: Job, **common) -> ConvertResult:
+        # the path as the job was given it (the manifest's is redacted)
+        return ConvertResult(
+            **dict(common, rejects_path=names.companion(job.cfg.output, ".rejects.jsonl"))
+        )
+
+    def again(self, cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
+        return retyped(cfg, manifest)
+
+
+TFRECORD = TFRecordKind()
+
+
+def plan_shards(pieces, cfg: ConvertConfig):
+    """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
+    in-process driver when output names need the shard count), streamed from the pieces'
+    record files (``pipelines.job.plan``)."""
+    return job_plan.stream_plan(
+        pieces,
+        cfg.output,
+        parse_size(cfg.max_shard_size),
+        cfg.records_per_shard,
+        cfg.store,
+        cfg.dali_index,
+    )
+
+
+def finish(
+    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]
+) -> Dict[str, Any]:
+    """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
+    it writes the same manifest (the work directory is deleted by ``lifecycle.result_of``).
+    ``pieces``: their summaries; the rejects and keys are read from their record files."""
+    # (a copy only of a piece that still carries its sizes: the caller's stays whole)
+    pieces = [without_sizes(dict(p)) if "sizes" in p or "frames" in p else p for p in pieces]
+    shards = sorted(shards, key=lambda s: s["path"])
+    order = {p: i for i, p in enumerate(names.shard_names(cfg.output, len(shards)))}
+    shards.sort(key=lambda s: order.get(s["path"], 0))
+    schema: Dict[str, Any] = {}
+    for p in sorted(pieces, key=lambda p: p["index"]):
+        if p["schema"]:
+            schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
+    for name, t in exs.first_types(schema, pieces).items():
+        schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
+    unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
+    if unmatched:
+        log.warning(
+            "type map names %s, which no written feature has (features: %s): they typed nothing",
+            ", ".join(unmatched),
+            ", ".join(sorted(schema)),
+        )
+    totals = job_manifest.totals_of(pieces, list_rejects, shards)
+    rejected, by_reason = job_manifest.reasons_of(pieces, list_rejects)
+    dups = duplicate_keys(pieces, cfg.store)
+    if dups["count"]:
+        e = dups["examples"][0]
+        log.warning(
+            "%d records have a key that an earlier input shard had (e.g. %r in %s, first in %s); "
+            "both are written",
+            dups["count"],
+            e["key"],
+            e["again"],
+            e["first"],
+        )
+    manifest = {
+        "tool": "tar2tf",
+        "version": transforms.__version__,
+        "kind": "tfrecord",
+        "inputs": inputs,
+        "output": cfg.output,
+        "options": cfg.describe(),
+        "schema": schema,
+        "shards": shards,
+        "totals": totals,
+        "duplicate_keys": dups,
+        "rejects": {
+            "count": rejected,
+            "by_reason": by_reason,
+            "path": names.companion(cfg.output, ".rejects.jsonl"),
+        },
+    }
+    # stale shards of an earlier run (overwrite was checked before the job started): only
+    # those an earlier manifest named (pipelines.job.replace), never an input
+    keep = {s["path"] for s in shards}
+    store = get_store(cfg.output, cfg.store)
+    mpath = names.companion(cfg.output, ".manifest.json")
+    existing = names.existing_outputs(cfg.output, cfg.store)
+    replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
+    for kept in keep if not cfg.dali_index else ():
+        if store.exists(kept + ".idx"):  # an earlier run's DALI index: not this shard's offsets
+            store.delete(kept + ".idx")
+    for tmp in names.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
+        store.delete(tmp)
+    rejects = itertools.chain(
+        (r.to_dict() for r in list_rejects), piecefiles.rejects_of(pieces, cfg.store)
+    )
+    job_manifest.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
+    replace.end(mpath, cfg.store)
+    # the manifest as the file holds it (redacted, JSON types), for a caller in this process
+    return json.loads(json.dumps(redact_obj(manifest)))
+
+
+def check_outputs(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
+    """Raise a refusal (``pipelines.job.refused``) if outputs exist and neither
+    ``overwrite`` nor ``resume`` was asked for.  ``resume`` accepts them only if an
+    interrupted run of this very job (same inputs, options and output: the same work
+    directory) left its work behind: it would replace them, and they may be another job's
+    finished output.  When an interrupted run of the same inputs and output with other
+    options left its work beside ``work``, the refusal names those options
+    (``pipelines.job.record``).  Then the output is held against the inputs
+    (``pipelines.job.overlap``)."""
+    _check_existing(cfg, work, inputs)
+    overlap.check_convert(
+        cfg.output, inputs, work, [names.companion(cfg.output, x) for x in COMPANIONS]
+    )
+
+
+def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
+    existing = names.existing_outputs(cfg.output, cfg.store)
+    if cfg.overwrite:
+        return
+    msg = (
+        f"{len(existing)} output file(s) already match {cfg.output} (e.g. {existing[0]})"
+        if existing
+        else ""
+    )
+    if cfg.resume:
+        if workfiles.has_files(get_store(work, cfg.store), work):
+            return
+        # nothing of this job to continue: an interrupted run of these inputs and this
+        # output with other options is refused, naming them -- also before any output
+        # exists (planned shards are written at the end), as by `tar2tf pcr --resume`,
+        # rather than left behind while the job starts afresh
+        found = job_record.find_conflict(
+            work, job_of(cfg, inputs), cfg.store, same=("inputs", "output")
+        )
+        if found is not None and not existing:
+            raise ResumeConflict(
+                RESUME,
+                f": the interrupted run of these inputs and this output in {found.work} had "
+                f"other options ({found.describe()}); rerun with its options to resume it, or "
+                "without ",
+                RESUME,
+                " to start afresh",
+            )
+        if found is not None:
+            raise OutputsExist(
+                f"{msg}, but the interrupted run of these inputs and this output in "
+                f"{found.work} had other options ({found.describe()}); rerun with its "
+                "options to resume it, or pass ",
+                OVERWRITE,
+                " to replace them",
+            )
+        if existing:
+            raise OutputsExist(
+                f"{msg}, but no interrupted run of this job (same inputs, options and "
+                f"output) left work to resume in {work}; pass ",
+                OVERWRITE,
+                " to replace them",
+            )
+    if not existing:
+        return
+    # a journal exists only where the in-process driver streamed final shards
+    if get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
+        raise OutputsExist(
+            f"{msg}: an interrupted run of this job left them; pass ",
+            RESUME,
+            " to continue it, or ",
+            OVERWRITE,
+            " to start over",
+        )
+    raise OutputsExist(f"{msg}; pass ", OVERWRITE, " to replace them")
+
+
+def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
+    """A feature's records disagreed on its type: the job to run again, with the type of
+    the first record in input order that has it (as if given in the type map), so that
+    every record has one type and the values that do not fit it are ``encode`` rejects;
+    None when every feature had one type."""
+    types = exs.retype(cfg.type_map, manifest["schema"])
+    if not types:
+        return None
+    given = exs.parse_type_map(cfg.type_map)
+    added = ", ".join(f"{n}:{t}" for n, t in sorted(types.items()) if n not in given)
+    log.warning(
+        "features with values of several types across records; converting again with the type "
+        "of the first record that has each (as --type-map %s); values that do not fit are rejected",
+        added,
+    )
+    return dataclasses.replace(cfg, type_map=types, overwrite=True, resume=False)

@@ -1,0 +1,76 @@
+"""The job lifecycle's parts that no whole job shows on its own: a refusal worded by its
+caller, and the PCR kind's global steps, which see per-unit summaries and stream each
+image's description from the units' sidecars."""
+
+import os
+import pickle
+
+import pytest
+from pcr_fixtures import requires_jpegtran
+
+from pipelines.job.config import OutputExistsError
+from pipelines.job.refused import CLI_WORDS, OVERWRITE, RESUME, OutputsExist, ResumeConflict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
+
+
+def test_a_refusal_names_the_options_as_its_caller_spells_them():
+    e = OutputsExist("3 output file(s) already match o-{}.record; pass ", OVERWRITE, " to replace")
+    assert isinstance(e, OutputExistsError)
+    assert str(e) == "3 output file(s) already match o-{}.record; pass overwrite=True to replace"
+    assert str(e.worded(CLI_WORDS)) == (
+        "3 output file(s) already match o-{}.record; pass --overwrite to replace"
+    )
+    assert e.args == (str(e),)  # what a traceback and pickling show
+    again = pickle.loads(pickle.dumps(e))
+    assert type(again) is OutputsExist and str(again) == str(e)
+    c = ResumeConflict(RESUME, ": other options; or without ", RESUME, " to start afresh")
+    assert isinstance(c, ValueError)
+    assert str(c) == "resume=True: other options; or without resume=True to start afresh"
+
+
+def _old_plan(infos, cfg):
+    """The plan as it was when every unit's info crossed the job with its images."""
+    from pipelines.job.piecefiles import sort_key
+    from transforms.pcr import format as fmt
+    from transforms.stores import join
+
+    flat = []
+    for info in sorted(infos, key=lambda i: i["index"]):
+        for im in info["images"]:
+            flat.append(dict(im, blob=info["blob"], unit=info["index"]))
+    if cfg.seed is not None:
+        flat.sort(key=lambda im: sort_key(cfg.seed, im["unit"], im["key"]))
+    n = cfg.images_per_record
+    return [
+        {"index": r, "path": join(cfg.output, fmt.record_name(r)), "images": flat[a : a + n]}
+        for r, a in enumerate(range(0, len(flat), n))
+    ]
+
+
+@requires_jpegtran
+@pytest.mark.parametrize("seed", [None, 3])
+def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed, monkeypatch):
+    from pipelines.job import workfiles
+    from pipelines.job.kinds import pcr as kind
+    from pipelines.job.lifecycle import work_dir_for
+    from transforms.pcr import convert as pc
+
+    cfg = kind.PcrConfig(
+        sources=DEMO, output=str(tmp_path / "o"), images_per_record=7, seed=seed, progress=False
+    )
+    units, _, inputs, _ = kind.list_units(cfg)
+    work = work_dir_for(cfg, inputs)
+    summaries = [kind.PCR.convert_unit(cfg, work, u, None) for u in units]
+    assert [reused for _, reused in summaries] == [False] * len(units)
+    summaries = [s for s, _ in summaries]
+    infos = [workfiles.load_verified(pc.unit_blob(work, u), cfg.store) for u in units]
+    # what crosses the job: counts, no image and no reject
+    for s, info in zip(summaries, infos):
+        assert "images" not in s and "rejects" not in s and "sizes" not in s
+        assert s["records"] == len(info["images"]) > 0
+    monkeypatch.setattr(kind, "UNITS_CACHED", 1)  # a unit's sidecar read again when needed
+    got = [dict(t) for t in kind.plan_records(summaries, cfg)]
+    assert got == _old_plan(infos, cfg)
+    assert len(got) > 2 and len(got[-1]["images"]) <= 7
