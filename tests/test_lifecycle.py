@@ -54,6 +54,7 @@ def _old_plan(infos, cfg):
 def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed, monkeypatch):
     from pipelines.job import workfiles
     from pipelines.job.kinds import pcr as kind
+    from pipelines.job.kinds import pcr_records
     from pipelines.job.lifecycle import work_dir_for
     from transforms.pcr import convert as pc
 
@@ -70,7 +71,7 @@ def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed
     for s, info in zip(summaries, infos):
         assert "images" not in s and "rejects" not in s and "sizes" not in s
         assert s["records"] == len(info["images"]) > 0
-    monkeypatch.setattr(kind, "UNITS_CACHED", 1)  # a unit's sidecar read again when needed
-    got = [dict(t) for t in kind.plan_records(summaries, cfg)]
+    monkeypatch.setattr(pcr_records, "UNITS_CACHED", 1)  # a unit's sidecar read again when needed
+    got = [dict(t) for t in pcr_records.plan_records(summaries, cfg)]
     assert got == _old_plan(infos, cfg)
     assert len(got) > 2 and len(got[-1]["images"]) <= 7

@@ -1,17 +1,13 @@
 """The PCR kind of job (``pipelines.job.lifecycle``): Progressive Compressed Records.
 
-Units are tar shards or slices of an ImageFolder tree (:func:`list_units`).  A unit's
-work (``transforms.pcr.convert``) reads its images, makes each a lossless progressive
-JPEG with jpegtran and splits it into its scans; the scans go to the unit's blob in the
-work directory, each image's description (key, label, sizes, offset) and the unit's
-rejects to its sidecar beside it (``pipelines.job.workfiles``).  What crosses the job's
-global steps is the unit's summary: counts and its scan maps, never one entry per image.
-The plan streams the units' images from their sidecars, in input order or sorted by
-``sha256(seed, unit index, key)`` (the TFRecord shuffle's key), into record tasks of
-``images_per_record`` images (the last one partial); the writer gathers a record's scans
-from the blobs into ``PCR_<i>.db``; the finish writes ``PCR_index.pb`` (each record once),
-the manifest and the rejects.  Output depends only on the inputs, the options and the
-seed, never on bundling or worker count.
+This module is the job's config (:class:`PcrConfig`), its units (:func:`list_units`:
+tar shards or slices of an ImageFolder tree), its checks before it starts, and the kind
+that ties them to the record files (``pipelines.job.kinds.pcr_records``: the unit's
+summary, the plan, the writer, the index and manifest).  A unit's work
+(``transforms.pcr.convert``) reads its images, makes each a lossless progressive JPEG
+with jpegtran and splits it into its scans: the scans go to the unit's blob in the work
+directory, each image's description and the unit's rejects to its sidecar
+(``pipelines.job.workfiles``).
 
 A custom jpegtran scan script (``scans``) is read and checked before the job starts; its
 text is part of the options, so it reaches every worker and the work directory's
@@ -23,37 +19,26 @@ same inputs is refused, naming them.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import itertools
 import json
 import logging
-from operator import itemgetter
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
-import numpy as np
-
-import transforms
-from pipelines.job import external, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
+from pipelines.job import names, output_lock, overlap, replace, workfiles
 from pipelines.job import record as job_record
-from pipelines.job.element_coding import Pickled
+from pipelines.job.kinds import pcr_records as records
+from pipelines.job.kinds.pcr_records import MANIFEST_STEM, manifest_path
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
-from pipelines.job.piecefiles import sort_key
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
 from transforms.pcr.image import DEFAULT_QUALITY, jpegtran_path
-from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
-from transforms.records import Reject
+from transforms.pcr.jpeg_scans import SCAN_GROUPS
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tar.sources import resolve
 
 log = logging.getLogger("tar2tf")
-MANIFEST_STEM = "PCR"  # -> PCR.manifest.json, PCR.rejects.jsonl inside the output directory
-# sidecars of units kept while the seeded plan fills its records (each draws from anywhere)
-UNITS_CACHED = 256
 
 
 @dataclasses.dataclass
@@ -105,10 +90,6 @@ class PcrResult(ConvertResult):
     index_path: str = ""
 
 
-def manifest_path(output: str) -> str:
-    return names.companion(join(output, MANIFEST_STEM), ".manifest.json")
-
-
 class PcrKind(Kind):
     name = "pcr"
     steps = {
@@ -158,19 +139,19 @@ class PcrKind(Kind):
                 cfg.scan_script,
             )
             workfiles.write_sidecar(blob, info, cfg.store)
-        return summary_of(info), reused
+        return records.summary_of(info), reused
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
 
     def plan(self, summaries, cfg: PcrConfig):
-        return plan_records(summaries, cfg)
+        return records.plan_records(summaries, cfg)
 
     def write(self, task: Dict[str, Any], cfg: PcrConfig) -> Dict[str, Any]:
-        return write_record_task(task, cfg.store)
+        return records.write_record_task(task, cfg.store)
 
     def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
-        return finish(rows, summaries, cfg, list_rejects, inputs, extras["classes"])
+        return records.finish(rows, summaries, cfg, list_rejects, inputs, extras["classes"])
 
     def manifest_path(self, cfg: PcrConfig) -> str:
         return manifest_path(cfg.output)
@@ -180,89 +161,6 @@ class PcrKind(Kind):
 
 
 PCR = PcrKind()
-
-
-def summary_of(info: Dict[str, Any]) -> Dict[str, Any]:
-    """What the job's global steps learn of a converted unit (its sidecar's ``info``):
-    counts and scan maps; its images and rejects stay in its sidecar."""
-    rejected = {"records_rejected": 0, "shards_rejected": 0}
-    for r in info["rejects"]:
-        rejected["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
-    return {
-        "index": info["index"],
-        "shard": info["shard"],
-        "blob": info["blob"],
-        "records": len(info["images"]),
-        "records_read": info["records_read"],
-        "filtered": info["filtered"],
-        **rejected,
-        "reject_counts": [list(x) for x in job_manifest.reject_counts(info)],
-        "maps": info["maps"],
-    }
-
-
-def _unit_info(unit: Dict[str, Any], cfg: PcrConfig) -> Dict[str, Any]:
-    """A unit's sidecar (its images and rejects), read back from the work directory."""
-    blob = unit["blob"]
-    return json.loads(get_store(blob, cfg.store).read_bytes(workfiles.sidecar_of(blob)))
-
-
-def _images(unit: Dict[str, Any], cfg: PcrConfig) -> List[Dict[str, Any]]:
-    return [
-        dict(im, blob=unit["blob"], unit=unit["index"]) for im in _unit_info(unit, cfg)["images"]
-    ]
-
-
-# the seeded plan's order of all images: (sort key, unit index, image) -- ties in input order
-_ROW = np.dtype([("k0", ">u8"), ("k1", ">u4"), ("u", "<i4"), ("i", "<i4")])
-
-
-def _shuffled(units: List[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str, Any]]:
-    """The images of ``units`` in the seeded order, sorted in buckets of bounded size
-    (``pipelines.job.external``); an image's description is read from its unit's sidecar
-    (the last :data:`UNITS_CACHED` units' kept)."""
-    by_index = {u["index"]: u for u in units}
-
-    def rows():
-        for u in units:
-            if not u["records"]:
-                continue
-            keys = b"".join(sort_key(cfg.seed, u["index"], im["key"]) for im in _images(u, cfg))
-            k = np.frombuffer(keys, dtype=[("k0", ">u8"), ("k1", ">u4")])
-            r = np.empty(len(k), dtype=_ROW)
-            r["k0"], r["k1"], r["u"], r["i"] = k["k0"], k["k1"], u["index"], np.arange(len(k))
-            yield r
-
-    images_of = functools.lru_cache(maxsize=UNITS_CACHED)(lambda i: _images(by_index[i], cfg))
-    total = sum(u["records"] for u in units)
-    for bucket in external.buckets(rows(), _ROW, total):
-        bucket = bucket[np.lexsort((bucket["i"], bucket["u"], bucket["k1"], bucket["k0"]))]
-        for u, i in zip(bucket["u"].tolist(), bucket["i"].tolist()):
-            yield images_of(u)[i]
-
-
-def plan_records(units: Sequence[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str, Any]]:
-    """Record tasks ``{index, path, images: [image info + blob]}``, each as it fills; the
-    last may be partial.  ``units``: their summaries; their images are streamed from
-    their sidecars."""
-    units = sorted(units, key=itemgetter("index"))
-    if cfg.seed is None:
-        images = (im for u in units if u["records"] for im in _images(u, cfg))
-    else:
-        images = _shuffled(units, cfg)
-    n, r, batch = cfg.images_per_record, 0, []
-    for im in images:
-        batch.append(im)
-        if len(batch) == n:
-            yield _record_task(r, batch, cfg)
-            r, batch = r + 1, []
-    if batch:
-        yield _record_task(r, batch, cfg)
-
-
-def _record_task(r: int, images: List[Dict[str, Any]], cfg: PcrConfig) -> Dict[str, Any]:
-    # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
-    return Pickled({"index": r, "path": join(cfg.output, fmt.record_name(r)), "images": images})
 
 
 def _shown(key: str, value: Any) -> str:
@@ -280,7 +178,7 @@ def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
     refusal (``pipelines.job.refused``) when it holds a PCR dataset that neither
     ``overwrite`` nor this job's ``resume`` may replace, or when ``resume`` finds an
     interrupted run of the same inputs with other options instead of its own work."""
-    existing = _existing_records(cfg)
+    existing = records.existing_records(cfg)
     overlap.check_pcr(
         cfg.output,
         inputs,
@@ -347,16 +245,6 @@ def list_units(cfg: PcrConfig):
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
 
 
-def _shown(key: str, value: Any) -> str:
-    if key == "scan_script":
-        return (
-            "jpegtran's standard script"
-            if value is None
-            else f"script sha256 {pcr_scan_script.digest(value)[:12]}"
-        )
-    return json.dumps(value)
-
-
 def checked(cfg: PcrConfig) -> PcrConfig:
     """The config with its scan script read and checked; ValueError / RuntimeError for
     what makes the job impossible before it touches anything."""
@@ -379,138 +267,3 @@ def checked(cfg: PcrConfig) -> PcrConfig:
     if cfg.scan_script is not None:
         pcr_scan_script.check(cfg.scan_script, cfg.scans or "scan_script")
     return cfg
-
-
-def write_record_task(task: Dict[str, Any], config: Optional[StoreConfig] = None) -> Dict[str, Any]:
-    images = []
-    handles: Dict[str, Any] = {}
-    try:
-        for im in task["images"]:
-            f = handles.get(im["blob"])
-            if f is None:
-                f = handles[im["blob"]] = get_store(im["blob"], config).open_read(im["blob"])
-            f.seek(im["offset"])
-            pieces = []
-            for size in im["piece_sizes"]:
-                pieces.append(f.read(size))
-                if len(pieces[-1]) != size:
-                    raise IOError(f"work blob {im['blob']} is shorter than its info says")
-            images.append(
-                fmt.PcrImage(
-                    im["key"],
-                    im["label"],
-                    pieces,
-                    im["scan_map"],
-                    im["orientation"],
-                    im["lossless"],
-                    im["source_format"],
-                    im["width"],
-                    im["height"],
-                    im["components"],
-                )
-            )
-    finally:
-        for f in handles.values():
-            f.close()
-    entry = fmt.write_record(task["path"], images, config)
-    return {
-        "index": task["index"],
-        "path": task["path"],
-        "entry": entry.SerializeToString(deterministic=True),
-        "records": len(images),
-        "bytes": sum(entry.offsets64),
-        "sha256": entry.sha256,
-    }
-
-
-def finish(
-    records,
-    units,
-    cfg: PcrConfig,
-    list_rejects: List[Reject],
-    inputs: List[str],
-    classes: Optional[List[str]],
-) -> Dict[str, Any]:
-    """The index, manifest and rejects (streamed from the units' sidecars); returns the
-    manifest.  The launcher deletes the work directory once the job has finished (a
-    cluster may run WriteRecord again after this step: ``pipelines.job.lifecycle``)."""
-    from transforms.pcr import pcr_pb2
-
-    records = sorted(records, key=lambda r: r["index"])
-    entries = [pcr_pb2.RecordOffsetsIndex.FromString(r["entry"]) for r in records]
-    maps: Dict[str, Any] = {}
-    for unit in units:
-        maps.update(unit["maps"])
-    smaps = [
-        ScanGroupMap(name, comps, tuple(groups), desc)
-        for name, (_, comps, groups, desc) in sorted(maps.items())
-    ]
-    index_path = join(cfg.output, fmt.INDEX_NAME)
-    index_bytes = fmt.build_index(
-        entries, SCAN_GROUPS, smaps, transforms.__version__, cfg.scan_script or ""
-    )
-    store = get_store(index_path, cfg.store)
-    # only records an earlier manifest named (pipelines.job.replace), never an input
-    replace.remove_stale(
-        _existing_records(cfg),
-        {r["path"] for r in records},
-        manifest_path(cfg.output),
-        inputs,
-        cfg.store,
-    )
-    store.write_bytes(index_path, index_bytes)
-    shards = [
-        {"path": r["path"], "records": r["records"], "bytes": r["bytes"], "sha256": r["sha256"]}
-        for r in records
-    ]
-    totals = job_manifest.totals_of(units, list_rejects, shards)
-    rejected, by_reason = job_manifest.reasons_of(units, list_rejects)
-    rejects = itertools.chain(
-        (r.to_dict() for r in list_rejects),
-        (r for u in sorted(units, key=itemgetter("index")) for r in _unit_info(u, cfg)["rejects"]),
-    )
-    stem = join(cfg.output, MANIFEST_STEM)
-    manifest = {
-        "tool": "tar2tf",
-        "version": transforms.__version__,
-        "kind": "pcr",
-        "inputs": inputs,
-        "output": cfg.output,
-        "directory": cfg.output,
-        "options": dict(cfg.describe(), scans=cfg.scans),
-        "classes": classes,
-        "index": {
-            "path": index_path,
-            "bytes": len(index_bytes),
-            "sha256": hashlib.sha256(index_bytes).hexdigest(),
-        },
-        "scan_maps": {
-            m.name: {
-                "components": m.components,
-                "group_of_scan": list(m.group_of_scan),
-                "description": m.description,
-            }
-            for m in smaps
-        },
-        "shards": shards,
-        "totals": totals,
-        "rejects": {
-            "count": rejected,
-            "by_reason": by_reason,
-            "path": names.companion(stem, ".rejects.jsonl"),
-        },
-    }
-    job_manifest.write_manifest(stem, manifest, rejects, cfg.store)
-    replace.end(manifest_path(cfg.output), cfg.store)
-    return manifest
-
-
-def _existing_records(cfg: PcrConfig) -> List[str]:
-    store = get_store(cfg.output, cfg.store)
-    prefix = join(cfg.output, "PCR_")
-    return [
-        u
-        for u in store.list(prefix)
-        if fmt.RECORD_RE.match(u.rpartition("/")[2])
-        and u.rpartition("/")[0].rstrip("/") == cfg.output.rstrip("/")
-    ]
