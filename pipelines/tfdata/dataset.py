@@ -33,8 +33,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 from pipelines.beam import options as opts
 from pipelines.tfdata import datapoints as dp
 from pipelines.tfdata import recast
-from pipelines.tfdata.elements import ElementStage, shard_elements
-from pipelines.tfdata.elements import describe as describe_reject
 from pipelines.tfdata.inmemory import ordered_stream
 from pipelines.tfdata.parsers import make_record_parser
 from pipelines.tfdata.pathgen import run_with_path_generator
@@ -57,6 +55,8 @@ from transforms.ops.selection_names import through_selections
 from transforms.ops.selections import as_selection
 from transforms.ops.stages import Stages, stage_name
 from transforms.records import Reject
+from transforms.shard_elements import ElementStage, shard_elements
+from transforms.shard_elements import describe as describe_reject
 from transforms.stores import StoreConfig, split_url
 from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tar.sources import resolve
