@@ -14,7 +14,7 @@ leaves (the elements of the streamed ``tf.data`` load); the
 Python values), which the default encoding stores.
 
 numpy is imported only for values that need it (``transforms.ops.lazynp``): a shard worker
-selecting an image and an integer label never imports it (~50 ms of its start-up).
+selecting an image and an integer label never imports it.
 """
 
 from __future__ import annotations
