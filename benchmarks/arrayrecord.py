@@ -7,7 +7,8 @@ array_record`` (the default command's 200MB shards), checks that record ``i`` is
 in both, and times, on one thread of this process:
 
 * **TFRecord, sequential**: ``tf.data.TFRecordDataset`` over the shards (TensorFlow's C++
-  reader, as training input reads them), every record once;
+  reader, as training input reads them), every record once, one at a time and in
+  batches of 256; and tar2tf's own Python reader (``transforms.tfrecord.framing``);
 * **ArrayRecord, sequential**: ``ArrayRecordDataSource`` (``array_record``'s, which Grain
   reads through), records in order, 256 per ``__getitems__`` call;
 * **ArrayRecord, random access**: the same source, one record per ``source[i]`` at
@@ -102,6 +103,11 @@ def measure(tf_paths: List[str], ar_paths: List[str], random_reads: int, repeat:
             total += sum(len(x) for x in b.numpy())
         return total
 
+    def tf_sequential_python() -> int:
+        from transforms.tfrecord.framing import read_records
+
+        return sum(len(r) for p in tf_paths for r in read_records(p))
+
     def ar_sequential_one() -> int:
         return sum(len(source[i]) for i in range(n))
 
@@ -136,6 +142,7 @@ def measure(tf_paths: List[str], ar_paths: List[str], random_reads: int, repeat:
         for name, fn in (
             ("tfrecord_sequential", tf_sequential),
             ("tfrecord_sequential_batched", tf_sequential_batched),
+            ("tfrecord_sequential_python", tf_sequential_python),
             ("array_record_sequential_one", ar_sequential_one),
             ("array_record_sequential", ar_sequential),
             ("array_record_random", ar_random),
@@ -173,6 +180,10 @@ def markdown(r: Dict) -> str:
     rows = [
         ("TFRecord, sequential (`tf.data.TFRecordDataset`)", "tfrecord_sequential"),
         ("TFRecord, sequential, `.batch(256)`", "tfrecord_sequential_batched"),
+        (
+            "TFRecord, sequential (tar2tf's Python reader, CRCs checked)",
+            "tfrecord_sequential_python",
+        ),
         ("ArrayRecord, sequential (`source[i]`)", "array_record_sequential_one"),
         ("ArrayRecord, sequential (256 keys per `__getitems__`)", "array_record_sequential"),
         ("ArrayRecord, random (`source[i]`)", "array_record_random"),
