@@ -251,6 +251,9 @@ def test_refused_before_the_job(sources, tmp_path, output, flags, said):
 def test_config_refuses_what_the_format_cannot_do(tmp_path):
     from pipelines.job.config import ConvertConfig
 
+    assert ConvertConfig(sources="x", output="o/t-{}.array_record").format == "array_record"
+    assert ConvertConfig(sources="x", output="o/t-{}.record").format == "tfrecord"
+
     with pytest.raises(ValueError, match="format must be one of"):
         ConvertConfig(sources="x", output="y", format="parquet")
     with pytest.raises(ValueError, match="neither shuffle"):
@@ -325,3 +328,29 @@ def test_output_in_a_bucket(sources, tmp_path, moto_server, s3_env):
     r = cli("verify", out + ".manifest.json", "--s3-endpoint", moto_server.url)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(array_record): " in r.stdout
+
+
+def test_python_api_writes_array_record(sources, tmp_path):
+    """``Dataset.load(path=...)``: an output named ``*.array_record`` gives ArrayRecord
+    shards, with TFDS's metadata when asked."""
+    import tensorflow_datasets as tfds
+
+    from pipelines import Dataset
+    from transforms.ops import Select
+
+    d = tmp_path / "ds"
+    paths = Dataset(os.path.dirname(sources), selections=[Select("jpg"), Select("cls")]).load(
+        os.path.basename(sources),
+        path=str(d / "train.array_record"),
+        records_per_shard=10,
+        type_map={"label": "int64"},
+        tfds=True,
+        tfds_image=["value"],
+    )
+    assert [os.path.basename(p) for p in paths] == [
+        f"train-0000{i}-of-00003.array_record" for i in range(3)
+    ]
+    assert sum(arf.num_records(p) for p in paths) == 28
+    source = tfds.builder_from_directory(str(d)).as_data_source(split="train")
+    assert len(source) == 28 and int(source[27]["label"]) == 27 % 10
+    assert source[27]["value"].shape == (32, 48, 3)

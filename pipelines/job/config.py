@@ -58,10 +58,14 @@ class ConvertConfig:
     # None: transforms.ops.image_limits.DEFAULT_MAX_IMAGE_PIXELS
     max_image_pixels: Optional[int] = None
     # the final shards' file format: "tfrecord", or "array_record" (ArrayRecord files
-    # holding the same serialized Examples, planned as the TFRecord job: docs/arrayrecord.md)
-    format: str = "tfrecord"
+    # holding the same serialized Examples, planned as the TFRecord job: docs/arrayrecord.md).
+    # None: array_record for an output named *.array_record, else tfrecord
+    format: Optional[str] = None
 
     def __post_init__(self):
+        if self.format is None:
+            named = isinstance(self.output, str) and self.output.endswith(".array_record")
+            self.format = "array_record" if named else "tfrecord"
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
         if self.format == "array_record" and (self.shuffle or self.dali_index):
