@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 from transforms.ops.element_spec import fit, plain_spec
 from transforms.ops.leaves import datapoint
 from transforms.ops.stages import FILTERED, Stages
-from transforms.records import KEY, Reject, is_reject
+from transforms.records import ELEMENT, KEY, Reject, is_reject
 from transforms.stores import StoreConfig
 from transforms.tar.fetch import read_shard
 from transforms.tar.records import ShardCorrupt
@@ -39,7 +39,7 @@ class ElementStage:
         el = datapoint(self.sels, record)
         return {
             KEY: record.get(KEY),
-            "__element__": el if self.spec is None else fit(el, self.spec, self.strict),
+            ELEMENT: el if self.spec is None else fit(el, self.spec, self.strict),
         }
 
     def describe(self):
@@ -50,7 +50,7 @@ def shard_elements(
     url: str, store: Optional[StoreConfig], max_member: int, stages: Stages, note: Note
 ) -> Iterator[Any]:
     """The elements of the records of ``url`` that pass ``stages`` (whose last sample stage
-    puts the element under ``"__element__"``), in shard order."""
+    puts the element under :data:`~transforms.records.ELEMENT`), in shard order."""
     for item in read_shard(url, store, max_member):
         if isinstance(item, ShardCorrupt) or is_reject(item):
             note("", item)
@@ -63,7 +63,7 @@ def shard_elements(
             note("", out)
         else:
             note("records_yielded")
-            yield out["__element__"]
+            yield out[ELEMENT]
 
 
 def describe(reject: Reject) -> str:
