@@ -16,9 +16,9 @@ import numpy as np
 
 from launch.args import int_in
 from launch.store_args import add_store_args, store_config
+from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.stores import StoreConfig, basename, get_store
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
 LABEL_NAMES = ("cls", "label", "class", "txt")
 THUMB = 128
 ARROW_SAMPLE = 256
@@ -80,7 +80,7 @@ def _image_of(rec: Dict[str, Any]):
 
     for name in sorted(rec):
         v = rec[name]
-        if name.lower() in IMAGE_EXTS and isinstance(v, (bytes, bytearray)):
+        if name.lower() in IMAGE_EXTENSIONS and isinstance(v, (bytes, bytearray)):
             try:
                 im = Image.open(io.BytesIO(v))
                 im.load()
