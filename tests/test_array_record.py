@@ -407,3 +407,31 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert [open(p, "rb").read() for p in got] == [open(p, "rb").read() for p in ref]
     assert not [n for n in os.listdir(tmp_path / "o") if ".tmp-" in n]
     assert cli("verify", out + ".manifest.json").returncode == 0
+
+
+def test_benchmark_runs_at_quick_size(tmp_path):
+    """``benchmarks.arrayrecord`` at the quick size: it checks the two outputs hold the same
+    records and reports every read it times (structure only, never speed)."""
+    import subprocess
+    import sys
+
+    from ops_fixtures import ROOT
+
+    out = tmp_path / "ar.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.arrayrecord", "--size", "quick", "--random", "300",
+         "--repeat", "1", "--work-dir", str(tmp_path), "--json", str(out)],
+        cwd=ROOT,
+        env=dict(os.environ, TAR2TF_CACHE=str(tmp_path / "cache"), TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["records"] == 96 and res["random_reads"] == 300
+    for cache in ("warm", "cold"):
+        assert len(res[cache]) == 7
+        assert all(v["records_per_s"] > 0 and v["mb_per_s"] > 0 for v in res[cache].values())
+    assert "| ArrayRecord, random (`source[i]`) |" in r.stdout
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("tar2tf-arbench-")]
