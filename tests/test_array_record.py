@@ -435,3 +435,15 @@ def test_benchmark_runs_at_quick_size(tmp_path):
         assert all(v["records_per_s"] > 0 and v["mb_per_s"] > 0 for v in res[cache].values())
     assert "| ArrayRecord, random (`source[i]`) |" in r.stdout
     assert not [n for n in os.listdir(tmp_path) if n.startswith("tar2tf-arbench-")]
+
+
+def test_inspect_reads_an_array_record_shard(sources, tmp_path):
+    convert(sources, "-o", str(tmp_path / "t.array_record"), "--type-map", "cls:int64")
+    shard = shards(tmp_path, ".array_record")[0]
+    r = cli("inspect", shard, "-n", "1", "--no-sheet")
+    assert r.returncode == 0, r.stderr
+    assert f"{shard}: 28 records" in r.stdout and "cls                      0" in r.stdout
+    open(shard, "wb").write(b"not an ArrayRecord file")
+    r = cli("inspect", shard, "--no-sheet")
+    assert r.returncode == 1 and "is not a readable ArrayRecord file" in r.stderr
+    assert "Traceback" not in r.stderr
