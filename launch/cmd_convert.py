@@ -38,6 +38,14 @@ def register(sub) -> None:
         "out/train-00000-of-0000N.record; local, gs://, ais:// or s3://",
     )
     p.add_argument(
+        "--format",
+        choices=("tfrecord", "array_record"),
+        default=None,
+        help="the shards' file format (default: array_record for an output named "
+        "*.array_record, else tfrecord); array_record: ArrayRecord files of the same "
+        "serialized Examples, for Grain (docs/arrayrecord.md)",
+    )
+    p.add_argument(
         "--base",
         help="prefix for relative templates (dir, ais://bucket, gs://bucket, s3://bucket, "
         "https://host/path)",
@@ -154,7 +162,26 @@ def build_config(args):
         from transforms.ops.leaves import selection_stage
 
         stages.append(selection_stage(selections))
+    fmt = output_format(args)
+    if fmt == "array_record" and (args.shuffle or args.dali_index):
+        raise UsageError(
+            f"--format array_record takes no {'--shuffle' if args.shuffle else '--dali-index'}: "
+            + (
+                "Grain shuffles an ArrayRecord dataset by index as it reads"
+                if args.shuffle
+                else "a DALI index describes TFRecord files"
+            )
+        )
+    if fmt == "array_record":
+        from transforms.arrayrecord import format as arf
+
+        if not arf.available():
+            raise UsageError(
+                "--format array_record needs the array-record package: "
+                "pip install 'tar2tf[array-record]'"
+            )
     return ConvertConfig(
+        format=fmt,
         sources=args.sources,
         output=args.output,
         base=args.base,
@@ -177,6 +204,18 @@ def build_config(args):
         spool_limit=args.spool_limit,
         max_image_pixels=args.max_image_pixels,
     )
+
+
+def output_format(args) -> str:
+    """``--format``, or the one the output's extension names (``.array_record``); a
+    format that contradicts the extension is a usage error: TFDS and readers pick their
+    reader by it."""
+    named = "array_record" if args.output.endswith(".array_record") else None
+    if args.format is None:
+        return named or "tfrecord"
+    if args.format == "tfrecord" and named:
+        raise UsageError("--format tfrecord with an output named *.array_record: drop one")
+    return args.format
 
 
 def check_paths(args) -> List[str]:

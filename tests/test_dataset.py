@@ -499,11 +499,9 @@ def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
     element spec types them."""
     import tensorflow as tf
 
-    import pipelines.tfdata.dataset
+    from pipelines.tfdata import streamed_load
 
-    monkeypatch.setattr(
-        pipelines.tfdata.dataset, "_CROSSING_BATCH", 4
-    )  # 18 elements: 4 batches + 2
+    monkeypatch.setattr(streamed_load, "CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
     template = "train-{0000..0002}.tar"
 
     def run(ds, **kw):

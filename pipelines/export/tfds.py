@@ -1,6 +1,7 @@
 """TensorFlow Datasets metadata for a finished job (``--tfds``, ``load(..., tfds=True)``).
 
-A job that writes ``DIR/<split>.tfrecord`` leaves shards ``<split>-00000-of-0000N.tfrecord``
+A job that writes ``DIR/<split>.tfrecord`` (or ``DIR/<split>.array_record``) leaves shards
+``<split>-00000-of-0000N.tfrecord``
 (``pipelines.job.names.shard_names``).  This module writes TFDS's ``dataset_info.json`` and
 ``features.json`` into ``DIR``, so that ``tfds.builder_from_directory(DIR)`` reads the split:
 its split info carries tar2tf's file-name template (:data:`FILE_TEMPLATE`) and the record
@@ -36,10 +37,12 @@ from transforms.tfrecord.schema import BYTES, FLOAT, INT64, parse_type_map
 
 log = logging.getLogger("tar2tf")
 
-#: output suffix -> TFDS file format (TFDS picks its reader by the suffix; tar2tf writes TFRecord)
-FILE_FORMATS = {"tfrecord": "tfrecord"}
+#: output suffix -> TFDS file format (TFDS picks its reader by the suffix): TFRecord, read by
+#: ``as_dataset``, or ArrayRecord (``--format array_record``), read by ``as_data_source``
+FILE_FORMATS = {"tfrecord": "tfrecord", "array_record": "array_record"}
 #: tar2tf's shard names (train-00000-of-00004.tfrecord) in TFDS's template language
 FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+_FORMAT_NAMES = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}
 LOCK_NAME = ".tar2tf-tfds.lock"
 INFO_NAME, FEATURES_NAME = "dataset_info.json", "features.json"
 DEFAULT_VERSION = "1.0.0"
@@ -104,8 +107,8 @@ def check_output(
     stem, dot, suffix = name.rpartition(".")
     if "{}" in name or not dot or suffix not in FILE_FORMATS:
         raise TfdsError(
-            f"--tfds needs an output named <split>.tfrecord, whose shards "
-            f"<split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
+            f"--tfds needs an output named <split>.tfrecord (or <split>.array_record), whose "
+            f"shards <split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
         )
     if not _SPLIT.match(stem) or stem == "all":
         raise TfdsError(
@@ -355,8 +358,8 @@ def write_metadata(
                 name=name, version=Version(version), data_dir=directory, module_name=""
             ),
             features=features,
-            description="TFRecord shards written by tar2tf; each split's manifest is "
-            "<split>.tfrecord.manifest.json.",
+            description=f"{_FORMAT_NAMES[fmt]} shards written by tar2tf; each split's "
+            f"manifest is <split>.{suffix}.manifest.json.",
         )
         info.set_file_format(fmt)
         info.set_splits(split_lib.SplitDict.from_proto(protos, template))

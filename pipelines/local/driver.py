@@ -52,8 +52,9 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
 
 def streams(cfg: ConvertConfig) -> bool:
     """Whether the job's final shards can be written while it converts (``{}`` template,
-    no shuffle): see ``pipelines.local.stream``."""
-    return not cfg.shuffle and shard_stream.can_stream(cfg.output)
+    no shuffle, TFRecord: ArrayRecord shards are planned, pipelines.job.arrayrecordfile):
+    see ``pipelines.local.stream``."""
+    return not cfg.shuffle and cfg.format == "tfrecord" and shard_stream.can_stream(cfg.output)
 
 
 def new_stream(
@@ -117,7 +118,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (auto_processes)
     local_output = split_url(cfg.output)[0] == ""
-    placed = shard_stream.can_stream(cfg.output) and local_output
+    placed = streams(cfg) and local_output
     procs = (
         auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed)
         if auto

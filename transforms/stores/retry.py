@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 import tenacity
 
+from transforms.stores import traffic
 from transforms.stores.errors import FetchError, ObjectChangedError
 
 log = logging.getLogger("tar2tf.retry")
@@ -251,6 +252,7 @@ class ResumableReader(io.RawIOBase):
     def __init__(self, open_at: Opener, policy: RetryPolicy, name: str):
         super().__init__()
         self._open_at, self._policy, self.name = open_at, policy, name
+        self._scheme = traffic.scheme_of(name)
         self._stream = None
         self._pos = 0
         self._end: Optional[int] = None  # where the current stream should stop (None: its EOF)
@@ -312,6 +314,7 @@ class ResumableReader(io.RawIOBase):
 
     def close(self) -> None:
         self._drop()
+        traffic.flush()
         with _readers_lock:
             _open_readers.discard(self)
         super().close()
@@ -392,6 +395,7 @@ class ResumableReader(io.RawIOBase):
                 n = len(data)
                 view[:n] = data
                 self._pos += n
+                traffic.add(self._scheme, "read", n)
                 return n
             # EOF of this stream (or one that interrupt() aborted)
             self._check_interrupted()

@@ -4,9 +4,11 @@ shards cut by the greedy size rule, a manifest with the written schema.
 Units are ``(index, url)``: one input shard each, converted into one piece
 (``pipelines.job.shard``).  The plan packs the records of all pieces, in input order,
 into final shards (``pipelines.job.plan``), and the writer copies their byte ranges
-(``pipelines.job.shardfile``).  The manifest adds the schema, the duplicate keys across
-input shards, and the options' first types (a job whose features had several types is
-run again with them: :func:`retyped`).
+(``pipelines.job.shardfile``), or, with ``format="array_record"``, writes their Examples
+into an ArrayRecord file (``pipelines.job.arrayrecordfile``): the same records, cut at the
+same places.  The manifest adds the schema, the duplicate keys across input shards, and
+the options' first types (a job whose features had several types is run again with them:
+:func:`retyped`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,17 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
+from pipelines.job import (
+    arrayrecordfile,
+    names,
+    output_lock,
+    overlap,
+    piecefiles,
+    replace,
+    workfiles,
+)
 from pipelines.job import journal as shard_journal
 from pipelines.job import manifest as job_manifest
-from pipelines.job import names, output_lock, overlap, piecefiles, replace, shardfile, workfiles
 from pipelines.job import plan as job_plan
 from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig
@@ -95,7 +105,8 @@ class TFRecordKind(Kind):
         return plan_shards(summaries, cfg)
 
     def write(self, task: Dict[str, Any], cfg: ConvertConfig) -> Dict[str, Any]:
-        return shardfile.write_shard(task, cfg.store, cfg.dali_index)
+        # a TFRecord file, or an ArrayRecord file of the same Examples (``format``)
+        return arrayrecordfile.shard_writer(cfg.format)(task, cfg.store, cfg.dali_index)
 
     def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
         return finish(rows, summaries, cfg, list_rejects, inputs)
