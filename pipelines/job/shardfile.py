@@ -77,6 +77,7 @@ class ShardFile:
         self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
         self._cv = threading.Condition()
         self._failed: Optional[BaseException] = None
+        self._reserved = False  # ranges left to other writers (a kernel copy's are not)
         self._local = self.local_path is not None
         self._flushed = 0  # writeback started for the bytes before this offset
 
@@ -160,6 +161,7 @@ class ShardFile:
         returns their offset in :attr:`local_path`.  Appends continue after them."""
         self._cut()
         offset = self.bytes
+        self._reserved = True
         with self._cv:
             self._ranges[offset] = (length, None)
         self._count(sizes)
@@ -207,7 +209,7 @@ class ShardFile:
         with self._cv:
             while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
                 self._cv.wait()
-            if self._failed is not None:
+            if self._failed is not None and self._reserved:
                 raise self._failed
             crc = 0
             for offset in sorted(self._ranges):
