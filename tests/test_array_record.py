@@ -172,6 +172,8 @@ def test_verify_reads_every_record_and_finds_damage(sources, tmp_path):
     r = cli("verify", mpath)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(array_record): " in r.stdout and ", 28 records," in r.stdout
+    r = cli("verify", mpath, "--decode-images")
+    assert r.returncode == 0 and "28 images decoded" in r.stdout, r.stdout + r.stderr
 
     files = shards(tmp_path, ".array_record")
     good = open(files[1], "rb").read()
