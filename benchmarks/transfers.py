@@ -11,7 +11,8 @@ server started here (moto's S3 server, fake-gcs-server, a one-target AIS cluster
 test suite's, ``tests/*_fixtures.py``; each started and stopped by its PID).
 
 Each set-up runs twice: with the store's own copies (the default) and with
-``TAR2TF_STORE_COPY=0`` (every range of a piece read and written by tar2tf).  Counted by
+``TAR2TF_STORE_COPY=0`` (every range of a piece read and written by tar2tf); local disk
+a third time with ``TAR2TF_KERNEL_COPY=1`` (``copy_file_range``).  Counted by
 the store clients themselves (``transforms.stores.traffic``, summed over every process of
 the job): bytes read, written and copied by the store, per scheme.  Reported per output
 byte, with the input tars' bytes taken out of the local reads.  The two runs' manifests
@@ -119,18 +120,20 @@ def run_one(spec: Dict) -> Dict:
     }
 
 
-def measure(kind: str, root: str, env: Dict, copy: bool, args) -> Dict:
+def measure(kind: str, root: str, env: Dict, copy: str, args) -> Dict:
+    """One run; ``copy``: ``off``, ``on`` or ``kernel``."""
     from transforms.stores import traffic
 
     counts = tempfile.mkdtemp(prefix="tar2tf-traffic-")
     spec = {
         "shards": args.shards,
-        "output": f"{root}/{'copy' if copy else 'nocopy'}/train-{{}}.record",
+        "output": f"{root}/{copy}/train-{{}}.record",
         "max_shard_size": args.max_shard_size,
         "data_dir": args.data_dir,
     }
     child_env = dict(os.environ, **env, **{traffic.ENV: counts})
-    child_env["TAR2TF_STORE_COPY"] = "1" if copy else "0"
+    child_env["TAR2TF_STORE_COPY"] = "0" if copy == "off" else "1"
+    child_env["TAR2TF_KERNEL_COPY"] = "1" if copy == "kernel" else "0"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.transfers", "--one", json.dumps(spec)],
         cwd=ROOT,
@@ -165,7 +168,7 @@ def table(rows: List[Dict]) -> str:
     for r in rows:
         pb, scheme = per_byte(r), r["store"]
         lines.append(
-            f"| {scheme} | {'on' if r['store_copy'] else 'off'} | {r['seconds']:.1f} | "
+            f"| {scheme} | {r['store_copy']} | {r['seconds']:.1f} | "
             f"{pb.get(scheme + '.read', 0):.2f} | {pb.get(scheme + '.write', 0):.2f} | "
             f"{pb.get(scheme + '.copy', 0):.2f} |"
         )
@@ -189,11 +192,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = []
     for kind in args.stores.split(","):
         with server(kind) as (env, root):
-            pair = [measure(kind, root, env, copy, args) for copy in (False, True)]
-        a, b = ([[os.path.basename(p), n, c] for p, n, c in r["shards"]] for r in pair)
-        if a != b:
-            raise SystemExit(f"{kind}: the runs wrote different shards:\n{a}\n{b}")
-        for r in pair:
+            modes = ("off", "on", "kernel") if kind == "local" else ("off", "on")
+            runs = [measure(kind, root, env, copy, args) for copy in modes]
+        shards = [[[os.path.basename(p), n, c] for p, n, c in r["shards"]] for r in runs]
+        if any(s != shards[0] for s in shards):
+            raise SystemExit(f"{kind}: the runs wrote different shards:\n{shards}")
+        for r in runs:
             print(json.dumps({k: v for k, v in r.items() if k != "shards"}), flush=True)
             rows.append(r)
     print(table(rows))

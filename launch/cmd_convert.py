@@ -1,4 +1,5 @@
-"""``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards.
+"""``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards
+(or ArrayRecord shards of the same records: ``--format array_record``).
 
 With no runner flag the job runs on the in-process driver (``pipelines.local``; also
 ``--runner local``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
@@ -23,7 +24,11 @@ DEFAULT_MAX_SHARD_SIZE = "200MB"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards", description=__doc__)
+    p = sub.add_parser(
+        "convert",
+        help="convert tar shards to TFRecord (or ArrayRecord) shards",
+        description=__doc__,
+    )
     p.add_argument(
         "sources",
         nargs="+",
@@ -35,7 +40,8 @@ def register(sub) -> None:
         "-o",
         required=True,
         help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
-        "out/train-00000-of-0000N.record; local, gs://, ais:// or s3://",
+        "out/train-00000-of-0000N.record; 'out/train.array_record' writes ArrayRecord; "
+        "local, gs://, ais:// or s3://",
     )
     p.add_argument(
         "--format",
@@ -57,7 +63,8 @@ def register(sub) -> None:
         default=DEFAULT_MAX_SHARD_SIZE,
         help="bound on each output file, framing included: 100MB, 1GiB, 5000000 "
         f"(default {DEFAULT_MAX_SHARD_SIZE}: files of 100 MB or more, as TensorFlow advises, "
-        "and enough of them to read in parallel; docs/cli.md)",
+        "and enough of them to read in parallel; docs/cli.md); with --format array_record, "
+        "the records' TFRecord size, so that both formats cut at the same records",
     )
     p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
     p.add_argument(

@@ -172,6 +172,8 @@ def test_verify_reads_every_record_and_finds_damage(sources, tmp_path):
     r = cli("verify", mpath)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(array_record): " in r.stdout and ", 28 records," in r.stdout
+    r = cli("verify", mpath, "--decode-images")
+    assert r.returncode == 0 and "28 images decoded" in r.stdout, r.stdout + r.stderr
 
     files = shards(tmp_path, ".array_record")
     good = open(files[1], "rb").read()
@@ -312,12 +314,56 @@ def test_tfds_reads_two_splits(sources, tmp_path):
     # a decoded image, as TFDS's Image feature gives it
     img = b.as_data_source(split="validation")[0]["jpg"]
     assert img.shape == (32, 48, 3) and img.dtype.name == "uint8"
-    # one directory holds one file format: a TFRecord split is refused in one line
+    # a split in TFRecord only, beside splits in ArrayRecord only: no format that TFDS
+    # could read for every split; refused in one line, the metadata left as it was
+    before = (d / "dataset_info.json").read_bytes()
     r = convert(
         sources.replace("{0..3}", "3"), "-o", str(d / "test.tfrecord"),
         "--type-map", "cls:int64", "--tfds", "--tfds-image", "jpg", ok=False,
     )  # fmt: skip
-    assert r.returncode == 1 and "holds array_record splits, not tfrecord" in r.stderr
+    assert r.returncode == 1 and "have no file format in common" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert (d / "dataset_info.json").read_bytes() == before
+
+
+def test_tfds_both_formats_in_one_directory(sources, tmp_path):
+    """The same splits in TFRecord and ArrayRecord (same options) in one directory: TFDS's
+    ``as_dataset`` reads the TFRecord shards, ``as_data_source`` the ArrayRecord ones, and
+    both give the same records; a split whose two formats were cut differently is refused."""
+    import tensorflow_datasets as tfds
+
+    d = tmp_path / "ds"
+    train, val = sources.replace("{0..3}", "{0..2}"), sources.replace("{0..3}", "3")
+    common = ["--records-per-shard", "6", "--type-map", "cls:int64", "--tfds"]
+    convert(train, "-o", str(d / "train.array_record"), *common)
+    convert(val, "-o", str(d / "validation.array_record"), *common)
+    convert(train, "-o", str(d / "train.tfrecord"), *common)
+    b = tfds.builder_from_directory(str(d))  # train in both, validation in ArrayRecord only
+    assert b.info.file_format.value == "array_record" and not b.info.alternative_file_formats
+    r = convert(val, "-o", str(d / "validation.tfrecord"), *common)
+    assert "file formats: tfrecord, array_record" in r.stderr, r.stderr
+    b = tfds.builder_from_directory(str(d))
+    assert b.info.file_format.value == "tfrecord"
+    assert [f.value for f in b.info.alternative_file_formats] == ["array_record"]
+    assert {s: b.info.splits[s].num_examples for s in b.info.splits} == {
+        "train": 21,
+        "validation": 7,
+    }
+    for split in ("train", "validation"):
+        from_tf = [
+            (ex["__key__"], ex["jpg"], int(ex["cls"]))
+            for ex in tfds.as_numpy(b.as_dataset(split=split, shuffle_files=False))
+        ]
+        source = tfds.builder_from_directory(str(d)).as_data_source(split=split)
+        from_ar = [(ex["__key__"], ex["jpg"], int(ex["cls"])) for ex in source]
+        assert len(from_tf) == len(from_ar) == b.info.splits[split].num_examples
+        assert sorted(from_tf) == sorted(from_ar)
+    # ArrayRecord cut at other records than the TFRecord shards of the same split
+    r = convert(
+        val, "-o", str(d / "validation.array_record"), "--records-per-shard", "4",
+        "--type-map", "cls:int64", "--tfds", "--overwrite", ok=False,
+    )  # fmt: skip
+    assert r.returncode == 1 and "hold different records" in r.stderr, r.stderr
 
 
 def test_output_in_a_bucket(sources, tmp_path, moto_server, s3_env):

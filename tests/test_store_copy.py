@@ -1,8 +1,9 @@
 """Final shards assembled by the store: the same bytes and CRC-32C as a copy through
 tar2tf, with fewer bytes through tar2tf (counted by ``transforms.stores.traffic``).
 
-* local: ``copy_file_range``; a whole piece's CRC-32C comes from its sidecar, so it is
-  neither read nor written by the process;
+* local: a whole piece's CRC-32C comes from its sidecar; with ``TAR2TF_KERNEL_COPY=1``
+  ``copy_file_range`` copies the ranges, and a whole piece is neither read nor written
+  by the process;
 * S3 (moto): ``UploadPartCopy`` parts; a whole piece of >= 5 MiB is never downloaded;
 * GCS (fake-gcs-server): ``compose``; a whole piece is never downloaded nor uploaded,
   a part of one goes through a temporary object that is deleted after.
@@ -112,7 +113,27 @@ def test_plan_parts_follow_s3_rules_and_keep_the_bytes():
         assert copied >= sum(max(0, n - 2 * lo) for _, _, n in ranges)
 
 
+def test_local_copy_takes_whole_pieces_crc_from_sidecars(tmp_path, counted, monkeypatch):
+    """The default local copy goes through the process (faster than the kernel's on ext4),
+    but does not hash a whole piece: a sidecar that lies shows in the shard's CRC."""
+    pieces = _make_pieces(str(tmp_path / "work"), SIZES)
+    task, expect = _task(str(tmp_path / "a.record"), pieces, SPEC)
+    row = write_shard(task)
+    assert (tmp_path / "a.record").read_bytes() == expect and row["crc32c"] == _crc(expect)
+    got = counted()
+    assert got.get("local.write", 0) >= len(expect) and "local.copy" not in got
+
+    url, data = pieces[0]  # a sidecar whose CRC-32C is not its piece's: taken as it is
+    write_sidecar(url, {"bytes": len(data), "crc32c": "00000000", "records": 1})
+    task, _ = _task(str(tmp_path / "b.record"), pieces, SPEC)
+    assert write_shard(task)["crc32c"] != _crc(expect)
+    monkeypatch.setenv("TAR2TF_STORE_COPY", "0")  # the copy through tar2tf hashes every byte
+    task, _ = _task(str(tmp_path / "c.record"), pieces, SPEC)
+    assert write_shard(task)["crc32c"] == _crc(expect)
+
+
 def test_local_kernel_copy_same_bytes_no_userspace_write(tmp_path, counted, monkeypatch):
+    monkeypatch.setenv("TAR2TF_KERNEL_COPY", "1")
     pieces = _make_pieces(str(tmp_path / "work"), SIZES)
     counted()
     task, expect = _task(str(tmp_path / "out" / "a.record"), pieces, SPEC)
@@ -135,7 +156,8 @@ def test_local_kernel_copy_same_bytes_no_userspace_write(tmp_path, counted, monk
     assert off.get("local.write") == len(expect) and "local.copy" not in off
 
 
-def test_local_kernel_copy_without_sidecars_hashes_the_bytes(tmp_path, counted):
+def test_local_kernel_copy_without_sidecars_hashes_the_bytes(tmp_path, counted, monkeypatch):
+    monkeypatch.setenv("TAR2TF_KERNEL_COPY", "1")
     pieces = _make_pieces(str(tmp_path / "work"), SIZES, sidecars=False)
     task, expect = _task(str(tmp_path / "a.record"), pieces, SPEC)
     row = write_shard(task)
@@ -174,6 +196,22 @@ def test_s3_part_copies_download_no_whole_piece(s3, counted, monkeypatch):
     assert server.get(bucket, "out/b.record") == expect
     assert {**row2, "path": None} == {**row, "path": None}
     assert off.get("s3.read") == len(expect) and off.get("s3.write") == len(expect)
+
+
+def test_s3_whole_piece_after_a_small_range_is_not_downloaded(s3, counted):
+    server, bucket, cfg = s3
+    pieces = _make_pieces(f"s3://{bucket}/work", [100_000, 12 * MIB], cfg)
+    counted()
+    # the small piece's 100 KB take the 12 MiB piece's head into an uploaded part of 5 MiB;
+    # the rest of that piece is copied, and its CRC-32C follows from the piece's (sidecar)
+    # and the head's, which was downloaded anyway
+    task, expect = _task(f"s3://{bucket}/out/w.record", pieces, [(0, 0, None), (1, 0, None)])
+    row = write_shard(task, cfg)
+    got = counted()
+    assert server.get(bucket, "out/w.record") == expect and row["crc32c"] == _crc(expect)
+    assert got.get("s3.copy") == len(expect) - 5 * MIB
+    assert got.get("s3.read", 0) <= 5 * MIB + SIDECARS
+    assert got.get("s3.write") == 5 * MIB
 
 
 def test_s3_small_shard_goes_the_old_way(s3, counted):
@@ -223,7 +261,8 @@ def test_gcs_compose_moves_no_whole_piece(gcs, counted, monkeypatch):
     off = counted()
     assert gcs.get(bucket, "out/b.record") == expect
     assert {**row2, "path": None} == {**row, "path": None}
-    assert off.get("gs.read") == len(expect) and off.get("gs.write") == len(expect)
+    # (a read of a piece downloads its first 8 MiB chunk before it seeks: more than 1x)
+    assert off.get("gs.read") >= len(expect) and off.get("gs.write") == len(expect)
 
 
 def test_gcs_compose_of_more_than_32_sources(gcs, counted):

@@ -30,12 +30,12 @@ class _Window:
     """The ``length`` bytes of an open file from its current position, as a file."""
 
     def __init__(self, f, length: int):
-        self._f, self._left = f, length
+        self._f, self.left = f, length
 
     def read(self, n: int = -1) -> bytes:
-        n = self._left if n is None or n < 0 else min(n, self._left)
+        n = self.left if n is None or n < 0 else min(n, self.left)
         data = self._f.read(n) if n else b""
-        self._left -= len(data)
+        self.left -= len(data)
         return data
 
 
@@ -61,16 +61,20 @@ def payloads(task: Dict[str, Any], config: Optional[StoreConfig] = None) -> Iter
             window = _Window(src, length)
             for _offset, payload in iter_frames(window):
                 yield payload
-            if window._left:
-                raise IOError(f"piece {url} ended {window._left} bytes early")
+            if window.left:
+                raise IOError(f"piece {url} ended {window.left} bytes early")
 
 
-def _crc_and_size(path: str):
+def _copy(path: str, dst=None):
+    """The CRC32C (hex) and size of the file at ``path``, read once; its bytes also go to
+    ``dst`` when given (an upload)."""
     digest, n = digests.new("crc32c"), 0
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(READ_CHUNK), b""):
             digest.update(chunk)
             n += len(chunk)
+            if dst is not None:
+                dst.write(chunk)
     return digests.hexdigest(digest), n
 
 
@@ -101,15 +105,14 @@ def write_array_record_shard(
             raise IOError(f"{path}: the pieces held {n} records, the plan says {task['records']}")
         if arf.num_records(tmp) != n:  # the footer written: the file is whole
             raise IOError(f"{path}: ArrayRecord file holds fewer records than were written")
-        crc, size = _crc_and_size(tmp)
         if local:
+            crc, size = _copy(tmp)
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
         else:
-            with open(tmp, "rb") as src, get_store(path, config).open_write(path) as dst:
-                for chunk in iter(lambda: src.read(READ_CHUNK), b""):
-                    dst.write(chunk)
+            with get_store(path, config).open_write(path) as dst:  # visible when complete
+                crc, size = _copy(tmp, dst)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

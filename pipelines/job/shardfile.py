@@ -42,6 +42,14 @@ def copy_range(src, dst, offset: int, length: int, digest) -> None:
         left -= len(chunk)
 
 
+class _NoDigest:
+    def update(self, data) -> None:
+        pass
+
+
+_NO_DIGEST = _NoDigest()
+
+
 def _discard(src, n: int) -> None:
     while n:
         chunk = src.read(min(COPY_CHUNK, n))
@@ -77,6 +85,7 @@ class ShardFile:
         self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
         self._cv = threading.Condition()
         self._failed: Optional[BaseException] = None
+        self._reserved = False  # ranges left to other writers (a kernel copy's are not)
         self._local = self.local_path is not None
         self._flushed = 0  # writeback started for the bytes before this offset
 
@@ -104,9 +113,17 @@ class ShardFile:
     ) -> None:
         """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames).
         ``crc``: their CRC-32C where the caller knows it (a whole piece's, from its
-        sidecar), which spares reading them when the kernel copies them."""
+        sidecar), which spares hashing them (and reading them, when the kernel copies
+        them: ``$TAR2TF_KERNEL_COPY``)."""
         if not (self._local and self._kernel_copy(src, offset, length, crc)):
-            copy_range(src, self.f, offset, length, self.digest)
+            if crc is None:
+                copy_range(src, self.f, offset, length, self.digest)
+            else:  # the CRC-32C is known: copied without hashing, kept as a range of its own
+                self._cut()
+                copy_range(src, self.f, offset, length, _NO_DIGEST)
+                with self._cv:
+                    self._ranges[self.bytes] = (length, crc)
+                self._start = self.bytes + length
         self._count(sizes)
         self.bytes += length
         self._start_writeback()
@@ -160,6 +177,7 @@ class ShardFile:
         returns their offset in :attr:`local_path`.  Appends continue after them."""
         self._cut()
         offset = self.bytes
+        self._reserved = True
         with self._cv:
             self._ranges[offset] = (length, None)
         self._count(sizes)
@@ -207,7 +225,7 @@ class ShardFile:
         with self._cv:
             while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
                 self._cv.wait()
-            if self._failed is not None:
+            if self._failed is not None and self._reserved:
                 raise self._failed
             crc = 0
             for offset in sorted(self._ranges):

@@ -58,6 +58,7 @@ def stored_selections(dataset) -> List[Any]:
 
 
 def num_workers(n: Any) -> int:
+    """``n``, checked: a positive integer (a bool is none)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"num_workers must be a positive integer, not {n!r}")
     return n

@@ -127,7 +127,7 @@ class Dataset:
         if path is not None and path != "":  # as in the original API, an empty path means in memory
             return writing.to_tfrecords(self, *write)
         shaped = (output_types, output_shapes, output_signature)
-        if runner_choice.use_beam(remote_exec, self.beam_args, True, self.unshippable):
+        if runner_choice.use_beam(remote_exec, self.beam_args, self.unshippable, in_memory=True):
             return remote_load.remote_dataset(self, template, num_workers, *shaped)
         return streamed_load.stream_dataset(self, template, num_workers, *shaped, prefetch)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pipelines.beam import options as opts
 from transforms.ops import walk
@@ -35,12 +35,14 @@ def unshippable(things: Iterable[Any]) -> Optional[str]:
 def use_beam(
     mode: Optional[bool],
     beam_args: Sequence[str],
-    in_memory: bool,
-    why_not,
+    why_not: Callable[[], Optional[str]],
+    *,
+    in_memory: bool = False,
     shuffle: bool = False,
 ) -> bool:
     """Whether a load runs as a Beam job.  ``mode``: ``remote_exec`` (True, False or None);
-    ``why_not()``: :func:`unshippable` of the load's stages, asked only if Beam is chosen."""
+    ``why_not()``: :func:`unshippable` of the load's stages, asked only if Beam is chosen;
+    ``in_memory``: a load without ``path``; ``shuffle``: a written load that shuffles."""
     if mode is False:
         return False
     if opts.names_in_process(beam_args):

@@ -61,7 +61,7 @@ def convert(ds, cfg, num_workers, remote_exec, extra=()):
     ``beam_args`` choose; its ``ConvertResult``, also kept as ``ds.last_result``.
     ``extra``: more callables that must pickle to go to Beam."""
     why_not = functools.partial(ds.unshippable, extra)
-    if runner_choice.use_beam(remote_exec, ds.beam_args, False, why_not, cfg.shuffle):
+    if runner_choice.use_beam(remote_exec, ds.beam_args, why_not, shuffle=cfg.shuffle):
         from pipelines.beam.convert import convert as beam_convert
 
         args = list(ds.beam_args)

@@ -5,7 +5,10 @@ Where the store can concatenate them itself, the job saves reading and writing e
 output byte a second time:
 
 * local files: ``copy_file_range`` (:func:`kernel_copy`), a copy inside the kernel (no
-  read into and write out of this process; on a file system with reflinks, no copy at all);
+  read into and write out of this process), only when ``$TAR2TF_KERNEL_COPY=1``: on ext4
+  the kernel's copy measured slower than tar2tf's own read and write of 1 MB pieces
+  (docs/benchmarks.md), but a file system that copies on the server (NFS 4.2) or shares
+  blocks (XFS, Btrfs, where offsets are block-aligned) may do better;
 * S3: a multipart upload whose parts are ``UploadPartCopy`` requests with a byte range of
   a piece (``transforms.stores.s3``); parts but the last must be >= 5 MiB, so smaller
   ranges are downloaded and sent as ordinary parts (:func:`plan_parts`);
@@ -27,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple
 from transforms.stores import traffic
 
 ENV = "TAR2TF_STORE_COPY"
+KERNEL_ENV = "TAR2TF_KERNEL_COPY"
 # what copy_file_range answers where it cannot copy between these two files at all
 _UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
 
@@ -40,11 +44,12 @@ def enabled() -> bool:
 
 def kernel_copy(src_fd: int, dst_fd: int, src_off: int, dst_off: int, length: int) -> bool:
     """Copy ``length`` bytes at ``src_off`` of ``src_fd`` to ``dst_off`` of ``dst_fd``
-    inside the kernel.  False when this pair of files cannot be copied so (another file
-    system on an old kernel, no ``copy_file_range``): nothing was copied, the caller copies.
+    inside the kernel (with ``$TAR2TF_KERNEL_COPY=1``).  False when it is off, or this pair
+    of files cannot be copied so (another file system on an old kernel, no
+    ``copy_file_range``): nothing was copied, the caller copies.
     A source that ends early is an ``IOError``."""
     fn = getattr(os, "copy_file_range", None)
-    if fn is None or not enabled():
+    if fn is None or not enabled() or os.environ.get(KERNEL_ENV, "").strip() != "1":
         return False
     done = 0
     while done < length:

@@ -47,6 +47,7 @@ COMPOSE_MAX = 32  # source objects per compose request
 
 class GCSStore(RemoteStore):
     scheme = "gs"
+    counts_reads = True
 
     def __init__(self, config: StoreConfig):
         from google.cloud import storage
@@ -134,6 +135,7 @@ class GCSStore(RemoteStore):
                     f"at byte {offset}: generation {generation} is gone, "
                     "replaced or deleted (HTTP 404)",
                 ) from None
+            traffic.add("gs", "read", len(data))
             return io.BytesIO(data), end, size
 
         return self._open_resumable(url, open_at)
@@ -218,19 +220,31 @@ class GCSStore(RemoteStore):
         from transforms.tfrecord import digests
 
         digest = digests.new("crc32c")
+        blob = self._blob(src)
+        step = max(1, int(self.read_chunk))
 
         def pump(out) -> None:
-            with self.open_read(src) as f:
-                f.seek(offset)
-                left = length
-                while left:
-                    chunk = f.read(min(1 << 20, left))
-                    if not chunk:
-                        raise IOError(f"{src}: ended {left} bytes early")
-                    digest.update(chunk)
-                    if out is not None:
-                        out.write(chunk)
-                    left -= len(chunk)
+            # ranged downloads of this range only (open_read's chunks would run past it)
+            for start in range(offset, offset + length, step):
+                end = min(offset + length, start + step)
+                data = self._call(
+                    src,
+                    "read",
+                    lambda start=start, end=end: blob.download_as_bytes(
+                        start=start,
+                        end=end - 1,
+                        raw_download=True,
+                        checksum=None,
+                        retry=None,
+                        timeout=self.timeout,
+                    ),
+                )
+                if len(data) != end - start:
+                    raise IOError(f"{src}: {end - start} bytes at {start} asked, {len(data)} got")
+                traffic.add("gs", "read", len(data))
+                digest.update(data)
+                if out is not None:
+                    out.write(data)
 
         if dest is None:
             pump(None)

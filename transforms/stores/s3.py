@@ -40,7 +40,7 @@ from transforms.stores import copy as store_copy
 from transforms.stores import traffic
 from transforms.stores.base import StoreConfig, split_url
 from transforms.stores.remote import RemoteStore
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, ShortBodyError, iter_pages
 from transforms.stores.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.s3")
@@ -254,6 +254,7 @@ class S3Store(RemoteStore):
         if copied < MIN_PART or len(parts) > MAX_PARTS:
             return None  # a small shard: one PUT costs less than a multipart upload
         known = {tuple(r): c for r, c in zip(ranges, crcs) if c is not None}
+        seen: dict = {}  # ranges downloaded for an uploaded part -> their CRC-32C
         bucket, key = self._key(url)
         upload_id = self._call(
             url,
@@ -284,9 +285,16 @@ class S3Store(RemoteStore):
                     traffic.add("s3", "copy", length)
                     part_crc = known.get(part.copy)
                     if part_crc is None:
+                        part_crc = _suffix_crc(part.copy, known, seen)
+                    if part_crc is None:
                         part_crc = digests.crc32c_of(self._hash_range(src, off, length))
                 else:
-                    data = b"".join(self._read_range(*r) for r in part.ranges)
+                    chunks, part_crc = [], 0
+                    for r in part.ranges:
+                        chunks.append(self._read_range(*r))
+                        seen[r] = digests.crc32c_of(_crc(chunks[-1]))
+                        part_crc = digests.crc32c_combine(part_crc, seen[r], r[2])
+                    data = b"".join(chunks)
                     length = len(data)
                     etag = self._call(
                         url,
@@ -296,7 +304,6 @@ class S3Store(RemoteStore):
                         )["ETag"],
                     )
                     traffic.add("s3", "write", length)
-                    part_crc = digests.crc32c_of(_crc(data))
                 done.append({"PartNumber": n, "ETag": etag})
                 crc = digests.crc32c_combine(crc, part_crc, length)
             self._call(
@@ -313,26 +320,43 @@ class S3Store(RemoteStore):
             traffic.flush()
         return f"{crc:08x}"
 
+    def _get_range(self, url: str, offset: int, length: int, sink) -> None:
+        """Hand ``length`` bytes at ``offset`` of ``url`` to ``sink``, with one GET of
+        exactly that range (an open-ended read would have the server send the rest of the
+        piece); a fault resumes from the last byte handed over."""
+        bucket, key = self._key(url)
+        end = offset + length
+        pos = [offset]
+
+        def attempt() -> None:
+            with self._errors(url):
+                res = self.client.get_object(
+                    Bucket=bucket, Key=key, Range=f"bytes={pos[0]}-{end - 1}"
+                )
+            body = _Body(res["Body"])
+            try:
+                while pos[0] < end:
+                    chunk = body.read(min(1 << 20, end - pos[0]))
+                    if not chunk:
+                        raise ShortBodyError(f"{url}: body ended at byte {pos[0]} of {end}")
+                    sink(chunk)
+                    traffic.add("s3", "read", len(chunk))
+                    pos[0] += len(chunk)
+            finally:
+                body.close()
+
+        if length:
+            self.policy.call(attempt, f"read {url}")
+
     def _read_range(self, url: str, offset: int, length: int) -> bytes:
-        with self.open_read(url) as f:
-            f.seek(offset)
-            data = f.read(length)
-        if len(data) != length:
-            raise IOError(f"{url}: {length} bytes at {offset} asked, {len(data)} read")
-        return data
+        chunks: List[bytes] = []
+        self._get_range(url, offset, length, chunks.append)
+        return b"".join(chunks)
 
     def _hash_range(self, url: str, offset: int, length: int):
         """A running CRC-32C of ``length`` bytes at ``offset`` of ``url`` (downloaded)."""
         digest = _crc(b"")
-        with self.open_read(url) as f:
-            f.seek(offset)
-            left = length
-            while left:
-                chunk = f.read(min(1 << 20, left))
-                if not chunk:
-                    raise IOError(f"{url}: ended {left} bytes early")
-                digest.update(chunk)
-                left -= len(chunk)
+        self._get_range(url, offset, length, digest.update)
         return digest
 
     def _abort(self, url: str, bucket: str, key: str, upload_id: str) -> None:
@@ -367,6 +391,21 @@ class S3Store(RemoteStore):
 
     def size(self, url: str) -> int:
         return int(self._head(url)["ContentLength"])
+
+
+def _suffix_crc(rng, known: dict, seen: dict) -> Optional[int]:
+    """The CRC-32C of ``rng`` when it is the rest of a range whose CRC-32C is known after
+    a head that was downloaded (a small part before it took that head): crc(whole) =
+    combine(crc(head), crc(rest)), and combine is linear, so crc(rest) = crc(whole) xor
+    combine(crc(head), 0, len(rest)).  None otherwise (the range is read to hash it)."""
+    from transforms.tfrecord import digests
+
+    url, off, n = rng
+    for (u, o0, n0), c in known.items():
+        head = (u, o0, off - o0)
+        if u == url and o0 < off and o0 + n0 == off + n and head in seen:
+            return c ^ digests.crc32c_combine(seen[head], 0, n)
+    return None
 
 
 def _crc(data: bytes):
