@@ -30,8 +30,8 @@ def exit_code(
         started = exits.started()
     code, what, where = exits.classify(exc, started)
     held = getattr(exc, "tar2tf_held", "")
-    if held:
-        what = f"{what}; {held}"
+    if held:  # verified work a failed job kept (pipelines.job.cleanup)
+        what = f"{what}; {held} (rerun with --resume to use it, or delete it)"
     if debug:
         sys.stderr.write(
             redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))

@@ -75,3 +75,22 @@ def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed
     got = [dict(t) for t in pcr_records.plan_records(summaries, cfg)]
     assert got == _old_plan(infos, cfg)
     assert len(got) > 2 and len(got[-1]["images"]) <= 7
+
+
+def test_kept_work_is_said_by_the_cli_with_its_option(tmp_path, capsys):
+    """The job layer notes the verified work a failed job kept; the CLI's line names the
+    option that uses it."""
+    from launch import job_exit
+    from pipelines.job import cleanup
+
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "piece-000000.tfrecord").write_bytes(b"x" * 2000)
+    (work / "piece-000000.json").write_text("{}")
+    exc = OSError(28, "No space left on device")
+    assert cleanup.after_failure(exc, str(work)) > 0
+    assert "--resume" not in exc.tar2tf_held and str(work) in exc.tar2tf_held
+    assert job_exit.exit_code("convert", exc, started=True) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("tar2tf convert: no space left on device; 2.0 KB of verified work")
+    assert line.endswith(f"kept in {work} (rerun with --resume to use it, or delete it)"), line

@@ -47,7 +47,7 @@ def after_failure(
     """Delete a failed job's partial files (local work directory and output directory;
     object stores publish objects whole, or not at all) and return the bytes of verified
     work kept.  When some are kept, ``exc`` carries a note saying how much and where
-    (``tar2tf_held``: the CLI adds it to the failure's line)."""
+    (``tar2tf_held``: the CLI adds it to the failure's line, with the option that uses it)."""
     held = 0
     try:
         if output is not None:
@@ -77,10 +77,8 @@ def after_failure(
         return held
     if held and exc is not None:
         try:
-            exc.tar2tf_held = (
-                f"{_human(held)} of verified work kept in {work} "
-                f"(rerun with --resume to use it, or delete it)"
-            )
+            # the option that uses it is the caller's to name (launch.job_exit)
+            exc.tar2tf_held = f"{_human(held)} of verified work kept in {work}"
         except (AttributeError, TypeError):  # an exception type without a __dict__
             pass
     return held
