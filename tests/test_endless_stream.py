@@ -13,8 +13,8 @@ import shardgen
 from ops_fixtures import cli
 from range_server import Loopback
 
-from transforms.records import KEY, is_reject
-from transforms.tar.records import (
+from transforms.record_types import KEY, is_reject
+from transforms.tar.grouping import (
     AFTER_END_COMPRESSED,
     AFTER_END_LIMIT,
     ShardCorrupt,

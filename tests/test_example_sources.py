@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.sizes import parse_size
 from transforms.stores import LocalStore
 from transforms.tar.sources import expand_braces, resolve

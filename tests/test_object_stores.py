@@ -11,7 +11,7 @@ import time
 import pytest
 from objstore_fixtures import ais_cluster, ais_proxies, backend, gcs_emulator, gcs_proxy  # noqa: F401
 
-from transforms.records import is_reject
+from transforms.record_types import is_reject
 from transforms.stores import StoreConfig, get_store
 from transforms.tar.fetch import read_shard
 from transforms.tar.sources import resolve

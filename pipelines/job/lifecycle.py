@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import transforms
 from pipelines.job import cleanup, exits, output_lock
 from pipelines.job import record as job_record
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import dirname, get_store, join
 
 

@@ -11,7 +11,7 @@ import json
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from pipelines.job.names import companion
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store
 
 

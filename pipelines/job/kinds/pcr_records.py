@@ -29,7 +29,7 @@ from pipelines.job.element_coding import Pickled
 from pipelines.job.piecefiles import sort_key
 from transforms.pcr import format as fmt
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join
 
 if TYPE_CHECKING:

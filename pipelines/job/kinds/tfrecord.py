@@ -38,7 +38,7 @@ from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
 from transforms.stores import get_store
