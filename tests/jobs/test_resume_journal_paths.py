@@ -1,0 +1,78 @@
+"""``--resume`` keeps only journal entries whose shard is the one the output template
+names at that place: a journal edited to point at a file outside the output (intact, with
+the size and CRC32C its entry gives) is not trusted from that entry on, with a warning
+line, and the manifest lists only the output's own shards."""
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from support import shardgen
+from support.cli_fixtures import ROOT, cli
+
+N_SHARDS = 8
+
+
+def _args(src, out, work):
+    return [
+        "convert",
+        src,
+        "--output",
+        out,
+        "--work-dir",
+        work,
+        "--records-per-shard",
+        "4",
+        "--type-map",
+        "cls:int64",
+        "--ops",
+        "support.slow_ops:slow_ops",
+        "--no-progress",
+        "--runner",
+        "local",
+        "--processes",
+        "0",
+    ]
+
+
+def test_journal_pointing_outside_the_output_is_not_trusted(tmp_path):
+    shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(16, 12))
+    src = str(tmp_path / "in" / "train-{0000..0007}.tar")
+    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
+    out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", *_args(src, out, work)],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 240
+    while len(glob.glob(f"{work}/*/journal-*.json")) < 2:
+        assert proc.poll() is None, "the job ended too soon: " + proc.stderr.read().decode()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+    entry = sorted(glob.glob(f"{work}/*/journal-*.json"))[0]
+    e = json.load(open(entry))
+    outside = str(tmp_path / "elsewhere" / "secret.record")
+    os.makedirs(os.path.dirname(outside))
+    shutil.copy(e["row"]["path"], outside)  # intact: same size and CRC32C as the entry says
+    e["row"]["path"] = outside
+    json.dump(e, open(entry, "w"))
+
+    p = cli(*_args(src, out, work), "--resume", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "journal entry 1 names" in p.stderr and "secret.record" in p.stderr
+    mpath = str(tmp_path / "o" / "t.record.manifest.json")
+    paths = [s["path"] for s in json.load(open(mpath))["shards"]]
+    assert paths == [out.replace("{}", str(i + 1)) for i in range(len(paths))]
+    v = cli("verify", mpath)
+    assert v.returncode == 0, v.stdout + v.stderr
