@@ -46,6 +46,33 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
 
+# A test is marked with the server it needs from the fixtures it uses, so `-m "not ais"` and
+# the like select by need without a hand-kept list (pyproject.toml registers the markers).
+SERVER_MARKS = {
+    "ais_cluster": "ais",
+    "gcs_emulator": "gcs",
+    "moto_server": "s3",
+    "flink": "flink",
+    "flink_cluster_setup": "flink",
+    "session_cluster": "flink",
+}
+
+
+def pytest_collection_modifyitems(items):
+    cluster = os.path.join(TESTS, "cluster") + os.sep
+    for item in items:
+        # tests/cluster holds the end-to-end runs (Flink JVMs, staging venvs, benchmarks,
+        # golden digests on every runner, interrupts): all of it is the slow loop
+        if str(item.path).startswith(cluster):
+            item.add_marker("slow")
+        names = set(item.fixturenames)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "backend" in params:  # objstore_fixtures.backend reaches its store lazily
+            names.add({"ais": "ais_cluster", "gcs": "gcs_emulator"}[params["backend"]])
+        for mark in sorted({SERVER_MARKS[n] for n in names & SERVER_MARKS.keys()}):
+            item.add_marker(mark)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -6,11 +6,10 @@ successful demo job prints no WARNING line at all (docs/runners.md)."""
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 
 import pytest
-from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT
+from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES
+from support.scripts import run_python
 from test_flink import _run, flink  # noqa: F401 - fixture
 
 EMIT = """
@@ -28,9 +27,7 @@ svc.warning("Really destroying service at %s with cmd: %s", "localhost:1", ("jav
 
 
 def _emit(*args):
-    p = subprocess.run(
-        [sys.executable, "-c", EMIT, *args], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    p = run_python(EMIT, *args, timeout=60)
     assert p.returncode == 0, p.stderr
     return p.stderr.splitlines()
 

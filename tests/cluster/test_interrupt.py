@@ -8,33 +8,16 @@ default, ``--runner local``: its worker pool or threads do)."""
 import glob
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from conftest import DEFAULT_MODE_ENV
-from support import shardgen
-from support.cli_fixtures import ROOT, cli, output_digest
+from support import background, shardgen
+from support.cli_fixtures import cli, output_digest
 
 from transforms.tfrecord.framing import read_records
 
 N_SHARDS = 8
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _terminal_sigint():
-    """The job starts as from a terminal: SIGINT at its default.  Commands started in the
-    background by a shell without job control (``cmd &`` in a script, as a CI runner may
-    start the tests) inherit SIGINT ignored, and Python then installs no Ctrl-C handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(
@@ -50,46 +33,16 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
     # the default as a user gets it (Beam's worker processes), not the suite's threads
-    env = {
-        "PYTHONPATH": os.path.join(ROOT, "tests"),
-        "TAR2TF_TEST_DELAY": "0.2",
-        **DEFAULT_MODE_ENV,
-    }
+    env = {**background.slow_env("0.2"), **DEFAULT_MODE_ENV}
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
-    args = [
-        "convert",
-        src,
-        "--output",
-        out,
-        "--work-dir",
-        work,
-        "--records-per-shard",
-        "4",
-        "--type-map",
-        "cls:int64",
-        "--ops",
-        "support.slow_ops:slow_ops",
-        "--no-progress",
-        *mode,
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        start_new_session=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        preexec_fn=_terminal_sigint,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 240
+    args = background.slow_convert(src, out, "--work-dir", work, "--records-per-shard", "4", *mode)
+    proc = background.start(*args, env=env, session=True, ctrl_c=True)
     # a final shard journaled (in-process) or a piece converted (Beam: shards come at the end)
-    while (
-        time.time() < deadline
-        and len(glob.glob(f"{work}/*/journal-*.json") + glob.glob(f"{work}/*/piece-*.json")) < 1
-    ):
-        assert proc.poll() is None, "the job ended before Ctrl-C: " + proc.stderr.read()
-        time.sleep(0.05)
+    background.wait_until(
+        proc,
+        lambda: glob.glob(f"{work}/*/journal-*.json") + glob.glob(f"{work}/*/piece-*.json"),
+        "Ctrl-C (a journaled shard or a converted piece)",
+    )
     os.killpg(proc.pid, signal.SIGINT)
     t = time.time()
     err = proc.communicate(timeout=60)[1]
@@ -97,11 +50,10 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
     # one line: no traceback of the launcher, of Beam's worker processes or of its threads
     assert "ERROR" not in err and "Traceback" not in err, err
     assert time.time() - t < 20, "the job took too long to stop"
-    for _ in range(100):  # every worker process ends with the job
-        if not _group_alive(proc.pid):
-            break
+    deadline = time.monotonic() + 60  # every worker process ends with the job (on a loaded
+    while background.group_alive(proc.pid) and time.monotonic() < deadline:  # machine, later)
         time.sleep(0.1)
-    assert not _group_alive(proc.pid), "a process of the job outlived it"
+    assert not background.group_alive(proc.pid), "a process of the job outlived it"
     assert not os.path.exists(tmp_path / "o" / "t.record.manifest.json")
     finals = sorted(glob.glob(str(tmp_path / "o" / "t-*.record")))
     assert len(finals) < N_SHARDS * 3 // 4, "Ctrl-C should land midway"
@@ -131,11 +83,7 @@ def test_workers_end_with_a_killed_parent(tmp_path, mode, busy):
     live for ever.  (A Beam SDK worker whose launcher dies before it connects would wait
     for ever on its gRPC channel.)"""
     shardgen.make_shards(str(tmp_path / "in"), 4, 2, size=(32, 24))
-    env = {
-        "PYTHONPATH": os.path.join(ROOT, "tests"),
-        "TAR2TF_TEST_DELAY": "120",
-        **DEFAULT_MODE_ENV,
-    }
+    env = {**background.slow_env("120"), **DEFAULT_MODE_ENV}
     args = [
         "convert",
         str(tmp_path / "in" / "train-{0000..0003}.tar"),
@@ -146,14 +94,7 @@ def test_workers_end_with_a_killed_parent(tmp_path, mode, busy):
         "--no-progress",
         *mode,  # either way, the worker processes are the CLI's children
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        start_new_session=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = background.start(*args, env=env, session=True)
     workers: list = []
     deadline = time.time() + 120
     try:
@@ -167,6 +108,7 @@ def test_workers_end_with_a_killed_parent(tmp_path, mode, busy):
     finally:  # a failed wait must not leave the job running its two-minute ops
         proc.kill()
         proc.wait(timeout=30)
+        proc.stderr.close()
     for _ in range(100):
         if not any(_parent(w) is not None for w in workers):
             break

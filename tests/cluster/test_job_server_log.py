@@ -2,11 +2,9 @@
 their Java level, with their stack traces; other JVM output only with -v."""
 
 import logging
-import subprocess
-import sys
 
 import pytest
-from support.cli_fixtures import ROOT
+from support.scripts import run_python
 
 from launch import job_server_log
 
@@ -90,8 +88,6 @@ def test_the_cli_installs_the_filter_on_beams_job_server_logger():
         "log = logging.getLogger(FlinkJarJobServer.__name__)\n"
         "print(log.level, [type(f).__name__ for f in log.filters])\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
+    p = run_python(code, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[-2] == f"{logging.INFO} ['JavaLogFilter']"

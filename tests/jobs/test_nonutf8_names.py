@@ -8,15 +8,11 @@ import glob
 import io
 import json
 import os
-import signal
-import subprocess
-import sys
 import tarfile
-import time
 
 import pytest
-from support import shardgen
-from support.cli_fixtures import ROOT, cli, output_digest
+from support import background, shardgen
+from support.cli_fixtures import cli, output_digest
 
 # name bytes per shard: (tar format, names); b"\xe9" is Latin-1 e-acute, b"\xff" no UTF-8 at all
 SHARDS = [
@@ -169,7 +165,7 @@ def test_shuffled(shards, tmp_path):
 
 
 def test_resume_after_kill(shards, tmp_path):
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.4"}
+    env = background.slow_env("0.4")
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
     args = [
         "convert",
@@ -192,22 +188,9 @@ def test_resume_after_kill(shards, tmp_path):
         "--processes",
         "0",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and not glob.glob(f"{work}/*/journal-*.json"):
-        assert proc.poll() is None, (
-            "the job ended before it could be killed: " + proc.stderr.read().decode()
-        )
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
-    proc.stderr.close()
+    proc = background.start(*args, env=env)
+    background.wait_until(proc, lambda: glob.glob(f"{work}/*/journal-*.json"), "a journaled shard")
+    background.kill(proc)
     assert glob.glob(f"{work}/*/journal-*.json")
     p = cli(*args, "--resume", env=env)
     assert p.returncode == 0, p.stderr

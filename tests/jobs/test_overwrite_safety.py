@@ -14,14 +14,11 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 
 import pytest
-from support import shardgen
-from support.cli_fixtures import ROOT, cli, output_digest
+from support import background, shardgen
+from support.cli_fixtures import cli, output_digest
 
 from transforms.tfrecord import digests
 
@@ -265,7 +262,7 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
     shardgen.make_shards(str(tmp_path / "in"), N_IN, PER_IN, size=(16, 12))
     src = str(tmp_path / "in" / "train-{0000..0005}.tar")
     out = str(tmp_path / "o")
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.15"}
+    env = background.slow_env("0.15")
     base = [
         "convert",
         src,
@@ -285,15 +282,7 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
     assert len(old) == N_IN * PER_IN // 2
     mpath = os.path.join(out, "t.record.manifest.json")
     args = base + ["--records-per-shard", "3", "--overwrite"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        start_new_session=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = background.start(*args, env=env, session=True)
 
     def reached() -> bool:
         if point == "manifest-removed":
@@ -305,15 +294,8 @@ def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
         except FileNotFoundError:
             return False
 
-    deadline = time.time() + 240
-    while not reached():
-        assert proc.poll() is None, (
-            "the overwrite ended before the kill point: " + proc.stderr.read()
-        )
-        assert time.time() < deadline, "the kill point was never reached"
-        time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
+    background.wait_until(proc, reached, f"the kill point {point}", poll=0.005)
+    background.kill(proc)
     if point != "manifest-removed":  # a new shard is on disk: the old manifest must be gone
         assert _invariant(out) == "none"
     else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from support.scripts import run_python
 
 from pipelines.tfdata.tfquiet import _driver_loadable
 
@@ -23,9 +23,7 @@ pytestmark = pytest.mark.skipif(
 def _run(code: str) -> subprocess.CompletedProcess:
     # a user's environment: no TF_CPP_MIN_LOG_LEVEL (the test runner sets one)
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
-    )
+    return run_python(code, env=env)
 
 
 LOAD = f"""

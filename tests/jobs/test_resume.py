@@ -4,14 +4,10 @@ redone, and the output is byte-identical to an uninterrupted run."""
 import glob
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
-from support import shardgen
-from support.cli_fixtures import ROOT, cli, output_digest
+from support import background, shardgen
+from support.cli_fixtures import cli, output_digest
 
 N_SHARDS = 10
 
@@ -27,22 +23,9 @@ MODES = {
 
 
 def _args(src, out, work, mode="thread"):
-    return [
-        "convert",
-        src,
-        "--output",
-        out,
-        "--work-dir",
-        work,
-        "--records-per-shard",
-        "7",
-        "--type-map",
-        "cls:int64",
-        "--ops",
-        "support.slow_ops:slow_ops",
-        "--no-progress",
-        *MODES[mode],
-    ]
+    return background.slow_convert(
+        src, out, "--work-dir", work, "--records-per-shard", "7", *MODES[mode]
+    )
 
 
 def _flip(path, at):
@@ -57,25 +40,14 @@ def _flip(path, at):
 def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0009}.tar")
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
+    env = background.slow_env("0.2")
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *_args(src, out, work, mode)],
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    proc = background.start(*_args(src, out, work, mode), env=env)
+    background.wait_until(
+        proc, lambda: len(glob.glob(f"{work}/*/journal-*.json")) >= 2, "two journaled shards"
     )
-    deadline = time.time() + 240
-    while time.time() < deadline and len(glob.glob(f"{work}/*/journal-*.json")) < 2:
-        assert proc.poll() is None, (
-            "the job ended before it could be killed: " + proc.stderr.read().decode()
-        )
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
-    proc.stderr.close()
+    background.kill(proc)
     journal = sorted(glob.glob(f"{work}/*/journal-*.json"))
     assert 2 <= len(journal) < 5, "the kill should land midway"
     assert not os.path.exists(tmp_path / "o" / "t.record.manifest.json")

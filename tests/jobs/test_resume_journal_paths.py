@@ -7,59 +7,28 @@ import glob
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
-from support import shardgen
-from support.cli_fixtures import ROOT, cli
+from support import background, shardgen
+from support.cli_fixtures import cli
 
 N_SHARDS = 8
 
 
 def _args(src, out, work):
-    return [
-        "convert",
-        src,
-        "--output",
-        out,
-        "--work-dir",
-        work,
-        "--records-per-shard",
-        "4",
-        "--type-map",
-        "cls:int64",
-        "--ops",
-        "support.slow_ops:slow_ops",
-        "--no-progress",
-        "--runner",
-        "local",
-        "--processes",
-        "0",
-    ]
+    more = ["--work-dir", work, "--records-per-shard", "4", "--runner", "local", "--processes", "0"]
+    return background.slow_convert(src, out, *more)
 
 
 def test_journal_pointing_outside_the_output_is_not_trusted(tmp_path):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(16, 12))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.2"}
+    env = background.slow_env("0.2")
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *_args(src, out, work)],
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    proc = background.start(*_args(src, out, work), env=env)
+    background.wait_until(
+        proc, lambda: len(glob.glob(f"{work}/*/journal-*.json")) >= 2, "two journaled shards"
     )
-    deadline = time.time() + 240
-    while len(glob.glob(f"{work}/*/journal-*.json")) < 2:
-        assert proc.poll() is None, "the job ended too soon: " + proc.stderr.read().decode()
-        assert time.time() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    proc.stderr.close()
+    background.kill(proc)
     entry = sorted(glob.glob(f"{work}/*/journal-*.json"))[0]
     e = json.load(open(entry))
     outside = str(tmp_path / "elsewhere" / "secret.record")

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from support.pool_spy import pool_starts
 
 from pipelines.beam.convert import ConvertConfig
 from pipelines.local.driver import convert_in_process
@@ -498,16 +499,7 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(
     from pipelines.local import driver as local_convert
     from pipelines.local import pool as shard_pool
 
-    started = []
-    real = shard_pool.Pool.__init__
-    monkeypatch.setattr(
-        shard_pool.Pool,
-        "__init__",
-        lambda self, blob, work, n, *a, **kw: (
-            started.append(n),
-            real(self, blob, work, n, *a, **kw),
-        )[1],
-    )
+    started = pool_starts(monkeypatch)
 
     def run(out, workers):
         started.clear()
@@ -535,7 +527,6 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
 
     from support import shardgen
 
-    from pipelines.local import pool as shard_pool
     from pipelines.local import stream as shard_stream
 
     shardgen.make_shards(str(tmp_path / "in"), 3, 6, size=(16, 16))
@@ -557,16 +548,7 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
         "t-1.record",
         "t-2.record",
     ]
-    started = []
-    real = shard_pool.Pool.__init__
-    monkeypatch.setattr(
-        shard_pool.Pool,
-        "__init__",
-        lambda self, blob, work, n, *a, **kw: (
-            started.append(n),
-            real(self, blob, work, n, *a, **kw),
-        )[1],
-    )
+    started = pool_starts(monkeypatch)
     res = convert_in_process(dataclasses.replace(cfg, resume=True), num_workers=2)
     assert res.exit_code == 0 and res.totals["records_written"] == 18 and len(res.paths) == 3
     assert started == []

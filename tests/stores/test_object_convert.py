@@ -13,35 +13,14 @@ import sys
 import google_crc32c
 import pytest
 from support import shardgen
+from support.objstore_fixtures import BEAM, N_SHARDS, OPTS, PER_SHARD
+from support.pool_spy import pool_starts
 
 from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
 from pipelines.job import finalize
 from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-N_SHARDS, PER_SHARD = 3, 6
-OPTS = dict(max_shard_size="5KB", type_map={"cls": "int64"})
-BEAM = ["--direct_num_workers=2"]
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The input shards and the reference output of a local-to-local run."""
-    d = tmp_path_factory.mktemp("in")
-    paths = shardgen.make_shards(str(d), N_SHARDS, PER_SHARD, size=(32, 24))
-    out = tmp_path_factory.mktemp("ref")
-    res = convert(
-        ConvertConfig(
-            sources=str(d / "train-{0000..0002}.tar"),
-            output=str(out / "train-{}.record"),
-            progress=False,
-            **OPTS,
-        ),
-        BEAM,
-    )
-    assert res.exit_code == 0 and len(res.paths) >= 3
-    shards = [open(p, "rb").read() for p in res.paths]
-    return paths, shards, res.manifest["totals"]
 
 
 def _upload(backend, paths):
@@ -55,7 +34,7 @@ def _outputs(backend, res):
 
 
 def test_convert_from_and_to_object_store_matches_local_run(backend, local_run):
-    paths, ref_shards, ref_totals = local_run
+    paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
     cfg = backend.config()
     output = backend.url("out/train-{}.record")
@@ -121,7 +100,7 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(
     converts only the rest into the same bytes as an uninterrupted run."""
     from transforms.ops import Func
 
-    paths, ref_shards, ref_totals = local_run
+    paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
     cfg = backend.config()
     output = backend.url("resumed/train-{}.record")
@@ -175,7 +154,7 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(
 
 
 def test_convert_under_faults_gives_identical_output(backend, local_run):
-    paths, ref_shards, ref_totals = local_run
+    paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
     cfg = backend.config(retry_attempts=8)
     data, front = backend.data, backend.front
@@ -308,7 +287,7 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(
     from pipelines.local import driver as cv
     from pipelines.local.driver import convert_in_process
 
-    paths, ref_shards, ref_totals = local_run
+    paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
     threads = []
     real = cv.convert_shard
@@ -337,21 +316,11 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(
     """A passthrough from ais:// or gs:// to a local '{}' output with num_workers=2 (no
     heavy ops): two worker processes fetch the shards from the store and write into the
     final shards themselves, into the local run's bytes."""
-    from pipelines.local import pool as shard_pool
     from pipelines.local.driver import convert_in_process
 
-    paths, ref_shards, ref_totals = local_run
+    paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
-    started = []
-    real = shard_pool.Pool.__init__
-    monkeypatch.setattr(
-        shard_pool.Pool,
-        "__init__",
-        lambda self, blob, work, n, *a, **kw: (
-            started.append(n),
-            real(self, blob, work, n, *a, **kw),
-        )[1],
-    )
+    started = pool_starts(monkeypatch)
     res = convert_in_process(
         ConvertConfig(
             sources=backend.url("in/train-{0000..0002}.tar"),

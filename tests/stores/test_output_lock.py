@@ -23,7 +23,7 @@ import sys
 import time
 
 import pytest
-from support import shardgen
+from support import background, shardgen
 from support.cli_fixtures import ROOT, cli
 
 from pipelines.job import output_lock
@@ -176,29 +176,11 @@ def inputs(tmp_path):
 
 
 def _slow_job(args, delay="0.3"):
-    env = dict(
-        os.environ,
-        TF_CPP_MIN_LOG_LEVEL="3",
-        PYTHONPATH=os.path.join(ROOT, "tests"),
-        TAR2TF_TEST_DELAY=delay,
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        start_new_session=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return background.start(*args, env=background.slow_env(delay), session=True)
 
 
 def _wait_for(cond, proc, what, timeout=120):
-    deadline = time.time() + timeout
-    while not cond():
-        assert proc.poll() is None, f"the job ended before {what}: {proc.stderr.read()}"
-        assert time.time() < deadline, f"no {what} after {timeout} s"
-        time.sleep(0.05)
+    background.wait_until(proc, cond, what, timeout=timeout)
 
 
 def _one_line(p, code):
@@ -209,20 +191,7 @@ def _one_line(p, code):
 
 
 def _convert_args(src, out, *more):
-    return [
-        "convert",
-        src,
-        "--output",
-        out,
-        "--type-map",
-        "cls:int64",
-        "--ops",
-        "support.slow_ops:slow_ops",
-        "--no-progress",
-        "--runner",
-        "local",
-        *more,
-    ]
+    return background.slow_convert(src, out, "--runner", "local", *more)
 
 
 def test_second_job_refused_while_first_runs_local(tmp_path, inputs):

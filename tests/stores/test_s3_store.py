@@ -12,9 +12,9 @@ import random
 import re
 
 import pytest
-from support import shardgen
 from support.cli_fixtures import cli, tree_text
 from support.faultproxy import FaultProxy
+from support.objstore_fixtures import BEAM, OPTS
 from support.s3_fixtures import ACCESS_KEY, SECRET_KEY
 
 from pipelines.beam.convert import ConvertConfig, convert
@@ -23,9 +23,6 @@ from transforms.stores.retry import ObjectChangedError
 from transforms.tar.sources import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-N_SHARDS, PER_SHARD = 3, 6
-OPTS = dict(max_shard_size="5KB", type_map={"cls": "int64"})
-BEAM = ["--direct_num_workers=2"]
 FAST = dict(
     retry_attempts=5, retry_initial_s=0.01, retry_max_s=0.05, retry_total_s=30.0, read_timeout_s=5.0
 )
@@ -42,24 +39,6 @@ def s3(moto_server, s3_env):
 
 def _obj_re(bucket: str, key: str) -> str:
     return "^" + re.escape(f"/{bucket}/{key}") + r"(\?|$)"
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in")
-    paths = shardgen.make_shards(str(d), N_SHARDS, PER_SHARD, size=(32, 24))
-    out = tmp_path_factory.mktemp("ref")
-    res = convert(
-        ConvertConfig(
-            sources=str(d / "train-{0000..0002}.tar"),
-            output=str(out / "train-{}.record"),
-            progress=False,
-            **OPTS,
-        ),
-        BEAM,
-    )
-    assert res.exit_code == 0 and len(res.paths) >= 3
-    return paths, [open(p, "rb").read() for p in res.paths], res.manifest
 
 
 def test_list_is_paged_and_survives_a_failed_page(s3):

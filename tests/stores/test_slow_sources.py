@@ -16,12 +16,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from support import shardgen
-from support.cli_fixtures import ROOT, cli
+from support import background, shardgen
+from support.cli_fixtures import cli
 from support.range_server import Loopback
 
 from transforms.stores.retry import ResumableReader, RetryPolicy, SlowReadError
@@ -154,10 +153,6 @@ def test_min_read_rate_counts_the_time_in_reads_only():
             pass
 
 
-def _terminal_sigint():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # see tests/cluster/test_interrupt.py
-
-
 @pytest.mark.parametrize(
     "mode",
     [["--runner", "local"], ["--runner", "local", "--processes", "0"]],
@@ -179,22 +174,9 @@ def test_ctrl_c_ends_a_threaded_job_during_a_slow_read(trickle, tmp_path, mode):
         "--no-progress",
         *mode,
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
-        cwd=ROOT,
-        start_new_session=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        preexec_fn=_terminal_sigint,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = background.start(*args, session=True, ctrl_c=True)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not trickle.gets:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.05)
-        assert trickle.gets, "the job never read its shards"
+        background.wait_until(proc, lambda: trickle.gets, "a read of its shards", timeout=120)
         time.sleep(2.0)  # into the slow read (bytes arriving one a second)
         os.killpg(proc.pid, signal.SIGINT)
         t = time.time()
@@ -209,8 +191,9 @@ def test_ctrl_c_ends_a_threaded_job_during_a_slow_read(trickle, tmp_path, mode):
             proc.wait()
     assert proc.returncode == 1 and "tar2tf: interrupted" in err, err
     assert "Traceback" not in err, err
-    # about a second on an idle machine; the margin is for a loaded one
-    assert took < 5, f"the job took {took:.1f} s to stop"
+    # about a second on an idle machine; the margin is for a loaded one (2 cores shared by
+    # several test runs), and stays well under the 30 s read timeout a stuck read would wait
+    assert took < 15, f"the job took {took:.1f} s to stop"
     # the interrupted shards left no piece: --resume must read them again, not keep an
     # interruption as a reject
     pieces = [n for _, _, files in os.walk(tmp_path / "work") for n in files if "piece" in n]

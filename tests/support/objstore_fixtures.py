@@ -12,6 +12,7 @@ which proxies the target: object bytes flow through ``data``.  For GCS both are 
 from __future__ import annotations
 
 import re
+from typing import List, NamedTuple
 from urllib.parse import quote
 
 import pytest
@@ -122,3 +123,38 @@ def backend(request, monkeypatch):
     b.clear()
     yield b
     b.clear()
+
+
+class LocalRun(NamedTuple):
+    paths: List[str]  # the input shards
+    shards: List[bytes]  # the bytes of each output shard
+    manifest: dict
+
+
+# the reference job of the stores' tests: small shards, several output shards, on Beam
+N_SHARDS, PER_SHARD = 3, 6
+OPTS = dict(max_shard_size="5KB", type_map={"cls": "int64"})
+BEAM = ["--direct_num_workers=2"]
+
+
+@pytest.fixture(scope="session")
+def local_run(tmp_path_factory) -> LocalRun:
+    """The input shards and the output of a local-to-local run: what a run from or to a
+    store must give, byte for byte."""
+    from pipelines.beam.convert import ConvertConfig, convert
+    from support import shardgen
+
+    d = tmp_path_factory.mktemp("in")
+    paths = shardgen.make_shards(str(d), N_SHARDS, PER_SHARD, size=(32, 24))
+    out = tmp_path_factory.mktemp("ref")
+    res = convert(
+        ConvertConfig(
+            sources=str(d / "train-{0000..0002}.tar"),
+            output=str(out / "train-{}.record"),
+            progress=False,
+            **OPTS,
+        ),
+        BEAM,
+    )
+    assert res.exit_code == 0 and len(res.paths) >= 3
+    return LocalRun(paths, [open(p, "rb").read() for p in res.paths], res.manifest)

@@ -2,14 +2,13 @@
 the bytes are TensorFlow's, and the default conversion path never imports TensorFlow."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.protogen import assert_gencode_fresh
+from support.scripts import run_python
 
 from transforms.tfrecord import example as ex
 from transforms.tfrecord import schema as exs
@@ -74,7 +73,7 @@ def test_conversion_does_not_import_tensorflow(tmp_path):
         "assert r.totals['records_written'] == 48, r.totals; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = run_python(code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
 
@@ -93,7 +92,7 @@ def _worker_run(out, stages, shown, pre=""):
         "assert info['records'] == 24 and not info['records_rejected'], info; "
         f"print({shown})"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = run_python(code)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip(), open(out / "piece-000000.tfrecord", "rb").read()
 

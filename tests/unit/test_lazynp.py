@@ -1,8 +1,8 @@
 """transforms.ops.lazynp: numpy imported at first use, arrays recognised without importing it."""
 
 import os
-import subprocess
-import sys
+
+from support.scripts import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -19,5 +19,5 @@ def test_numpy_is_imported_at_first_use_only():
         "r = images.resize(numpy.full((4, 6, 3), 7, numpy.uint8), (3, 2)); "
         "assert r.shape == (2, 3, 3) and int(r.min()) == int(r.max()) == 7; print('ok')"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = run_python(code)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

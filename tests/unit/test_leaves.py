@@ -2,13 +2,12 @@
 and selecting bytes and integer labels never imports numpy (a shard worker's start-up)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.scripts import run_python
 
 from transforms.ops.base import OpError
 from transforms.ops.leaves import SelectionStage, entry_value, flatten, leaf, structured
@@ -117,5 +116,5 @@ def test_selecting_bytes_and_labels_does_not_import_numpy():
         "stage({'__key__': 'a/3', 'jpg': b'x', 'cls': [1, 2]}); "
         "assert 'numpy' in sys.modules; print('ok')"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    p = run_python(code)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

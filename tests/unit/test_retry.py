@@ -74,7 +74,8 @@ def test_policy_is_bounded_by_attempts_and_by_time():
     t0 = time.time()
     with pytest.raises(_Status):
         RetryPolicy(attempts=10_000, initial_s=0.05, max_s=0.05, total_s=0.3).call(fail)
-    assert time.time() - t0 < 2 and 2 <= len(calls) < 20
+    # 10,000 attempts would take ~500 s; the margin over 0.3 s is for a loaded machine
+    assert time.time() - t0 < 10 and 2 <= len(calls) < 20
     calls.clear()
     with pytest.raises(_Status):  # permanent: one call only
         FAST.call(lambda: (calls.append(1), (_ for _ in ()).throw(_Status(404))))
