@@ -125,6 +125,7 @@ def test_a_job_that_writes_nothing_is_exit_3(tmp_path, runner):
 # -- in-memory rejects ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_in_memory_rejects_are_grouped(tmp_path, caplog):
     shardgen.make_shards(str(tmp_path / "in"), 3, 10)
     from pipelines import Dataset

@@ -77,6 +77,7 @@ def _leaky_cases(shards):
 
 @pytest.mark.parametrize("store", ["ais", "gs", "local"])
 @pytest.mark.parametrize("cmd", ["convert", "pcr"])
+@pytest.mark.slow
 def test_credentials_never_written_or_printed(shards, tmp_path, store, cmd):
     extra, env, sources = _leaky_cases(shards)[store]
     out = tmp_path / "o"
@@ -200,6 +201,7 @@ def test_debug_shows_the_traceback(shards):
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["one-line", "debug"])
+@pytest.mark.slow
 def test_a_failure_in_beams_worker_processes_is_one_line(shards, tmp_path, debug):
     """On Beam's local runner (``--runner beam``: its SDK worker processes, not the suite's
     threads), an op that fails inside the job: Beam's workers print and log the traceback of

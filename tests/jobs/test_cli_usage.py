@@ -203,6 +203,7 @@ def _script(name, *args, **env):
     )
 
 
+@pytest.mark.slow
 def test_flink_and_dataflow_scripts_flag_sets_parse(tmp_path):
     """launch/flink.sh and launch/dataflow.sh --dry-run parse the flags they add (and the
     user's) as the CLI does: a typo fails there too."""
@@ -459,6 +460,7 @@ def test_ops_numbers_still_accepted(tmp_path, capfd):
     assert _records(tmp_path) == ["d-1.record"]
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
     """``python -m launch.cli`` (as the launch scripts and docs run it): the module runs as
     ``__main__``, and the usage errors raised by other modules (the subcommands, the Beam

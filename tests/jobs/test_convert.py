@@ -122,6 +122,7 @@ def test_naming_bounds_and_lone_big_record(tmp_path, caplog):
     ]
 
 
+@pytest.mark.slow
 def test_overwrite_refused_then_stale_removed(shards, tmp_path):
     _, d = shards
     out = str(tmp_path / "o/t.record")
@@ -275,6 +276,7 @@ def _cli(*args, cwd=None):
     )
 
 
+@pytest.mark.slow
 def test_determinism_across_processes_and_worker_counts(shards, tmp_path):
     _, d = shards
     runs = []

@@ -64,6 +64,7 @@ def _invert(record):
     return dict(record, jpg=255 - record["jpg"])
 
 
+@pytest.mark.slow
 def test_seed000_conversions_in_memory_and_fit(data):
     """Dataset(BUCKET, PROXY, [Decode("jpg"), Resize("jpg", (32,32))], ["jpg", "cls"]) + model.fit."""
     import tensorflow as tf
@@ -99,6 +100,7 @@ def test_seed000_conversions_in_memory_and_fit(data):
     assert np.isfinite(model.evaluate(test, verbose=0))
 
 
+@pytest.mark.slow
 def test_default_dataset_path_mode_and_default_record_parser(data, tmp_path):
     """Dataset(BUCKET, PROXY).load(...) in memory == load(path=...) + default_record_parser."""
     import tensorflow as tf
@@ -153,6 +155,7 @@ def test_remote_exec_true_runs_beam_and_matches_local(data, tmp_path):
         assert l1 == l2
 
 
+@pytest.mark.slow
 def test_remote_load_scratch_files_go_with_the_process(data, tmp_path):
     """Without ``remote_output`` a remote in-memory load converts into a temporary directory,
     which the dataset reads for as long as the process lives, and which goes with it."""

@@ -36,6 +36,7 @@ def _only(runs, worker):
     return bool(runs) and all(worker in cmd for cmd in runs.values())
 
 
+@pytest.mark.slow
 def test_no_flag_runs_in_process_and_runner_beam_runs_beams_local_runner(tmp_path):
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(24, 16))
     src = str(tmp_path / "in" / "train-{0000..0003}.tar")
@@ -137,6 +138,7 @@ def test_runner_local_with_what_only_beam_does_is_a_usage_error(tmp_path, flags,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_dataset_load_path_runs_in_process_unless_given_beam_args(tmp_path, monkeypatch):
     from support.slow_ops import note_pid
 
@@ -195,6 +197,7 @@ def _descendants(pid):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process tree from /proc")
+@pytest.mark.slow
 def test_pcr_runs_in_this_process_unless_given_beam_options(tmp_path):
     """Watched while the job runs: no flag and ``--runner local`` start no Beam worker
     process (jpegtran's are the only children); ``--runner beam`` does.  Same bytes."""

@@ -63,6 +63,7 @@ def _keys(shards):
     return [parse_example(p)["__key__"] for shard in shards for p in shard]
 
 
+@pytest.mark.slow
 def test_shuffle_is_a_deterministic_permutation(small_shards, tmp_path):
     common = [
         "--records-per-shard",
@@ -175,6 +176,7 @@ def test_report_counters_agree_with_manifest(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_progress_bar_on_a_tty(tmp_path):
     """Multi-threaded local run under a pseudo-terminal that reports 0 columns: the bar
     shows shards done/total, records and MB/s, and ends at 100%."""

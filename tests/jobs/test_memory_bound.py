@@ -160,6 +160,7 @@ def hostile(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 def test_peak_memory_of_hostile_shards_is_within_the_documented_bound(tmp_path, hostile):
     """Before, the one-record shard (0.2 MB of gzip) took ~300 MB above the footprint of a
     job on a one-byte shard, the open records ~180 MB (the grouping window's 64 records)."""

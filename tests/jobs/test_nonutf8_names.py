@@ -142,6 +142,7 @@ def test_beam_and_in_process(shards, tmp_path):
     assert labels == [c for _, c in _expected()]
 
 
+@pytest.mark.slow
 def test_shuffled(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
     p = cli(
@@ -164,6 +165,7 @@ def test_shuffled(shards, tmp_path):
     assert sorted(_written(str(tmp_path / "o"))) == sorted(_expected())
 
 
+@pytest.mark.slow
 def test_resume_after_kill(shards, tmp_path):
     env = background.slow_env("0.4")
     out, work = str(tmp_path / "o" / "t-{}.record"), str(tmp_path / "work")
@@ -198,6 +200,7 @@ def test_resume_after_kill(shards, tmp_path):
     _check(str(tmp_path / "o"), str(tmp_path / "in"))
 
 
+@pytest.mark.slow
 def test_pcr_rejects_keys_its_index_cannot_hold(shards, tmp_path):
     """A PCR index stores keys as protobuf strings (UTF-8 only): such records are encode
     rejects naming why, the others convert; the job never crashes on a name."""

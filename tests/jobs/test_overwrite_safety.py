@@ -258,6 +258,7 @@ def _inodes(out):
 
 
 @pytest.mark.parametrize("point", ["manifest-removed", "shard-1", "shard-3"])
+@pytest.mark.slow
 def test_kill_during_overwrite_leaves_no_stale_manifest(tmp_path, point):
     shardgen.make_shards(str(tmp_path / "in"), N_IN, PER_IN, size=(16, 12))
     src = str(tmp_path / "in" / "train-{0000..0005}.tar")

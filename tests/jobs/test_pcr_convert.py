@@ -137,6 +137,7 @@ def _rchar():
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
+@pytest.mark.slow
 def test_bytes_read_are_the_index_prefix(folder_run):
     _, _, _, out, res = folder_run
     index = os.path.join(out, fmt.INDEX_NAME)

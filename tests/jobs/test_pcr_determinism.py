@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from support.pcr_fixtures import bad_files, make_image_folder, requires_jpegtran, sample_images
 
 pytestmark = requires_jpegtran
@@ -39,6 +40,7 @@ def _run(sources, out, *extra):
     }
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_across_processes(tmp_path):
     root = make_image_folder(str(tmp_path / "folder"), dict(sample_images(), **bad_files()))
     sources = [os.path.join(DEMO, "demo-{0..2}.tar")]

@@ -188,6 +188,7 @@ def test_gray_and_cmyk_images_keep_the_standard_script(tmp_path):
             assert np.array_equal(decode(jpeg), decode(files[key])), key
 
 
+@pytest.mark.slow
 def test_same_bytes_across_worker_counts_and_processes(runs, tmp_path):
     (out, _), _ = runs
     from pipelines.beam.pcr import PcrConfig, convert_pcr

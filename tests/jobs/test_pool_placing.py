@@ -2,6 +2,7 @@
 output: ``PieceFeed.place``): the placing protocol between ``pipelines.local.pool`` and
 ``pipelines.local.worker``, and what a failing worker leaves behind."""
 
+import glob
 import os
 import time
 
@@ -60,9 +61,14 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
         pool.close()
 
 
-def _die_while(marker, key):
+def _die_while(marker, key, after=None):
     def op(record):  # in a worker process: dies on one record while the marker file exists
         if record["__key__"] == key and os.path.exists(marker):
+            # once a file matches ``after`` (a journaled final shard): on a loaded machine the
+            # other worker may not have finished the shards before this one yet
+            deadline = time.monotonic() + 120
+            while after and not glob.glob(after) and time.monotonic() < deadline:
+                time.sleep(0.05)
             os._exit(3)
         return record
 
@@ -75,13 +81,14 @@ def test_in_process_workers_failing_keep_journaled_shards_and_resume(tmp_path):
     shardgen.make_shards(str(tmp_path / "in"), 5, 6, size=(32, 32))
     marker = tmp_path / "fail"
     marker.touch()
+    journaled = str(tmp_path / "o" / ".tar2tf-work" / "*" / "journal-*.json")
 
     def cfg(out, **kw):
         return ConvertConfig(
             sources=str(tmp_path / "in" / "train-{0000..0004}.tar"),
             output=str(tmp_path / out / "t-{}.record"),
             max_shard_size="4KB",
-            sample_stages=(Func(_die_while(str(marker), "000025")),),
+            sample_stages=(Func(_die_while(str(marker), "000025", journaled)),),
             progress=False,
             processes=2,
             **kw,

@@ -36,6 +36,7 @@ print(n, os.environ.get("TF_CPP_MIN_LOG_LEVEL"), os.environ.get("CUDA_VISIBLE_DE
 
 
 @pytest.mark.parametrize("user_imports_tf_first", [True, False])
+@pytest.mark.slow
 def test_no_cuinit_line(user_imports_tf_first):
     head = "import tensorflow as tf\n" if user_imports_tf_first else ""
     p = _run(head + "from pipelines import Dataset\n" + LOAD)

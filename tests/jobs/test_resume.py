@@ -37,6 +37,7 @@ def _flip(path, at):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.slow
 def test_resume_after_kill_is_byte_identical(tmp_path, mode):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0009}.tar")

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import pytest
 from support import background, shardgen
 from support.cli_fixtures import cli
 
@@ -19,6 +20,7 @@ def _args(src, out, work):
     return background.slow_convert(src, out, *more)
 
 
+@pytest.mark.slow
 def test_journal_pointing_outside_the_output_is_not_trusted(tmp_path):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(16, 12))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")

@@ -200,6 +200,7 @@ def _die(record):
     os._exit(3)  # a native crash in a worker, as far as the pool can tell
 
 
+@pytest.mark.slow
 def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
     out = tmp_path / "o"
     cfg = ConvertConfig(
@@ -218,6 +219,7 @@ def _exit(record):
     raise SystemExit(4)  # not an Exception: ends the worker's main thread
 
 
+@pytest.mark.slow
 def test_a_worker_whose_op_ends_the_process_exits_with_its_code(shards, tmp_path):
     """SystemExit in an op ends the worker with that exit code, though its reader thread
     is still blocked reading its input (shutdown must not wait for that reader and abort)."""

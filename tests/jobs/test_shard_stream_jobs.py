@@ -91,6 +91,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
 
 
 @pytest.mark.parametrize("hold", [None, 3000])  # held in memory; spilled to disk past 3 KB
+@pytest.mark.slow
 def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeypatch, hold):
     """Threads of the in-process driver hand their pieces to the stream in memory (each byte
     written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
@@ -153,6 +154,7 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
 
 
 @pytest.mark.parametrize("hold", [None, 2000])
+@pytest.mark.slow
 def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, hold):
     """A gzip shard whose CRC trailer fails: every record it gave is rejected, in memory or
     spilled, and the other shards are written as the planned path writes them."""

@@ -540,6 +540,7 @@ def _labels(out_dir):
     ]
 
 
+@pytest.mark.slow
 def test_mixed_value_types_get_the_first_records_type(tmp_path):
     """A label that is an int in the first record, nan/inf/text/2.5 in later ones: the
     feature is int64 (the type of the first record in input order that has it), the values

@@ -47,6 +47,7 @@ def demo_bucket(ais_cluster):
     return bucket
 
 
+@pytest.mark.slow
 def test_redirect_without_reverse_proxy_says_what_to_do(ais_cluster, demo_bucket, s3_env, tmp_path):
     before = _features(ais_cluster.endpoint)
     assert not before & REVERSE_PROXY, "the test cluster runs without S3-Reverse-Proxy"

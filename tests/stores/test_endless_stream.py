@@ -157,6 +157,7 @@ def _endless_server(body: bytes):
     [["--runner", "local"], ["--runner=FnApiRunner"]],
     ids=["local", "beam"],
 )
+@pytest.mark.slow
 def test_cli_job_on_an_endless_http_body_ends_with_all_records(tmp_path, flags):
     server, sent = _endless_server(_tar())
     try:

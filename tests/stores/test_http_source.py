@@ -251,6 +251,7 @@ def test_dataset_load_over_http_matches_local(shards, server, tmp_path):
     assert all((a[0] == b[0]).all() and a[1] == b[1] for a, b in zip(mem_local, mem_http))
 
 
+@pytest.mark.slow
 def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_path):
     _, _, ref, _ = shards
     out = tmp_path / "out"

@@ -94,6 +94,7 @@ def _dead_port() -> int:
     return port
 
 
+@pytest.mark.slow
 def test_cli_with_an_unreachable_ais_endpoint_converts_the_local_shards(tmp_path):
     """The reviewer's repro: no traceback, the local template converts, exit code by
     --max-rejects (0 within it, 3 beyond)."""

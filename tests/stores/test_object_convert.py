@@ -92,6 +92,7 @@ def _fail_in_last_shard(record):
     return record
 
 
+@pytest.mark.slow
 def test_resume_continues_after_the_journaled_shards_in_the_bucket(
     backend, local_run, monkeypatch, caplog
 ):
@@ -337,6 +338,7 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(
 
 
 @pytest.mark.parametrize("scheme,processes", [("gs", "2"), ("gs", "0"), ("ais", "2")])
+@pytest.mark.slow
 def test_many_small_shards_to_a_bucket_fit_in_a_small_descriptor_limit(
     request, tmp_path, scheme, processes
 ):

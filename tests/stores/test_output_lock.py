@@ -217,6 +217,7 @@ def test_second_job_refused_while_first_runs_local(tmp_path, inputs):
     assert len(json.load(open(tmp_path / "o" / "t.record.manifest.json"))["shards"]) == 6
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_and_overwrite(tmp_path, inputs):
     out = str(tmp_path / "o" / "t-{}.record")
     lock = str(tmp_path / "o" / "t.record.tar2tf-lock")
@@ -242,6 +243,7 @@ def test_kill_9_then_resume_and_overwrite(tmp_path, inputs):
     assert not os.path.exists(lock)
 
 
+@pytest.mark.slow
 def test_second_job_refused_while_first_runs_s3(tmp_path, inputs, moto_server, s3_env):
     bucket = moto_server.new_bucket()
     out = f"s3://{bucket}/o/t-{{}}.record"

@@ -95,6 +95,7 @@ def test_seed000_conversions_remote_exec_and_fit(seed_env, tmp_path):
     assert np.isfinite(hist.history["loss"][0])
 
 
+@pytest.mark.slow
 def test_seed000_default_in_memory_num_workers_and_faults(seed_env, ais_cluster, ais_proxies):
     import tensorflow as tf
 
@@ -191,6 +192,7 @@ def test_seed000_custom_func(seed_env):
     assert len(a) == len(b) == 12 and all(np.array_equal(x, 255 - y) for x, y in zip(a, b))
 
 
+@pytest.mark.slow
 def test_seed001_ais_dataset_examples(seed_env, tmp_path, monkeypatch):
     import tensorflow as tf
 

@@ -79,6 +79,7 @@ def trickle(tmp_path):
     srv.stop()
 
 
+@pytest.mark.slow
 def test_min_read_rate_makes_a_trickling_shard_a_fetch_reject(trickle, tmp_path):
     out = tmp_path / "o"
     t = time.monotonic()

@@ -74,6 +74,7 @@ def _run(backend, name, limit, monkeypatch):
     return rows, [store.read_bytes(r["path"]) for r in rows]
 
 
+@pytest.mark.slow
 def test_slow_uploads_keep_spooled_bytes_under_the_limit(backend, tmp_path, monkeypatch):
     """40 shards of 10 KB made at once, each upload slowed by 0.1 s: unbounded, most of
     them sit in the spool directory together; with a 30 KB limit the writer waits, the
@@ -191,6 +192,7 @@ def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(
     assert os.listdir(spool) == []
 
 
+@pytest.mark.slow
 def test_spool_limit_flag_overrides_the_environment(backend, tmp_path, monkeypatch):
     """``tar2tf convert --spool-limit`` to a bucket (ConvertConfig.spool_limit, which the
     job's shard stream gets): with $TAR2TF_SPOOL_LIMIT at 1 TB, the spool still stays under

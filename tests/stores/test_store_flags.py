@@ -39,6 +39,7 @@ def test_etl_only_where_input_shards_are_read():
     assert "--ais-etl-name" not in _flags("verify") and "--ais-etl-name" not in _flags("inspect")
 
 
+@pytest.mark.slow
 def test_verify_and_inspect_a_bucket_with_the_flags_only(moto_server, s3_env, tmp_path):
     for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         assert k not in os.environ  # the endpoint comes from the flag alone

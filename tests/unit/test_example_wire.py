@@ -64,6 +64,7 @@ def test_gencode_matches_proto(tmp_path):
     assert_gencode_fresh("transforms/tfrecord/example_wire.proto", tmp_path)
 
 
+@pytest.mark.slow
 def test_conversion_does_not_import_tensorflow(tmp_path):
     """Beam workers of the default path stay light: no TensorFlow import (seconds, ~0.5 GB)."""
     code = (

@@ -122,6 +122,7 @@ def _cli(*args, cwd=ROOT):
     )
 
 
+@pytest.mark.slow
 def test_seed_example_is_one_cli_command(tmp_path):
     """Decode + resize to 32x32, select jpg and cls: one `tar2tf convert` command."""
     import tensorflow as tf

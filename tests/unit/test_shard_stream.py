@@ -30,6 +30,7 @@ from pipelines.local.stream import ShardStream, can_stream
     st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
     st.booleans(),
 )
+@pytest.mark.slow
 def test_streamed_shards_equal_planned_shards(layout, max_bytes, max_records, dali):
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "w"))
@@ -94,6 +95,7 @@ def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consume
     max_records=st.one_of(st.none(), st.integers(1, 5)),
     cut=st.integers(0, 40),
 )
+@pytest.mark.slow
 def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
     layout, max_bytes, max_records, cut
 ):

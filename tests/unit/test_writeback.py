@@ -97,6 +97,7 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
         assert all(ok for *_, ok in calls)
 
 
+@pytest.mark.slow
 def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
     from pipelines.local.worker import write_runs
 
