@@ -58,6 +58,7 @@ SERVER_MARKS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
 def pytest_collection_modifyitems(items):
     cluster = os.path.join(TESTS, "cluster") + os.sep
     for item in items:

@@ -6,14 +6,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, cli, output_digest
 from support.pcr_fixtures import bad_files, make_image_folder, requires_jpegtran, sample_images
+from support.scripts import launch_script
 
 CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
-FLINK_SH = os.path.join(ROOT, "launch", "flink.sh")
 
 
 def _flink_env():
@@ -31,11 +30,7 @@ def _flink_env():
 
 
 def _run(*args, **env):
-    e = dict(os.environ, TAR2TF_PYTHON=sys.executable, TAR2TF_CACHE=CACHE, TF_CPP_MIN_LOG_LEVEL="3")
-    e.update(env)
-    return subprocess.run(
-        ["bash", FLINK_SH, *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=1200
-    )
+    return launch_script("flink.sh", *args, env={"TAR2TF_CACHE": CACHE, **env})
 
 
 def test_flink_script_options(tmp_path):

@@ -12,6 +12,7 @@ import sysconfig
 
 import pytest
 from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, output_digest
+from support.scripts import launch_script
 
 DATAFLOW_ENV = {
     "PROJECT": "my-project",
@@ -22,15 +23,7 @@ OURS = ("tar2tf", "__editable__", "__editable___tar2tf", "transforms", "pipeline
 
 
 def _dry_run(*args, **env):
-    e = {k: v for k, v in os.environ.items() if k not in DATAFLOW_ENV}
-    e.update(TAR2TF_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3", **env)
-    return subprocess.run(
-        ["bash", os.path.join(ROOT, "launch", "dataflow.sh"), "--dry-run", *args],
-        capture_output=True,
-        text=True,
-        env=e,
-        cwd=ROOT,
-    )
+    return launch_script("dataflow.sh", "--dry-run", *args, env=env, drop=DATAFLOW_ENV)
 
 
 def test_dataflow_script_options_parse():

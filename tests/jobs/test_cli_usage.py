@@ -4,10 +4,9 @@ written, an --output without a file name, --ops arguments); and the Beam flags t
 still pass (local runner, Flink, Dataflow, as launch/flink.sh and launch/dataflow.sh give them)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
+from support.scripts import launch_script
 
 from launch import cli
 
@@ -192,15 +191,7 @@ def test_local_beam_flags_reach_the_job(tmp_path, capfd):
 
 
 def _script(name, *args, **env):
-    e = dict(os.environ, TAR2TF_PYTHON=sys.executable, PYTHONPATH=ROOT, **env)
-    return subprocess.run(
-        [os.path.join(ROOT, "launch", name), "--dry-run", *args],
-        capture_output=True,
-        text=True,
-        env=e,
-        cwd=ROOT,
-        timeout=300,
-    )
+    return launch_script(name, "--dry-run", *args, env={"PYTHONPATH": ROOT, **env}, timeout=300)
 
 
 @pytest.mark.slow

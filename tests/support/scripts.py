@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Optional
+from typing import Iterable, Optional
 
 from support.cli_fixtures import ROOT
 
@@ -22,5 +22,27 @@ def run_python(
         text=True,
         cwd=ROOT,
         env=os.environ.copy() if env is None else env,
+        timeout=timeout,
+    )
+
+
+def launch_script(
+    name: str,
+    *args: str,
+    env: Optional[dict] = None,
+    drop: Iterable[str] = (),
+    timeout: float = 1200,
+) -> subprocess.CompletedProcess:
+    """``bash launch/<name> *args`` from the checkout's root, run with this venv's python
+    (``TAR2TF_PYTHON``); ``env`` is added to the test process's environment, without the
+    variables named in ``drop``."""
+    e = {k: v for k, v in os.environ.items() if k not in set(drop)}
+    e.update(TAR2TF_PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    return subprocess.run(
+        ["bash", os.path.join(ROOT, "launch", name), *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=ROOT,
         timeout=timeout,
     )
