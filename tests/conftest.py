@@ -31,6 +31,7 @@ pytest_plugins = [
     "support.gcs_fixtures",
     "support.s3_fixtures",
     "support.objstore_fixtures",
+    "support.flink_fixtures",
     "support.flink_cluster_fixtures",
 ]
 

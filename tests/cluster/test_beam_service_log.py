@@ -9,8 +9,8 @@ import logging
 
 import pytest
 from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES
+from support.flink_fixtures import flink_sh
 from support.scripts import run_python
-from test_flink import _run, flink  # noqa: F401 - fixture
 
 EMIT = """
 import logging, sys
@@ -51,7 +51,7 @@ def test_the_cli_installs_it():
 @pytest.mark.flink
 @pytest.mark.slow
 def test_successful_flink_run_prints_no_warning(flink, tmp_path):
-    p = _run(
+    p = flink_sh(
         DEMO_SOURCES,
         "--output",
         str(tmp_path / "out" / "demo-{}.record"),

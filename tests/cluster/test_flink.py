@@ -4,33 +4,12 @@ each byte-identical to the local runner's output."""
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 from support.cli_fixtures import DEMO_ARGS, DEMO_SOURCES, ROOT, cli, output_digest
+from support.flink_fixtures import CACHE, flink_sh
 from support.pcr_fixtures import bad_files, make_image_folder, requires_jpegtran, sample_images
-from support.scripts import launch_script
-
-CACHE = os.environ.get("TAR2TF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tar2tf")
-
-
-def _flink_env():
-    env = {}
-    path = os.path.join(CACHE, "flink.env")
-    if os.path.exists(path):
-        for line in open(path):
-            k, _, v = line.strip().partition("=")
-            env[k] = v
-    env["FLINK_JOB_SERVER_JAR"] = os.environ.get(
-        "FLINK_JOB_SERVER_JAR", env.get("FLINK_JOB_SERVER_JAR", "")
-    )
-    env["FLINK_VERSION"] = os.environ.get("FLINK_VERSION", env.get("FLINK_VERSION", ""))
-    return env
-
-
-def _run(*args, **env):
-    return launch_script("flink.sh", *args, env={"TAR2TF_CACHE": CACHE, **env})
 
 
 def test_flink_script_options(tmp_path):
@@ -38,7 +17,7 @@ def test_flink_script_options(tmp_path):
     jar = tmp_path / "beam-runners-flink-2.0-job-server-9.9.9.jar"
     jar.write_bytes(b"")
     fake = {"FLINK_JOB_SERVER_JAR": str(jar), "FLINK_VERSION": "2.0"}
-    p = _run(
+    p = flink_sh(
         "--dry-run",
         DEMO_SOURCES,
         "--output",
@@ -66,11 +45,11 @@ def test_flink_script_options(tmp_path):
         o.view_as(PortableOptions).environment_type == "LOOPBACK" and d["runner"] == "FlinkRunner"
     )
     # a real cluster cannot call back into LOOPBACK workers, nor read this machine's disk
-    p = _run(
+    p = flink_sh(
         "--dry-run", DEMO_SOURCES, "--output", "out/o-{}.record", FLINK_MASTER="jm:8081", **fake
     )
     assert p.returncode == 2 and "LOOPBACK" in p.stderr and "is a local path" in p.stderr
-    p = _run(
+    p = flink_sh(
         "--dry-run",
         "gs://b/x-{0..3}.tar",
         "--output",
@@ -86,7 +65,7 @@ def test_flink_script_options(tmp_path):
         "environment_config": "localhost:50000",
         "job_endpoint": None,
     }
-    p = _run(
+    p = flink_sh(
         "--dry-run",
         DEMO_SOURCES,
         "--output",
@@ -96,7 +75,7 @@ def test_flink_script_options(tmp_path):
     )
     assert p.returncode == 2 and "does not match the jar" in p.stderr
     # a first argument `pcr` runs `tar2tf pcr`; its own options parse, convert's do not
-    p = _run(
+    p = flink_sh(
         "pcr",
         DEMO_SOURCES,
         "--output",
@@ -108,7 +87,7 @@ def test_flink_script_options(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["command"] == "pcr"
-    p = _run(
+    p = flink_sh(
         "pcr",
         DEMO_SOURCES,
         "--output",
@@ -119,7 +98,7 @@ def test_flink_script_options(tmp_path):
         **fake,
     )
     assert p.returncode == 2 and "--max-shard-size" in p.stderr
-    p = _run("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), **fake)
+    p = flink_sh("--dry-run", DEMO_SOURCES, "--output", str(tmp_path / "o-{}.record"), **fake)
     assert json.loads(p.stdout)["command"] == "convert"
     # the job server's log level: WARN less four known-harmless loggers, or FLINK_LOG_LEVEL for all
     jvm = [
@@ -127,7 +106,7 @@ def test_flink_script_options(tmp_path):
     ]
     assert jvm[0] == "--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
     assert len(jvm) == 5 and all(a.endswith("=error") for a in jvm[1:])
-    p = _run(
+    p = flink_sh(
         "--dry-run",
         DEMO_SOURCES,
         "--output",
@@ -140,31 +119,8 @@ def test_flink_script_options(tmp_path):
     ] == ["--job_server_jvm_properties=-Dorg.slf4j.simpleLogger.defaultLogLevel=debug"]
 
 
-@pytest.fixture(scope="module")
-def flink():
-    """The job server jar and Flink version (launch/setup.d/50-flink.sh), or a loud skip."""
-    env = _flink_env()
-    if not shutil.which("java"):
-        pytest.skip(
-            "FLINK TEST SKIPPED: java is not on PATH (apt-get install openjdk-17-jre-headless)"
-        )
-    if not env["FLINK_JOB_SERVER_JAR"] or not os.path.isfile(env["FLINK_JOB_SERVER_JAR"]):
-        why = ""
-        marker = os.path.join(CACHE, "flink.unavailable")
-        if os.path.exists(marker):
-            why = ": " + open(marker).readline().strip()
-        pytest.skip(
-            "FLINK TEST SKIPPED: no Beam Flink job server jar (launch/setup.d/50-flink.sh; "
-            f"or set FLINK_JOB_SERVER_JAR and FLINK_VERSION){why}"
-        )
-    return {
-        "FLINK_JOB_SERVER_JAR": env["FLINK_JOB_SERVER_JAR"],
-        "FLINK_VERSION": env["FLINK_VERSION"],
-    }
-
-
 def _on_flink(flink, *args, **env):
-    p = _run(*args, "--no-progress", "--parallelism=2", **flink, **env)
+    p = flink_sh(*args, "--no-progress", "--parallelism=2", **flink, **env)
     assert p.returncode == 0, p.stderr[-5000:]
     if "FLINK_LOG_LEVEL" not in env:
         # a normal run's stderr holds none of the job server's INFO records (nor Beam's
