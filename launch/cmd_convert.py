@@ -1,4 +1,5 @@
-"""``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards.
+"""``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards
+(or ArrayRecord shards of the same records: ``--format array_record``).
 
 With no runner flag the job runs on the in-process driver (``pipelines.local``; also
 ``--runner local``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
@@ -23,7 +24,11 @@ DEFAULT_MAX_SHARD_SIZE = "200MB"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("convert", help="convert tar shards to TFRecord shards", description=__doc__)
+    p = sub.add_parser(
+        "convert",
+        help="convert tar shards to TFRecord (or ArrayRecord) shards",
+        description=__doc__,
+    )
     p.add_argument(
         "sources",
         nargs="+",
@@ -35,7 +40,16 @@ def register(sub) -> None:
         "-o",
         required=True,
         help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
-        "out/train-00000-of-0000N.record; local, gs://, ais:// or s3://",
+        "out/train-00000-of-0000N.record; 'out/train.array_record' writes ArrayRecord; "
+        "local, gs://, ais:// or s3://",
+    )
+    p.add_argument(
+        "--format",
+        choices=("tfrecord", "array_record"),
+        default=None,
+        help="the shards' file format (default: array_record for an output named "
+        "*.array_record, else tfrecord); array_record: ArrayRecord files of the same "
+        "serialized Examples, for Grain (docs/arrayrecord.md)",
     )
     p.add_argument(
         "--base",
@@ -49,7 +63,8 @@ def register(sub) -> None:
         default=DEFAULT_MAX_SHARD_SIZE,
         help="bound on each output file, framing included: 100MB, 1GiB, 5000000 "
         f"(default {DEFAULT_MAX_SHARD_SIZE}: files of 100 MB or more, as TensorFlow advises, "
-        "and enough of them to read in parallel; docs/cli.md)",
+        "and enough of them to read in parallel; docs/cli.md); with --format array_record, "
+        "the records' TFRecord size, so that both formats cut at the same records",
     )
     p.add_argument("--records-per-shard", type=int_in(1), help="bound on records per output file")
     p.add_argument(
@@ -154,7 +169,26 @@ def build_config(args):
         from transforms.ops.leaves import selection_stage
 
         stages.append(selection_stage(selections))
+    fmt = output_format(args)
+    if fmt == "array_record" and (args.shuffle or args.dali_index):
+        raise UsageError(
+            f"--format array_record takes no {'--shuffle' if args.shuffle else '--dali-index'}: "
+            + (
+                "Grain shuffles an ArrayRecord dataset by index as it reads"
+                if args.shuffle
+                else "a DALI index describes TFRecord files"
+            )
+        )
+    if fmt == "array_record":
+        from transforms.arrayrecord import format as arf
+
+        if not arf.available():
+            raise UsageError(
+                "--format array_record needs the array-record package: "
+                "pip install 'tar2tf[array-record]'"
+            )
     return ConvertConfig(
+        format=fmt,
         sources=args.sources,
         output=args.output,
         base=args.base,
@@ -177,6 +211,18 @@ def build_config(args):
         spool_limit=args.spool_limit,
         max_image_pixels=args.max_image_pixels,
     )
+
+
+def output_format(args) -> str:
+    """``--format``, or the one the output's extension names (``.array_record``); a
+    format that contradicts the extension is a usage error: TFDS and readers pick their
+    reader by it."""
+    named = "array_record" if args.output.endswith(".array_record") else None
+    if args.format is None:
+        return named or "tfrecord"
+    if args.format == "tfrecord" and named:
+        raise UsageError("--format tfrecord with an output named *.array_record: drop one")
+    return args.format
 
 
 def check_paths(args) -> List[str]:

@@ -8,17 +8,21 @@ store).  The label is ``--label`` or the first of cls/label/class/txt that a rec
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import shutil
 import sys
+import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from launch.args import int_in
 from launch.store_args import add_store_args, store_config
+from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.stores import StoreConfig, basename, get_store
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm")
 LABEL_NAMES = ("cls", "label", "class", "txt")
 THUMB = 128
 ARROW_SAMPLE = 256
@@ -80,7 +84,7 @@ def _image_of(rec: Dict[str, Any]):
 
     for name in sorted(rec):
         v = rec[name]
-        if name.lower() in IMAGE_EXTS and isinstance(v, (bytes, bytearray)):
+        if name.lower() in IMAGE_EXTENSIONS and isinstance(v, (bytes, bytearray)):
             try:
                 im = Image.open(io.BytesIO(v))
                 im.load()
@@ -140,6 +144,30 @@ def arrow_schema(payloads: List[bytes]):
     return example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(payloads).schema
 
 
+@contextlib.contextmanager
+def _payloads(shard: str, config: Optional[StoreConfig], read_records):
+    """The serialized records of a TFRecord shard, or of an ArrayRecord shard (named
+    ``*.array_record``; one in a bucket is copied to a local temporary file first, since
+    ``array_record`` reads local paths)."""
+    if not shard.endswith(".array_record"):
+        with get_store(shard, config).open_read(shard) as f:
+            yield read_records(f)
+        return
+    from transforms.arrayrecord import format as arf
+    from transforms.stores import split_url
+
+    if split_url(shard)[0] == "":
+        if not os.path.exists(split_url(shard)[2]):
+            raise FileNotFoundError(shard)
+        yield arf.iter_file(split_url(shard)[2])
+        return
+    with tempfile.NamedTemporaryFile(suffix=".array_record") as tmp:
+        with get_store(shard, config).open_read(shard) as f:
+            shutil.copyfileobj(f, tmp, 4 << 20)
+        tmp.flush()
+        yield arf.iter_file(tmp.name)
+
+
 def inspect(
     shard: str,
     records: int = 3,
@@ -158,8 +186,8 @@ def inspect(
 
     schema: Dict[str, Any] = {}
     shown, count, sheet_items, head = [], 0, [], []
-    with get_store(shard, config).open_read(shard) as f:
-        for payload in read_records(f):
+    with _payloads(shard, config, read_records) as payloads:
+        for payload in payloads:
             count += 1
             if len(head) < ARROW_SAMPLE:
                 head.append(payload)
@@ -211,7 +239,8 @@ def run(args) -> int:
         print(f"tar2tf inspect: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # CorruptRecordError, undecodable Example
-        print(f"tar2tf inspect: {args.shard} is not a readable TFRecord file: {e}", file=sys.stderr)
+        kind = "ArrayRecord" if args.shard.endswith(".array_record") else "TFRecord"
+        print(f"tar2tf inspect: {args.shard} is not a readable {kind} file: {e}", file=sys.stderr)
         return 1
     if not args.no_sheet:
         if not items:

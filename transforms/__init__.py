@@ -5,7 +5,8 @@ Data flows one way:
 ``tar.sources`` (shard URLs) -> ``tar.fetch`` / ``tar.reader`` / ``tar.records`` (tar
 members grouped into records) -> ``ops`` (conversions, selections, stages) ->
 ``tfrecord.example`` (``tf.train.Example``) -> ``tfrecord.framing`` (TFRecord files) or
-``pcr`` (Progressive Compressed Records).
+``pcr`` (Progressive Compressed Records).  ``shard_elements`` takes the same path to the
+elements of the streamed ``tf.data`` load instead.
 
 Beside that flow: ``records`` (the Record and Reject types every stage passes on),
 ``stores`` (where bytes are read and written: local disk, ais://, gs://, s3://, https://),

@@ -34,7 +34,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
-from pipelines.job import finalize, progress, shardfile
+from pipelines.job import arrayrecordfile, finalize, progress
 from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.element_coding import Pickled
 from pipelines.job.setup import (
@@ -112,7 +112,7 @@ def build(
     else:
         plan = all_pieces | "Plan" >> beam.FlatMap(plan_shards, cfg)
         shards = spread(plan, "SpreadWrites", itemgetter("index")) | "WriteShard" >> beam.Map(
-            shardfile.write_shard, cfg.store, cfg.dali_index
+            arrayrecordfile.shard_writer(cfg.format), cfg.store, cfg.dali_index
         )
     return gather(shards, "GatherShards") | "Manifest" >> beam.FlatMap(
         finish_job, beam.pvalue.AsSingleton(all_pieces), cfg, list_rejects, urls

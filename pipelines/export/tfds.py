@@ -1,6 +1,7 @@
 """TensorFlow Datasets metadata for a finished job (``--tfds``, ``load(..., tfds=True)``).
 
-A job that writes ``DIR/<split>.tfrecord`` leaves shards ``<split>-00000-of-0000N.tfrecord``
+A job that writes ``DIR/<split>.tfrecord`` (or ``DIR/<split>.array_record``) leaves shards
+``<split>-00000-of-0000N.tfrecord``
 (``pipelines.job.finalize.shard_names``).  This module writes TFDS's ``dataset_info.json`` and
 ``features.json`` into ``DIR``, so that ``tfds.builder_from_directory(DIR)`` reads the split:
 its split info carries tar2tf's file-name template (:data:`FILE_TEMPLATE`) and the record
@@ -29,17 +30,19 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transforms.stores import split_url
 from transforms.tfrecord.schema import BYTES, FLOAT, INT64, parse_type_map
 
 log = logging.getLogger("tar2tf")
 
-#: output suffix -> TFDS file format (TFDS picks its reader by the suffix; tar2tf writes TFRecord)
-FILE_FORMATS = {"tfrecord": "tfrecord"}
+#: output suffix -> TFDS file format (TFDS picks its reader by the suffix): TFRecord, read by
+#: ``as_dataset``, or ArrayRecord (``--format array_record``), read by ``as_data_source``
+FILE_FORMATS = {"tfrecord": "tfrecord", "array_record": "array_record"}
 #: tar2tf's shard names (train-00000-of-00004.tfrecord) in TFDS's template language
 FILE_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+_FORMAT_NAMES = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}
 LOCK_NAME = ".tar2tf-tfds.lock"
 INFO_NAME, FEATURES_NAME = "dataset_info.json", "features.json"
 DEFAULT_VERSION = "1.0.0"
@@ -104,8 +107,8 @@ def check_output(
     stem, dot, suffix = name.rpartition(".")
     if "{}" in name or not dot or suffix not in FILE_FORMATS:
         raise TfdsError(
-            f"--tfds needs an output named <split>.tfrecord, whose shards "
-            f"<split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
+            f"--tfds needs an output named <split>.tfrecord (or <split>.array_record), whose "
+            f"shards <split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
         )
     if not _SPLIT.match(stem) or stem == "all":
         raise TfdsError(
@@ -301,7 +304,11 @@ def write_metadata(
     image: Union[None, str, Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """Add (or replace) the split of this job's output in its directory's TFDS metadata;
-    returns ``{"path": dataset_info.json, "split": name, "examples": n, "splits": [...]}``."""
+    returns ``{"path": dataset_info.json, "split": name, "examples": n, "splits": [...],
+    "formats": [file format, alternatives...]}``.  A split may be in both formats (two jobs
+    with the same sources and options): the dataset's format is then TFRecord, read by
+    ``as_dataset``, with ArrayRecord as the alternative ``as_data_source`` reads, as long
+    as every split has both."""
     if isinstance(output, os.PathLike):
         output = os.fspath(output)
     split = check_output(output, image)
@@ -334,31 +341,49 @@ def write_metadata(
                     f"already in {directory} ({_feature_diff(old_features, new_features)}); "
                     "every split of a TFDS dataset has the same features"
                 )
-            if old.file_format and old.file_format != fmt:
-                raise TfdsError(f"--tfds: {directory} holds {old.file_format} splits, not {fmt}")
             # keep the name and version the other splits' templates were written with
             name, version = old.name or name, old.version or version
             protos = [p for p in old.splits if p.name != split]
+            old_format = getattr(old.file_format, "value", old.file_format) or None
+        else:
+            old_format = None
+        names = sorted({p.name for p in protos} | {split})
+        found = _split_formats(directory, names, split, fmt, shards, manifest["schema"])
+        for p in protos:  # a split whose manifests are gone: as the metadata describes it
+            if p.name not in found and old_format:
+                found[p.name] = {old_format: ([int(n) for n in p.shard_lengths], p.num_bytes)}
+        names = sorted(found)
+        primary, others = _common_formats(found, directory)
         template = naming.ShardedFileTemplate(
-            data_dir=directory, template=FILE_TEMPLATE, dataset_name=name, filetype_suffix=suffix
+            data_dir=directory,
+            template=FILE_TEMPLATE,
+            dataset_name=name,
+            filetype_suffix=primary,
         )
-        ours = split_lib.SplitInfo(
-            name=split,
-            shard_lengths=[int(s["records"]) for s in shards],
-            num_bytes=sum(int(s["bytes"]) for s in shards),
-            filename_template=template.replace(split=split),
-        )
-        protos.append(ours.to_proto())
-        protos.sort(key=lambda p: p.name)  # the same file whichever job finished first
+        protos = []
+        for s in names:
+            lengths, nbytes = found[s][primary]
+            info_s = split_lib.SplitInfo(
+                name=s,
+                shard_lengths=lengths,
+                num_bytes=nbytes,
+                filename_template=template.replace(split=s),
+            )
+            protos.append(info_s.to_proto())
+            if s == split:
+                ours = info_s
         info = dataset_info.DatasetInfo(
             builder=dataset_info.DatasetIdentity(
                 name=name, version=Version(version), data_dir=directory, module_name=""
             ),
             features=features,
-            description="TFRecord shards written by tar2tf; each split's manifest is "
-            "<split>.tfrecord.manifest.json.",
+            description=" and ".join(_FORMAT_NAMES[f] for f in (primary, *others))
+            + " shards written by tar2tf; each split's manifest is "
+            "<split>.<format>.manifest.json.",
         )
-        info.set_file_format(fmt)
+        info.set_file_format(primary)
+        for f in others:  # as_data_source reads ArrayRecord where as_dataset reads TFRecord
+            info.add_alternative_file_format(f)
         info.set_splits(split_lib.SplitDict.from_proto(protos, template))
         _write_files(info, directory)
     return {
@@ -366,13 +391,77 @@ def write_metadata(
         "split": split,
         "examples": ours.num_examples,
         "splits": [p.name for p in protos],
+        "formats": [primary, *others],
     }
+
+
+def _split_formats(
+    directory: str,
+    names: Sequence[str],
+    split: str,
+    fmt: str,
+    shards: Sequence[Mapping[str, Any]],
+    schema: Mapping[str, Any],
+) -> Dict[str, Dict[str, Tuple[List[int], int]]]:
+    """split -> file format -> (records of each shard, bytes), for the formats each split's
+    shards are in: this job's, and those whose manifest ``DIR/<split>.<format>.manifest.json``
+    is there with shards TFDS can name and this job's schema (a job that wrote the same
+    records in the other format)."""
+    out: Dict[str, Dict[str, Tuple[List[int], int]]] = {}
+    for s in names:
+        for f in sorted(set(FILE_FORMATS.values())):
+            if (s, f) == (split, fmt):
+                rows = shards
+            else:
+                path = os.path.join(directory, f"{s}.{f}.manifest.json")
+                try:
+                    with open(path, encoding="utf-8") as fh:
+                        m = json.load(fh)
+                    rows = m["shards"]
+                    _check_shards(os.path.join(directory, f"{s}.{f}"), s, rows)
+                    if m.get("schema") != schema:
+                        continue
+                    for r in rows:
+                        if not os.path.exists(os.path.join(directory, os.path.basename(r["path"]))):
+                            raise FileNotFoundError(r["path"])
+                except (OSError, ValueError, KeyError, TypeError, TfdsError):
+                    continue  # not there, or not shards of this dataset
+            out.setdefault(s, {})[f] = (
+                [int(r["records"]) for r in rows],
+                sum(int(r["bytes"]) for r in rows),
+            )
+    return out
+
+
+def _common_formats(
+    found: Mapping[str, Mapping[str, Tuple[List[int], int]]], directory: str
+) -> Tuple[str, List[str]]:
+    """The dataset's file format (TFRecord when every split has it: ``as_dataset`` reads
+    it) and the alternative formats every split also has; a split whose formats hold
+    different records, or no format every split has, is a :class:`TfdsError`."""
+    for s, by in sorted(found.items()):
+        if len({tuple(lengths) for lengths, _ in by.values()}) > 1:
+            raise TfdsError(
+                f"--tfds: split {s!r} is in {' and '.join(sorted(by))} shards that hold "
+                "different records: convert both with the same sources and options"
+            )
+    common = set.intersection(*(set(by) for by in found.values()))
+    if not common:
+        have = "; ".join(f"{s}: {', '.join(sorted(by))}" for s, by in sorted(found.items()))
+        raise TfdsError(
+            f"--tfds: the splits in {directory} have no file format in common ({have}); "
+            "TFDS reads one format (and alternatives) for every split"
+        )
+    primary = "tfrecord" if "tfrecord" in common else sorted(common)[0]
+    return primary, sorted(common - {primary})
 
 
 def summary_line(written: Mapping[str, Any], output: str) -> str:
     """What the CLI says after writing the metadata (paths as the user gave them)."""
     d = os.path.dirname(_local(output)) or "."
+    formats = written.get("formats") or []
     return (
         f"tfds: {os.path.join(d, INFO_NAME)}: split {written['split']} "
         f"({written['examples']} examples); splits: {', '.join(written['splits'])}"
+        + (f"; file formats: {', '.join(formats)}" if len(formats) > 1 else "")
     )

@@ -12,6 +12,8 @@ from transforms.stores import StoreConfig
 from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tfrecord import schema as exs
 
+FORMATS = ("tfrecord", "array_record")
+
 
 class OutputExistsError(RuntimeError):
     """Output files already exist and neither overwrite nor resume was asked for."""
@@ -55,6 +57,22 @@ class ConvertConfig:
     # images over this many pixels (from their header) are op rejects before decoding;
     # None: transforms.ops.image_limits.DEFAULT_MAX_IMAGE_PIXELS
     max_image_pixels: Optional[int] = None
+    # the final shards' file format: "tfrecord", or "array_record" (ArrayRecord files
+    # holding the same serialized Examples, planned as the TFRecord job: docs/arrayrecord.md).
+    # None: array_record for an output named *.array_record, else tfrecord
+    format: Optional[str] = None
+
+    def __post_init__(self):
+        if self.format is None:
+            named = isinstance(self.output, str) and self.output.endswith(".array_record")
+            self.format = "array_record" if named else "tfrecord"
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+        if self.format == "array_record" and (self.shuffle or self.dali_index):
+            raise ValueError(
+                "format array_record takes neither shuffle (Grain shuffles an ArrayRecord "
+                "dataset by index as it reads) nor dali_index (a TFRecord index)"
+            )
 
     def stages(self) -> Stages:
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
@@ -95,6 +113,7 @@ class ConvertConfig:
                 if self.max_record_size is not None
                 else {}
             ),
+            **({"format": self.format} if self.format != "tfrecord" else {}),
             **(
                 {"max_image_pixels": self.max_image_pixels}
                 if self.max_image_pixels not in (None, image_limits.DEFAULT_MAX_IMAGE_PIXELS)

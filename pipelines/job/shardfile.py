@@ -8,10 +8,12 @@ Each final shard is written under a temporary name and renamed when complete
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from transforms.stores import StoreConfig, get_store, split_url, writeback
+from transforms.stores import copy as store_copy
 from transforms.tfrecord import digests
 
 COPY_CHUNK = 1 << 20
@@ -38,6 +40,14 @@ def copy_range(src, dst, offset: int, length: int, digest) -> None:
         dst.write(chunk)
         digest.update(chunk)
         left -= len(chunk)
+
+
+class _NoDigest:
+    def update(self, data) -> None:
+        pass
+
+
+_NO_DIGEST = _NoDigest()
 
 
 def _discard(src, n: int) -> None:
@@ -75,6 +85,7 @@ class ShardFile:
         self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
         self._cv = threading.Condition()
         self._failed: Optional[BaseException] = None
+        self._reserved = False  # ranges left to other writers (a kernel copy's are not)
         self._local = self.local_path is not None
         self._flushed = 0  # writeback started for the bytes before this offset
 
@@ -97,12 +108,55 @@ class ShardFile:
         self.bytes += sum(sizes)
         self._start_writeback()
 
-    def copy(self, src, offset: int, length: int, sizes: Sequence[int]) -> None:
-        """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames)."""
-        copy_range(src, self.f, offset, length, self.digest)
+    def copy(
+        self, src, offset: int, length: int, sizes: Sequence[int], crc: Optional[int] = None
+    ) -> None:
+        """Append ``length`` bytes at ``offset`` of the open file ``src`` (whole frames).
+        ``crc``: their CRC-32C where the caller knows it (a whole piece's, from its
+        sidecar), which spares hashing them (and reading them, when the kernel copies
+        them: ``$TAR2TF_KERNEL_COPY``)."""
+        if not (self._local and self._kernel_copy(src, offset, length, crc)):
+            if crc is None:
+                copy_range(src, self.f, offset, length, self.digest)
+            else:  # the CRC-32C is known: copied without hashing, kept as a range of its own
+                self._cut()
+                copy_range(src, self.f, offset, length, _NO_DIGEST)
+                with self._cv:
+                    self._ranges[self.bytes] = (length, crc)
+                self._start = self.bytes + length
         self._count(sizes)
         self.bytes += length
         self._start_writeback()
+
+    def _kernel_copy(self, src, offset: int, length: int, crc: Optional[int]) -> bool:
+        """Copy a local source's range with ``copy_file_range`` (no read into and write out
+        of this process) and keep its CRC-32C as a range of its own; False if the kernel
+        cannot copy between these files (the caller copies)."""
+        try:
+            src_fd = src.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            return False
+        self.f.flush()
+        if not store_copy.kernel_copy(src_fd, self.f.fileno(), offset, self.bytes, length):
+            return False
+        if crc is None:
+            # the bytes are in the page cache now: hashing them is a read, without the write
+            digest = digests.new("crc32c")
+            src.seek(offset)
+            left = length
+            while left:
+                chunk = src.read(min(COPY_CHUNK, left))
+                if not chunk:
+                    raise IOError(f"piece ended {left} bytes early")
+                digest.update(chunk)
+                left -= len(chunk)
+            crc = digests.crc32c_of(digest)
+        self._cut()
+        with self._cv:
+            self._ranges[self.bytes] = (length, crc)
+        self._start = self.bytes + length
+        self.f.seek(self.bytes + length)
+        return True
 
     def _count(self, sizes: Sequence[int]) -> None:
         self.records += len(sizes)
@@ -123,6 +177,7 @@ class ShardFile:
         returns their offset in :attr:`local_path`.  Appends continue after them."""
         self._cut()
         offset = self.bytes
+        self._reserved = True
         with self._cv:
             self._ranges[offset] = (length, None)
         self._count(sizes)
@@ -170,7 +225,7 @@ class ShardFile:
         with self._cv:
             while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
                 self._cv.wait()
-            if self._failed is not None:
+            if self._failed is not None and self._reserved:
                 raise self._failed
             crc = 0
             for offset in sorted(self._ranges):
@@ -188,11 +243,7 @@ class ShardFile:
             raise
         self._cm.__exit__(None, None, None)
         if self.dali_index:
-            lines, off = [], 0
-            for s in self.sizes:
-                lines.append(f"{off} {int(s)}\n")
-                off += s
-            self.store.write_bytes(self.path + ".idx", "".join(lines).encode())
+            self.store.write_bytes(self.path + ".idx", dali_index_bytes(self.sizes))
         return {"path": self.path, "records": self.records, "bytes": self.bytes, "crc32c": crc}
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
@@ -201,16 +252,77 @@ class ShardFile:
         self._cm.__exit__(type(exc), exc, exc.__traceback__)
 
 
+def dali_index_bytes(sizes: Sequence[int]) -> bytes:
+    """A DALI index of framed records of ``sizes``: one ``offset size`` line each."""
+    lines, off = [], 0
+    for s in sizes:
+        lines.append(f"{off} {int(s)}\n")
+        off += int(s)
+    return "".join(lines).encode()
+
+
+def piece_crcs(
+    ranges: Sequence[Tuple[str, int, int]], config: Optional[StoreConfig] = None
+) -> List[Optional[int]]:
+    """Each range's CRC-32C where it is a whole piece: its sidecar's (the piece writer
+    hashed those bytes as it wrote them), so a copy the store or the kernel makes need
+    not read them back.  None for a part of a piece, or a piece without a sidecar."""
+    out: List[Optional[int]] = []
+    seen: Dict[str, Optional[Dict[str, Any]]] = {}
+    for url, offset, length in ranges:
+        crc = None
+        if offset == 0:
+            if url not in seen:
+                seen[url] = _sidecar(url, config)
+            info = seen[url]
+            if info is not None and info.get("bytes") == length and "crc32c" in info:
+                try:
+                    crc = int(info["crc32c"], 16)
+                except (TypeError, ValueError):
+                    crc = None
+        out.append(crc)
+    return out
+
+
+def _sidecar(url: str, config: Optional[StoreConfig]) -> Optional[Dict[str, Any]]:
+    from pipelines.job.workfiles import sidecar_of
+
+    try:
+        info = json.loads(get_store(url, config).read_bytes(sidecar_of(url)))
+    except (FileNotFoundError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
 def write_shard(
     task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
 ) -> Dict[str, Any]:
     """Copy the task's byte ranges into its final name, atomically; return its manifest row.
-    ``task``: one of ``pipelines.job.plan.stream_plan``."""
-    shard = ShardFile(task["path"], config, dali_index)
+    ``task``: one of ``pipelines.job.plan.stream_plan``.
+
+    The store copies the ranges itself where it can (``Store.assemble``: S3 part copies,
+    GCS compose; locally ``copy_file_range``), with the CRC-32C of whole pieces taken from
+    their sidecars; else they are read and written here."""
+    path = task["path"]
+    ranges = [(str(u), int(o), int(n)) for u, o, n in task["ranges"]]
+    crcs = piece_crcs(ranges, config) if store_copy.enabled() else [None] * len(ranges)
+    if store_copy.enabled() and split_url(path)[0]:
+        store = get_store(path, config)
+        crc = store.assemble(path, ranges, crcs)
+        if crc is not None:
+            if dali_index:
+                store.write_bytes(path + ".idx", dali_index_bytes(task["sizes"]))
+            return {
+                "path": path,
+                "records": task["records"],
+                "bytes": sum(n for _, _, n in ranges),
+                "crc32c": crc,
+            }
+    shard = ShardFile(path, config, dali_index)
     try:
-        for url, offset, length in task["ranges"]:
+        for (url, offset, length), crc in zip(ranges, crcs):
             with get_store(url, config).open_read(url) as src:
-                shard.copy(src, offset, length, ())
+                shard.copy(src, offset, length, (), crc=crc)
     except BaseException as e:
         shard.abort(e)
         raise

@@ -30,10 +30,11 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 from typing import Any, Dict, List, Optional
 
 from pipelines.job import finalize
-from transforms.stores import StoreConfig, basename, dirname, get_store, join
+from transforms.stores import StoreConfig, basename, dirname, get_store, join, split_url
 from transforms.tfrecord import digests
 from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
@@ -48,7 +49,9 @@ class NotAManifest(ValueError):
 
 @dataclasses.dataclass
 class Problem:
-    check: str  # file, size, crc32c/sha256/digest, crc, count, schema, image, index, totals, rejects, pcr
+    # file, size, crc32c/sha256/digest, crc, format (ArrayRecord), count, schema, image,
+    # index, totals, rejects, pcr
+    check: str
     detail: str
     shard: Optional[str] = None
     record: Optional[int] = None  # record number inside the shard, from 0
@@ -275,6 +278,102 @@ def _check_array(feats, name: str) -> Optional[str]:
     return None
 
 
+def _adder(report: VerifyReport, path: str):
+    """``add(check, detail, record=None, key=None)``: a problem of the shard at ``path``,
+    listed up to ``report.max_listed_per_shard`` times, then once more as "further"."""
+    shown = 0
+
+    def add(check, detail, record=None, key=None):
+        nonlocal shown
+        shown += 1
+        if shown <= report.max_listed_per_shard:
+            report.problems.append(Problem(check, detail, path, record, key))
+        elif shown == report.max_listed_per_shard + 1:
+            report.problems.append(
+                Problem(check, "... further problems in this shard not listed", path)
+            )
+
+    return add
+
+
+def _check_record(n, payload, schema, example_pb2, decode_images, report, add) -> None:
+    """Record ``n`` of a shard (a serialized Example) against the schema, its images
+    decoded when asked."""
+    try:
+        key, feats, bad = _check_example(payload, schema, example_pb2)
+    except Exception as e:
+        add("schema", f"not a tf.train.Example: {type(e).__name__}: {e}", n)
+        return
+    for b in bad:
+        add("schema", b, n, key)
+    if decode_images:
+        done, bad = _decode_images(feats)
+        report.images_decoded += done
+        for b in bad:
+            add("image", b, n, key)
+
+
+def verify_array_record_shard(
+    row: Dict[str, Any],
+    path: str,
+    schema,
+    report: VerifyReport,
+    config: StoreConfig,
+    decode_images: bool = False,
+) -> int:
+    """Check one ArrayRecord shard: size and CRC32C of the file against its row, then every
+    record read (in order) and checked as :func:`verify_shard` checks a TFRecord's, and
+    their count.  A shard in a bucket is copied to a local temporary file first
+    (``array_record`` reads local paths); returns the records read."""
+    from transforms.arrayrecord import format as arf
+    from transforms.tfrecord import example_wire_pb2 as example_pb2
+
+    store = get_store(path, config)
+    add = _adder(report, path)
+    if not store.exists(path):
+        add("file", "shard is missing")
+        return 0
+    local = split_url(path)[0] == ""
+    tmp = None
+    try:
+        with store.open_read(path) as raw:
+            f = _HashingReader(raw, row)
+            if local:
+                f.drain()
+                where = split_url(path)[2]
+            else:
+                fd, tmp = tempfile.mkstemp(prefix="tar2tf-verify-", suffix=".array_record")
+                with os.fdopen(fd, "wb") as out:
+                    for chunk in iter(lambda: f.read(4 << 20), b""):
+                        out.write(chunk)
+                where = tmp
+        report.shards_checked += 1
+        report.bytes_checked += f.n
+        if f.limit is not None and f.n >= f.limit:
+            add("size", f"more than {row['bytes']} bytes, manifest says {row['bytes']}")
+        elif f.n != row["bytes"]:
+            add("size", f"{f.n} bytes, manifest says {row['bytes']}")
+        differs = f.mismatch(row)
+        if not f.kind:
+            add("digest", "manifest row has no crc32c (or sha256)")
+        elif differs:
+            add(f.kind, differs)
+        n = 0
+        try:
+            for payload in arf.iter_file(where):
+                _check_record(n, payload, schema, example_pb2, decode_images, report, add)
+                n += 1
+        except arf.ArrayRecordError as e:
+            add("format", str(e), e.record)
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+    report.records_checked += n
+    if n != row["records"]:
+        add("count", f"{n} readable records, manifest says {row['records']}")
+    return n
+
+
 def verify_shard(
     row: Dict[str, Any],
     path: str,
@@ -290,18 +389,7 @@ def verify_shard(
     )  # tf.train.Example's wire format, no TF import
 
     store = get_store(path, config)
-    shown = 0
-
-    def add(check, detail, record=None, key=None):
-        nonlocal shown
-        shown += 1
-        if shown <= report.max_listed_per_shard:
-            report.problems.append(Problem(check, detail, path, record, key))
-        elif shown == report.max_listed_per_shard + 1:
-            report.problems.append(
-                Problem(check, "... further problems in this shard not listed", path)
-            )
-
+    add = _adder(report, path)
     if not store.exists(path):
         add("file", "shard is missing")
         return 0
@@ -311,18 +399,7 @@ def verify_shard(
         try:
             for n, (offset, payload) in enumerate(iter_frames(f)):
                 offsets.append((offset, len(payload) + FRAME_OVERHEAD))
-                try:
-                    key, feats, bad = _check_example(payload, schema, example_pb2)
-                except Exception as e:
-                    add("schema", f"not a tf.train.Example: {type(e).__name__}: {e}", n)
-                    continue
-                for b in bad:
-                    add("schema", b, n, key)
-                if decode_images:
-                    done, bad = _decode_images(feats)
-                    report.images_decoded += done
-                    for b in bad:
-                        add("image", b, n, key)
+                _check_record(n, payload, schema, example_pb2, decode_images, report, add)
         except CorruptRecordError as e:
             add("crc", f"{e} (after {len(offsets)} good records)", len(offsets))
             f.drain()
@@ -519,6 +596,9 @@ def verify(
             )
     options = m.get("options", {})
     dali = isinstance(options, dict) and bool(options.get("dali_index"))
+    array_record = isinstance(options, dict) and options.get("format") == "array_record"
+    if array_record:
+        report.kind = "array_record"
     recorded = finalize.companion(m.get("output", ""), ".manifest.json")
     listed = {  # unreadable rows too: their files are not strays
         _locate(r["path"], mpath, recorded)
@@ -528,6 +608,19 @@ def verify(
     for row in rows:
         path = _locate(row["path"], mpath, recorded)
         listed.add(path)
+        if array_record:
+            _guarded(
+                report,
+                path,
+                verify_array_record_shard,
+                row,
+                path,
+                schema,
+                report,
+                config,
+                decode_images,
+            )
+            continue
         _guarded(
             report,
             path,

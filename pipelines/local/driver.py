@@ -22,7 +22,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
 
-from pipelines.job import finalize, shardfile
+from pipelines.job import arrayrecordfile, finalize
 from pipelines.job import journal as shard_journal
 from pipelines.job.config import ConvertConfig
 from pipelines.job.progress import Progress
@@ -60,8 +60,9 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
 
 def streams(cfg: ConvertConfig) -> bool:
     """Whether the job's final shards can be written while it converts (``{}`` template,
-    no shuffle): see ``pipelines.local.stream``."""
-    return not cfg.shuffle and shard_stream.can_stream(cfg.output)
+    no shuffle, TFRecord: ArrayRecord shards are planned, pipelines.job.arrayrecordfile):
+    see ``pipelines.local.stream``."""
+    return not cfg.shuffle and cfg.format == "tfrecord" and shard_stream.can_stream(cfg.output)
 
 
 def new_stream(
@@ -127,7 +128,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # frames into local final shards themselves (a '{}' output): nothing then passes
     # through this process (auto_processes)
     local_output = split_url(cfg.output)[0] == ""
-    placed = shard_stream.can_stream(cfg.output) and local_output
+    placed = streams(cfg) and local_output
     procs = (
         auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed)
         if auto
@@ -180,10 +181,11 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
+                write = arrayrecordfile.shard_writer(cfg.format)
                 with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
                     shards = list(
                         pool.map(
-                            lambda t: shardfile.write_shard(t, cfg.store, cfg.dali_index),
+                            lambda t: write(t, cfg.store, cfg.dali_index),
                             plan_shards(pieces, cfg),
                         )
                     )

@@ -153,7 +153,7 @@ class Worker:
             raise self.died(doing, e) from None
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
-        """The elements of one shard for the streamed dataset (``pipelines.tfdata.elements``;
+        """The elements of one shard for the streamed dataset (``transforms.shard_elements``;
         the protocol is in ``pipelines.local.worker``), ``chunk`` per message; the worker
         converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
         worker's counts.  Closing the generator early stops the worker's shard."""

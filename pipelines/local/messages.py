@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 # (what, reject) as given to a streamed shard's ``note`` callback: the counts of
-# ``pipelines.tfdata.elements.shard_elements``.  Plain tuples: there is one per record.
+# ``transforms.shard_elements.shard_elements``.  Plain tuples: there is one per record.
 Note = Tuple[str, Any]
 
 
@@ -82,7 +82,7 @@ class Runs(NamedTuple):
 
 class Stream(NamedTuple):
     """→ Send the elements of the shard at ``url`` for ``Dataset.load(template)``
-    (``pipelines.tfdata.elements``), ``chunk`` at a time: answered :class:`Items` (each
+    (``transforms.shard_elements``), ``chunk`` at a time: answered :class:`Items` (each
     waiting for :data:`NEXT` or :data:`STOP`), then :class:`End` or :class:`StreamFailed`."""
 
     url: str

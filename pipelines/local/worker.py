@@ -135,14 +135,14 @@ def _task_loop(inp, out) -> None:
 
 
 def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
-    """A :class:`Stream` task (``pipelines.tfdata.elements``): the shard's elements go out
+    """A :class:`Stream` task (``transforms.shard_elements``): the shard's elements go out
     ``chunk`` at a time as :class:`Items`, each answered with ``NEXT`` or ``STOP``; then
     :class:`End`, or :class:`StreamFailed`.  ``notes``: the counts since the last message.
     False: the input closed (the worker exits)."""
     import traceback
 
     from pipelines.local.messages import End, Items, Next, StreamFailed
-    from pipelines.tfdata.elements import shard_elements
+    from transforms.shard_elements import shard_elements
 
     notes, batch = [], []
 

@@ -14,7 +14,7 @@ into the same datapoints as in-memory mode.
   spec: the default dataset's image (float32 in memory, stored as uint8, 4x smaller), or
   an image whose dtype ``output_types`` changed; both are converted with
   ``tf.image.convert_image_dtype``, as the in-memory element is
-  (``pipelines.tfdata.datapoints.fit``); any other difference fails, naming both dtypes
+  (``transforms.ops.element_spec.fit``); any other difference fails, naming both dtypes
   (reading float32 bytes as uint8, or the reverse, would give a wrong tensor or a
   reshape error far from its cause).  Arrays of strings (a bytes list) and bools (an
   int64 list of 0/1) are stored as values, not bytes: see ``transforms.tfrecord.example``.  A

@@ -7,7 +7,7 @@ so the load parses with :func:`stored_spec` -- the requested structure and
 shapes, the first record's stored dtypes -- and, only where ``output_types`` /
 ``output_signature`` ask for another dtype, casts the parsed element with
 :func:`caster`.  The cast gives the in-memory load's values
-(:func:`pipelines.tfdata.datapoints.fit`), leaf by leaf:
+(:func:`transforms.ops.element_spec.fit`), leaf by leaf:
 
 * uint8 under a float dtype: ``tf.image.convert_image_dtype`` (scaled to [0, 1]), as
   ``fit`` scales pixels;
@@ -34,7 +34,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from pipelines.tfdata import datapoints as dp
+from transforms.ops.element_spec import LeafSpec, fit, plain_spec
 
 
 def _names(spec: Any, name: str) -> List[str]:
@@ -108,8 +108,8 @@ def caster(stored: Any, requested: Any, with_label: bool) -> Optional[Callable]:
     return cast
 
 
-def _fit(arr: np.ndarray, spec: dp.LeafSpec) -> np.ndarray:
-    out = dp.fit(arr, spec)
+def _fit(arr: np.ndarray, spec: LeafSpec) -> np.ndarray:
+    out = fit(arr, spec)
     return np.asarray(out, dtype=object) if spec.numpy is None else out
 
 
@@ -123,7 +123,7 @@ def _cast(x, stored, wanted):
     if wanted == tf.string or (stored.is_floating and not wanted.is_floating):
         # numpy's text of a float or bool; numpy's float -> integer, which differs from
         # tf.cast out of range (wraps where TensorFlow saturates): fit itself, in numpy
-        spec = dp.plain_spec(tf.TensorSpec(None, wanted))
+        spec = plain_spec(tf.TensorSpec(None, wanted))
         out = tf.numpy_function(lambda arr: _fit(arr, spec), [x], wanted, stateful=False)
         out.set_shape(x.shape)
         return out

@@ -502,11 +502,9 @@ def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
     element spec types them."""
     import tensorflow as tf
 
-    import pipelines.tfdata.dataset
+    from pipelines.tfdata import streamed_load
 
-    monkeypatch.setattr(
-        pipelines.tfdata.dataset, "_CROSSING_BATCH", 4
-    )  # 18 elements: 4 batches + 2
+    monkeypatch.setattr(streamed_load, "CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
     template = "train-{0000..0002}.tar"
 
     def run(ds, **kw):
@@ -589,3 +587,55 @@ def test_empty_lists_stream_item_by_item(tmp_path):
     for d in (inferred, fixed):
         got = [(v.shape, int(label)) for v, label in d.as_numpy_iterator()]
         assert got == [((0,), i) for i in range(70)]
+
+
+@pytest.mark.parametrize(
+    "mode, beam_args, in_memory, shuffle, beam",
+    [
+        (False, ["--runner=FlinkRunner"], True, False, False),  # False: always this process
+        (True, [], True, False, True),  # True: Beam, on the local runner without --runner
+        (True, [], False, False, True),
+        (None, [], True, False, False),  # None, in memory: Beam only for a cluster runner
+        (None, ["--runner=DirectRunner"], True, False, False),
+        (None, ["--runner=FlinkRunner"], True, False, True),
+        (None, [], False, False, False),  # None, written: Beam for any Beam option or shuffle
+        (None, ["--direct_num_workers=2"], False, False, True),
+        (None, [], False, True, True),
+        (None, ["--runner=local"], True, False, False),  # the in-process driver, by name
+        (None, ["--runner", "local"], False, False, False),
+    ],
+)
+def test_where_the_ops_run_follows_the_remote_exec_table(mode, beam_args, in_memory, shuffle, beam):
+    """The table of the module docstring of pipelines/tfdata/dataset.py, row by row."""
+    from pipelines.tfdata.runner_choice import use_beam
+
+    asked = []
+
+    def why_not():
+        asked.append(True)
+        return None
+
+    assert use_beam(mode, beam_args, why_not, in_memory=in_memory, shuffle=shuffle) is beam
+    assert asked == ([True] if beam else [])  # the stages are pickled only to go to Beam
+
+
+@pytest.mark.parametrize(
+    "mode, beam_args, shuffle, says",
+    [
+        (None, ["--runner=local", "--direct_num_workers=2"], False, "takes no Beam options"),
+        (None, ["--runner=local"], True, "cannot shuffle"),
+        (True, ["--runner=local"], False, "is not Beam"),
+    ],
+)
+def test_the_in_process_driver_refuses_what_only_beam_does(mode, beam_args, shuffle, says):
+    from pipelines.tfdata.runner_choice import use_beam
+
+    with pytest.raises(ValueError, match=f"--runner=local, the in-process driver, which {says}"):
+        use_beam(mode, beam_args, lambda: None, shuffle=shuffle)
+
+
+def test_ops_that_cannot_be_pickled_stay_in_this_process_with_a_warning():
+    from pipelines.tfdata.runner_choice import use_beam
+
+    with pytest.warns(RuntimeWarning, match="not on Beam workers: Func cannot be pickled"):
+        assert not use_beam(True, [], lambda: "Func cannot be pickled")

@@ -1,6 +1,6 @@
 """The streamed dataset (``Dataset.load(template)`` without ``path``) converting in local
 worker processes: ops that do real work per record, more than one worker and shard
-(``Dataset.elements``, ``pipelines.tfdata.elements``, ``Pool.elements``)."""
+(``Dataset.elements``, ``transforms.shard_elements``, ``Pool.elements``)."""
 
 import os
 import subprocess

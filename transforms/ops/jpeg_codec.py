@@ -4,11 +4,11 @@ A part of the ``pillow`` image codec (``TAR2TF_IMAGE_CODEC=pillow``; the default
 codec, :mod:`transforms.ops.numpy_codec`, decodes into arrays with ``simplejpeg`` itself),
 opt-in there: ``TAR2TF_JPEG_DECODER=turbo``.  Pillow decodes JPEG with libjpeg-turbo too,
 through its incremental decoder plugin.
-Called bare, TurboJPEG decodes a 500x375 photo in about two thirds of Pillow's time, but
-the path a tar2tf op needs -- Pillow's header parse (format check, EXIF orientation), the
-decode, and the copy into a Pillow image for the resize and encode that follow -- was not
-faster than Pillow's decode on the machine measured (docs/benchmarks.md), so it is off by
-default.
+Called bare, TurboJPEG decodes faster than Pillow, but the path a tar2tf op needs --
+Pillow's header parse (format check, EXIF orientation), the decode, and the copy into a
+Pillow image for the resize and encode that follow -- was not faster than Pillow's decode
+on the machine measured (docs/benchmarks.md, "Costs behind design choices"), so it is off
+by default.
 
 Both use the same settings: accurate integer IDCT (``JDCT_ISLOW``) and "fancy" (smooth)
 chroma upsampling, so the pixels are the same, at full size and in the DCT domain's

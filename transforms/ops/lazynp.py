@@ -1,10 +1,11 @@
 """numpy, imported when first used rather than when tar2tf's modules are.
 
 A shard worker converting JPEGs with Pillow (decode -> resize -> encode) or passing
-records through never needs numpy, whose import is ~45 ms of such a worker's start-up
-(a third of it).  ``np`` stands for the module and imports it at the first attribute
-access (``np.asarray``, ``np.ndarray``...); :func:`is_array` asks whether a value is an
-array without importing anything: while numpy is not imported, no value can be one.
+records through never needs numpy, whose import is a large part of such a worker's
+start-up (docs/benchmarks.md, "Costs behind design choices").  ``np`` stands for the
+module and imports it at the first attribute access (``np.asarray``, ``np.ndarray``...);
+:func:`is_array` asks whether a value is an array without importing anything: while
+numpy is not imported, no value can be one.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ that fits int64 become integers (a longer digit string, such as a 20-digit id, s
 bytes: it is text that happens to be digits, and no int64 feature could hold it); Python
 ints become int32 (int64 if out of range), floats float32, bools bool, lists of numbers
 or of bools arrays; other bytes stay bytes (``tf.string``).  :func:`leaf` gives numpy
-leaves (the in-memory datapoints of ``pipelines.tfdata.datapoints``); the
+leaves (the elements of the streamed ``tf.data`` load); the
 :class:`SelectionStage` writes the same leaves into a converted record as entries
 ``value`` and ``label`` (nested ones as ``value.<name>`` / ``value.<index>``; scalars as
 Python values), which the default encoding stores.
 
 numpy is imported only for values that need it (``transforms.ops.lazynp``): a shard worker
-selecting an image and an integer label never imports it (~50 ms of its start-up).
+selecting an image and an integer label never imports it.
 """
 
 from __future__ import annotations

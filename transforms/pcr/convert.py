@@ -21,6 +21,7 @@ import hashlib
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.pcr.image import DEFAULT_QUALITY, ImageRejected, to_progressive
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr.scan_script import local_file
@@ -30,7 +31,6 @@ from transforms.stores.errors import FetchError
 from transforms.tar.fetch import read_shard
 from transforms.tar.records import ShardCorrupt
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif", "ppm", "pgm", "pbm", "jp2")
 INT32 = range(-(2**31), 2**31)
 
 
@@ -105,7 +105,7 @@ def _pick_image(
 ) -> Tuple[Optional[str], Optional[bytes]]:
     if image_field:
         return image_field, record.get(image_field)
-    for ext in IMAGE_EXTS:
+    for ext in IMAGE_EXTENSIONS:  # the first a record has is its image
         if ext in record:
             return ext, record[ext]
     return None, None
@@ -140,7 +140,7 @@ def tar_items(
                 url,
                 key,
                 "encode",
-                f"no image: record has no {image_field or '/'.join(IMAGE_EXTS)} field",
+                f"no image: record has no {image_field or '/'.join(IMAGE_EXTENSIONS)} field",
             )
             continue
         if label_field not in item:

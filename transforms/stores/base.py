@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import BinaryIO, Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 
@@ -107,6 +107,17 @@ class Store:
         the store keeps none (then a caller that needs it reads the bytes); one metadata
         request where the store answers both at once."""
         return self.size(url), None
+
+    def assemble(
+        self, url: str, ranges: Sequence[Tuple[str, int, int]], crcs: Sequence[Optional[int]]
+    ) -> Optional[str]:
+        """Write the object ``url`` as the concatenation of ``ranges`` (``(source URL,
+        offset, length)``, sources in this store) with the store copying the bytes itself
+        where it can, atomically; return its CRC-32C (8 hex digits).  ``crcs[i]``: the
+        CRC-32C of range ``i`` where the caller knows it, else None (the store reads the
+        range to hash it, or takes the value it keeps).  None: this store does not copy
+        these ranges itself (the caller copies them; ``transforms.stores.copy``)."""
+        return None
 
     def read_bytes(self, url: str) -> bytes:
         with self.open_read(url) as f:

@@ -27,6 +27,7 @@ import os
 import stat
 from typing import BinaryIO, Optional, Tuple
 
+from transforms.stores import traffic
 from transforms.stores.errors import FileChangedError, LocalReadError
 
 BUFFER = 1 << 20
@@ -95,6 +96,7 @@ class LocalFile(io.RawIOBase):
                 self.name, f"at byte {self._pos}: {_what_changed(self._stamp, now)}"
             )
         self._pos += n or 0
+        traffic.add("local", "read", n or 0)
         return n
 
     def readall(self) -> bytes:
@@ -108,6 +110,7 @@ class LocalFile(io.RawIOBase):
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
+            traffic.flush()
         super().close()
 
 

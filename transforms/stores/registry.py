@@ -27,6 +27,7 @@ import shutil
 import uuid
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple
 
+from transforms.stores import traffic
 from transforms.stores.base import Store, StoreConfig, basename, dirname, join, split_url
 from transforms.stores.local_read import open_local
 
@@ -80,7 +81,7 @@ class LocalStore(Store):
         d = os.path.dirname(path) or "."
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, local_temp_name(os.path.basename(path)))
-        f = ParkableFile(tmp)
+        f = ParkableFile(tmp, counted=True)
         try:
             yield f
             f.flush()
@@ -119,8 +120,9 @@ class ParkableFile:
     fill, or for the one thread that makes them durable -- and open descriptors are few
     (1024 by default on Linux, 256 on macOS): a parked file holds none."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, counted: bool = False):
         self.name = path
+        self._counted = counted  # a store's file (traffic counts it), not an upload's spool
         self._f: Optional[BinaryIO] = open(path, "wb", buffering=1 << 20)
         self._pos = 0
         self._closed = False
@@ -134,7 +136,10 @@ class ParkableFile:
         return self._f
 
     def write(self, data) -> int:
-        return self._file().write(data)
+        n = self._file().write(data)
+        if self._counted:
+            traffic.add("local", "write", n)
+        return n
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return self._file().seek(offset, whence)
@@ -161,6 +166,8 @@ class ParkableFile:
         if self._f is not None:
             self._f.close()
             self._f = None
+        if self._counted:
+            traffic.flush()
 
     @property
     def closed(self) -> bool:

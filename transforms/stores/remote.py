@@ -17,6 +17,9 @@ from transforms.stores.retry import RetryPolicy, is_transient, open_resumable, p
 class RemoteStore(Store):
     policy: RetryPolicy
     scheme: str  # "ais", "gs"
+    # the store counts the bytes it downloads itself (transforms.stores.traffic): its
+    # requests fetch whole chunks, more than a read that stops early hands out
+    counts_reads = False
 
     @classmethod
     def _split(cls, url: str) -> Tuple[str, str]:
@@ -60,7 +63,7 @@ class RemoteStore(Store):
     def _open_resumable(self, url: str, open_at):
         """A resumable reader over ``open_at(offset)``, with its first request made now so
         that 404/403 surface here (as fetch rejects), not at the first read."""
-        reader = open_resumable(open_at, self.policy, url)
+        reader = open_resumable(open_at, self.policy, url, count=not self.counts_reads)
         try:
             reader.raw.open()
         except BaseException:

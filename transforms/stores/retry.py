@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 import tenacity
 
+from transforms.stores import traffic
 from transforms.stores.errors import FetchError, ObjectChangedError
 
 log = logging.getLogger("tar2tf.retry")
@@ -248,9 +249,11 @@ class ResumableReader(io.RawIOBase):
     position; the bytes returned across reopenings are exactly the object's bytes once.
     """
 
-    def __init__(self, open_at: Opener, policy: RetryPolicy, name: str):
+    def __init__(self, open_at: Opener, policy: RetryPolicy, name: str, count: bool = True):
         super().__init__()
         self._open_at, self._policy, self.name = open_at, policy, name
+        # traffic counts the bytes handed out, unless the store counts what it downloads
+        self._scheme = traffic.scheme_of(name) if count else None
         self._stream = None
         self._pos = 0
         self._end: Optional[int] = None  # where the current stream should stop (None: its EOF)
@@ -312,6 +315,7 @@ class ResumableReader(io.RawIOBase):
 
     def close(self) -> None:
         self._drop()
+        traffic.flush()
         with _readers_lock:
             _open_readers.discard(self)
         super().close()
@@ -392,6 +396,8 @@ class ResumableReader(io.RawIOBase):
                 n = len(data)
                 view[:n] = data
                 self._pos += n
+                if self._scheme is not None:
+                    traffic.add(self._scheme, "read", n)
                 return n
             # EOF of this stream (or one that interrupt() aborted)
             self._check_interrupted()
@@ -412,10 +418,10 @@ class ResumableReader(io.RawIOBase):
 
 
 def open_resumable(
-    open_at: Opener, policy: RetryPolicy, name: str, buffer_size: int = 1 << 20
+    open_at: Opener, policy: RetryPolicy, name: str, buffer_size: int = 1 << 20, count: bool = True
 ) -> io.BufferedReader:
     """A buffered, seekable binary file over :class:`ResumableReader`."""
-    return io.BufferedReader(ResumableReader(open_at, policy, name), buffer_size=buffer_size)
+    return io.BufferedReader(ResumableReader(open_at, policy, name, count), buffer_size=buffer_size)
 
 
 def iter_pages(

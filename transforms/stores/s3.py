@@ -18,6 +18,12 @@
   multipart upload whose parts are retried one by one and which is completed only after
   every part is in -- S3 shows an object only then.  A failed multipart upload is aborted,
   so no parts are left behind (and billed).
+* Final shards assembled from pieces (:meth:`S3Store.assemble`): a multipart upload whose
+  parts are ``UploadPartCopy`` requests with a ``CopySourceRange``, so the server copies
+  piece bytes without tar2tf downloading and uploading them.  Parts but the last must be
+  >= 5 MiB: ranges smaller than that are downloaded and sent as ordinary parts
+  (``transforms.stores.copy.plan_parts``).  A copied range whose CRC-32C the caller does
+  not know (a part of a piece) is downloaded once to hash it, never uploaded.
 
 botocore's own retries are switched off (one attempt) so that ``transforms.stores.retry`` alone
 decides what is retried and for how long.
@@ -28,17 +34,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
-from transforms.stores.base import StoreConfig
+from transforms.stores import copy as store_copy
+from transforms.stores import traffic
+from transforms.stores.base import StoreConfig, split_url
 from transforms.stores.remote import RemoteStore
-from transforms.stores.retry import ObjectChangedError, RetryPolicy, iter_pages
+from transforms.stores.retry import ObjectChangedError, RetryPolicy, ShortBodyError, iter_pages
 from transforms.stores.upload import spooled_upload
 
 log = logging.getLogger("tar2tf.s3")
 MULTIPART_AT = 64 << 20  # objects from this size go up in parts
 PART_SIZE = 16 << 20  # S3 wants parts of >= 5 MiB (but the last) and <= 10000 parts
 MAX_PARTS = 10_000
+MIN_PART = 5 << 20  # S3's smallest part but the last
+MAX_COPY_PART = 5 << 30  # S3's largest part (and UploadPartCopy range)
 
 
 def _status(exc: BaseException) -> Optional[int]:
@@ -226,17 +236,140 @@ class S3Store(RemoteStore):
                 ),
             )
         except BaseException:
-            try:
-                self._call(
-                    url,
-                    "abort upload",
-                    lambda: self.client.abort_multipart_upload(
-                        Bucket=bucket, Key=key, UploadId=upload_id
-                    ),
-                )
-            except Exception as e:
-                log.warning("could not abort the multipart upload of %s: %s", url, e)
+            self._abort(url, bucket, key, upload_id)
             raise
+
+    def assemble(
+        self, url: str, ranges: Sequence[Tuple[str, int, int]], crcs: Sequence[Optional[int]]
+    ) -> Optional[str]:
+        """The object ``url`` as the concatenation of ``ranges`` of other objects of this
+        store, with server-side part copies where the part-size rules allow; its CRC-32C.
+        None (the caller copies) when no part could be copied by the server."""
+        from transforms.tfrecord import digests
+
+        if not store_copy.enabled() or any(split_url(r[0])[0] != "s3" for r in ranges):
+            return None
+        parts = store_copy.plan_parts(ranges, MIN_PART, MAX_COPY_PART)
+        copied = sum(p.length for p in parts if p.copy)
+        if copied < MIN_PART or len(parts) > MAX_PARTS:
+            return None  # a small shard: one PUT costs less than a multipart upload
+        known = {tuple(r): c for r, c in zip(ranges, crcs) if c is not None}
+        seen: dict = {}  # ranges downloaded for an uploaded part -> their CRC-32C
+        bucket, key = self._key(url)
+        upload_id = self._call(
+            url,
+            "start upload",
+            lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"],
+        )
+        try:
+            done: List[dict] = []
+            crc = 0
+            for n, part in enumerate(parts, 1):
+                if part.copy:
+                    src, off, length = part.copy
+                    src_bucket, src_key = self._key(src)
+                    etag = self._call(
+                        url,
+                        f"copy part {n}",
+                        lambda n=n, sb=src_bucket, sk=src_key, off=off, length=length: (
+                            self.client.upload_part_copy(
+                                Bucket=bucket,
+                                Key=key,
+                                UploadId=upload_id,
+                                PartNumber=n,
+                                CopySource={"Bucket": sb, "Key": sk},
+                                CopySourceRange=f"bytes={off}-{off + length - 1}",
+                            )["CopyPartResult"]["ETag"]
+                        ),
+                    )
+                    traffic.add("s3", "copy", length)
+                    part_crc = known.get(part.copy)
+                    if part_crc is None:
+                        part_crc = _suffix_crc(part.copy, known, seen)
+                    if part_crc is None:
+                        part_crc = digests.crc32c_of(self._hash_range(src, off, length))
+                else:
+                    chunks, part_crc = [], 0
+                    for r in part.ranges:
+                        chunks.append(self._read_range(*r))
+                        seen[r] = digests.crc32c_of(_crc(chunks[-1]))
+                        part_crc = digests.crc32c_combine(part_crc, seen[r], r[2])
+                    data = b"".join(chunks)
+                    length = len(data)
+                    etag = self._call(
+                        url,
+                        f"upload part {n}",
+                        lambda n=n, data=data: self.client.upload_part(
+                            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data
+                        )["ETag"],
+                    )
+                    traffic.add("s3", "write", length)
+                done.append({"PartNumber": n, "ETag": etag})
+                crc = digests.crc32c_combine(crc, part_crc, length)
+            self._call(
+                url,
+                "complete upload",
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
+                ),
+            )
+        except BaseException:
+            self._abort(url, bucket, key, upload_id)
+            raise
+        finally:
+            traffic.flush()
+        return f"{crc:08x}"
+
+    def _get_range(self, url: str, offset: int, length: int, sink) -> None:
+        """Hand ``length`` bytes at ``offset`` of ``url`` to ``sink``, with one GET of
+        exactly that range (an open-ended read would have the server send the rest of the
+        piece); a fault resumes from the last byte handed over."""
+        bucket, key = self._key(url)
+        end = offset + length
+        pos = [offset]
+
+        def attempt() -> None:
+            with self._errors(url):
+                res = self.client.get_object(
+                    Bucket=bucket, Key=key, Range=f"bytes={pos[0]}-{end - 1}"
+                )
+            body = _Body(res["Body"])
+            try:
+                while pos[0] < end:
+                    chunk = body.read(min(1 << 20, end - pos[0]))
+                    if not chunk:
+                        raise ShortBodyError(f"{url}: body ended at byte {pos[0]} of {end}")
+                    sink(chunk)
+                    traffic.add("s3", "read", len(chunk))
+                    pos[0] += len(chunk)
+            finally:
+                body.close()
+
+        if length:
+            self.policy.call(attempt, f"read {url}")
+
+    def _read_range(self, url: str, offset: int, length: int) -> bytes:
+        chunks: List[bytes] = []
+        self._get_range(url, offset, length, chunks.append)
+        return b"".join(chunks)
+
+    def _hash_range(self, url: str, offset: int, length: int):
+        """A running CRC-32C of ``length`` bytes at ``offset`` of ``url`` (downloaded)."""
+        digest = _crc(b"")
+        self._get_range(url, offset, length, digest.update)
+        return digest
+
+    def _abort(self, url: str, bucket: str, key: str, upload_id: str) -> None:
+        try:
+            self._call(
+                url,
+                "abort upload",
+                lambda: self.client.abort_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id
+                ),
+            )
+        except Exception as e:
+            log.warning("could not abort the multipart upload of %s: %s", url, e)
 
     def _head(self, url: str):
         bucket, key = self._key(url)
@@ -258,6 +391,29 @@ class S3Store(RemoteStore):
 
     def size(self, url: str) -> int:
         return int(self._head(url)["ContentLength"])
+
+
+def _suffix_crc(rng, known: dict, seen: dict) -> Optional[int]:
+    """The CRC-32C of ``rng`` when it is the rest of a range whose CRC-32C is known after
+    a head that was downloaded (a small part before it took that head): crc(whole) =
+    combine(crc(head), crc(rest)), and combine is linear, so crc(rest) = crc(whole) xor
+    combine(crc(head), 0, len(rest)).  None otherwise (the range is read to hash it)."""
+    from transforms.tfrecord import digests
+
+    url, off, n = rng
+    for (u, o0, n0), c in known.items():
+        head = (u, o0, off - o0)
+        if u == url and o0 < off and o0 + n0 == off + n and head in seen:
+            return c ^ digests.crc32c_combine(seen[head], 0, n)
+    return None
+
+
+def _crc(data: bytes):
+    from transforms.tfrecord import digests
+
+    d = digests.new("crc32c")
+    d.update(data)
+    return d
 
 
 def _redirect_hint(url: str, status: int, code: str) -> str:

@@ -23,7 +23,7 @@ import tempfile
 from typing import BinaryIO, Callable, Iterator
 
 from transforms.sizes import parse_size
-from transforms.stores import ParkableFile
+from transforms.stores import ParkableFile, traffic
 from transforms.stores.retry import RetryPolicy
 
 SPOOL_DIR_ENV = "TAR2TF_SPOOL_DIR"
@@ -61,6 +61,8 @@ def spooled_upload(
         f.close()
         size = os.path.getsize(path)
         policy.call(lambda: upload(path, size), f"upload {url}")
+        traffic.add(traffic.scheme_of(url), "write", size)
+        traffic.flush()
     finally:
         f.close()
         with contextlib.suppress(FileNotFoundError):

@@ -1,14 +1,14 @@
 """A sequential tar reader for streams: member headers and member bytes, in order.
 
-Why not :mod:`tarfile`: in stream mode (``r|``) it costs about 30 us per member on the
-benchmark machine (it re-buffers every 10 KB block through bytes concatenation and builds
-a ``TarInfo`` with all of its post-processing), i.e. ~60 us per image + label record, the
-largest CPU cost of a passthrough conversion, and all of it under the GIL.  Converting
-needs far less: each member's name, size and type, then its bytes.  This reader parses the
-headers every common writer produces -- POSIX ustar (with its name prefix), GNU (``L``
-long names), pax (``x`` extended headers: ``path``, ``size``; ``g`` global headers are
-skipped), base-256 sizes -- checks every header's checksum like tarfile does, and reads
-member bytes straight from the buffered stream: ~6 us per member.  The grouping tests
+Why not :mod:`tarfile`: in stream mode (``r|``) it re-buffers every 10 KB block through
+bytes concatenation and builds a ``TarInfo`` with all of its post-processing for every
+member, the largest CPU cost of a passthrough conversion, and all of it under the GIL
+(docs/benchmarks.md, "Costs behind design choices").  Converting needs far less: each
+member's name, size and type, then its bytes.  This reader parses the headers every common
+writer produces -- POSIX ustar (with its name prefix), GNU (``L`` long names), pax (``x``
+extended headers: ``path``, ``size``; ``g`` global headers are skipped), base-256 sizes --
+checks every header's checksum like tarfile does, and reads member bytes straight from the
+buffered stream.  The grouping tests
 compare its records with WebDataset's own tar reader on GNU, pax and ``tar -c`` archives.
 
 Members that are not regular files (directories, links, devices, GNU sparse files) are

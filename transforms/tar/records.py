@@ -53,7 +53,7 @@ from transforms.stores.errors import (
     LocalReadError,
     ObjectChangedError,
 )
-from transforms.tar.reader import TarStream
+from transforms.tar.reader import Member, TarStream
 
 DEFAULT_MAX_MEMBER_SIZE = 256 * 1000 * 1000
 # A record holds all of its members in memory until it is converted, so this bounds what
@@ -192,6 +192,15 @@ class _Group:
         return freed
 
 
+class _StreamBroke(Exception):
+    """The stream failed while the header of the next member (``member`` None) or the data
+    of ``member`` was read: ``error`` is what the reader raised."""
+
+    def __init__(self, error: BaseException, member: Optional[str] = None):
+        super().__init__(error)
+        self.error, self.member = error, member
+
+
 def iter_records(
     stream: BinaryIO,
     shard: str,
@@ -215,252 +224,39 @@ def iter_records(
     go over makes the oldest other open records leave the window first.  So the records
     this reader holds never exceed ``max_record_size`` bytes, whatever the input.  None:
     :data:`DEFAULT_MAX_RECORD_SIZE`, or ``max_member_size`` if that is larger.
+
+    The stream goes through three steps: :func:`_members` (the tar's record members),
+    :class:`_Grouping` (members -> records), then :func:`_after_the_end` (what follows
+    the end-of-archive marker).  Wherever the stream breaks, :func:`_broken` says what
+    the record being read and the shard become.
     """
     if max_record_size is None:
         max_record_size = max(DEFAULT_MAX_RECORD_SIZE, max_member_size)
     stats = stats if stats is not None else TarStats()
-    window = max(1, int(group_window))
-    emitted = set()
-    pending: "OrderedDict[str, _Group]" = OrderedDict()
-    held = 0  # bytes of the members the open records hold: at most max_record_size
-    last_dup: Optional[str] = None
-    last_long: Optional[str] = None  # the too-long key rejected last (its members come together)
-    directory = None
-
-    def take(key: str) -> _Group:
-        """Close the open record ``key``: it leaves the window."""
-        nonlocal held
-        g = pending.pop(key)
-        held -= g.size
-        emitted.add(key)
-        return g
-
-    def finish(g: _Group):
-        if g.problem:
-            return Reject(shard, g.key, "tar", g.problem)
-        rec: Record = {KEY: g.key, SHARD: shard}
-        rec.update(g.entries)
-        return rec
-
-    def flush(keep: int):
-        while len(pending) > keep:
-            yield finish(take(next(iter(pending))))
-
-    current: Optional[str] = None  # key of the record whose member was read last
     try:
         stream, source = _open_stream(stream)
         tar = TarStream(stream)
     except _STREAM_ERRORS as e:
-        broke = _fetch_broke(e)
-        if broke:
-            yield Reject(shard, None, "fetch", broke, counts_record=False)
-        else:
-            yield Reject(
-                shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False
-            )
+        yield _unreadable(shard, e)
         return
-    while True:
-        try:
-            member = tar.next()
-        except _STREAM_ERRORS as e:
-            broke = _fetch_broke(e)
-            if stats.members == 0 and not broke:  # the first header: this is not a tar at all
-                yield Reject(
-                    shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False
-                )
-                return
-            # Damage (or a failed read) while reading a header: the record read last may
-            # have lost later members, so it is rejected; the other open records are complete.
-            if current is not None and current in pending:
-                take(current)
-                if broke:
-                    yield Reject(
-                        shard, current, "fetch", f"{broke}; the read broke after this record"
-                    )
-                else:
-                    yield Reject(
-                        shard,
-                        current,
-                        "tar",
-                        f"truncated shard: the stream broke after this record ({_describe(e)})",
-                    )
-            yield from flush(0)
-            if broke:
-                yield Reject(
-                    shard,
-                    None,
-                    "fetch",
-                    f"{broke}; the read broke after {stats.members} members, "
-                    "the records before them are kept",
-                    counts_record=False,
-                )
-                return
-            if _is_integrity_error(e):
-                yield ShardCorrupt(
-                    shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False
-                )
-                return
-            yield Reject(
-                shard,
-                None,
-                "tar",
-                f"truncated or corrupt archive after {stats.members} members: {_describe(e)}",
-                counts_record=False,
-            )
+    grouping = _Grouping(shard, stats, group_window, max_member_size, max_record_size)
+    try:
+        yield from grouping.records(_members(tar, stats), tar)
+    except _StreamBroke as b:
+        if b.member is None and stats.members == 0 and not _fetch_broke(b.error):
+            yield _unreadable(shard, b.error)  # the first header: this is not a tar at all
             return
-        if member is None:
-            break
-        stats.members += 1
-        parsed = split_key(member.name) if member.isreg() or member.islink() else None
-        if parsed is None:
-            stats.skipped_members += 1
-            continue
-        key, ext = parsed
-        if len(key) > MAX_KEY_LENGTH:
-            # the reject names the key by its start: it is not kept whole anywhere
-            if key != last_long:
-                yield Reject(
-                    shard,
-                    f"{key[:200]}...",
-                    "tar",
-                    f"key too long: {len(key)} characters > {MAX_KEY_LENGTH} (member {member.name[:200]}...)",
-                )
-            last_long, current = key, None
-            continue
-        last_long = None
-        new_dir = key.rpartition("/")[0]
-        if new_dir != directory:
-            yield from flush(0)
-            directory = new_dir
-        group = pending.get(key)
-        if group is None:
-            if key in emitted:
-                if key != last_dup:
-                    yield Reject(
-                        shard,
-                        key,
-                        "tar",
-                        f"duplicate key: {key!r} appears again, not with its first members",
-                    )
-                last_dup = key
-                stats.duplicate_members += 1
-                continue
-            group = pending[key] = _Group(key)
-            last_dup = None
-            yield from flush(window)
-        current = key
-        if is_internal_name(ext):
-            # as an entry it would overwrite the record's own field (its key, its shard...)
-            # with bytes, which no later stage expects
-            held -= group.reject(
-                f"member named like an internal field: {member.name} (extensions of the "
-                f"form __name__, such as {KEY} and {SHARD}, are the record's own fields)"
-            )
-            continue
-        if member.islink():
-            # GNU tar stores the second name of a hard link as a link entry without data.
-            # Following it would mean keeping every earlier member's bytes (the target may
-            # be anywhere before it in the shard), so the record is rejected instead of
-            # being written without that member.
-            kind = "hard link" if member.type == b"1" else "symbolic link"
-            held -= group.reject(
-                f"{kind} member {member.name} -> {member.linkname}: links are not followed"
-            )
-            continue
-        if member.size == 0:
-            held -= group.reject(f"zero-length member: {member.name}")
-            continue
-        if member.size > max_member_size:
-            held -= group.reject(
-                f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}"
-            )
-            continue
-        if ext in group.entries:
-            # the key starts over inside the window: the first record stands, this
-            # second appearance is the duplicate
-            if last_dup != key:
-                yield Reject(
-                    shard, key, "tar", f"duplicate key: {member.name} repeats '.{ext}' of {key!r}"
-                )
-            last_dup = key
-            stats.duplicate_members += 1
-            continue
-        if not group.problem and group.size + member.size > max_record_size:
-            held -= group.reject(
-                f"record too large: {key!r} is over max-record-size {max_record_size} bytes "
-                f"with member {member.name} ({group.size} + {member.size} bytes)"
-            )
-        if group.problem:  # the record is rejected anyway: its bytes are not read
-            group.entries[ext] = None
-            continue
-        while held + member.size > max_record_size:
-            # the open records together stay within max_record_size: the oldest others leave
-            # the window (the record this member joins fits on its own, checked above)
-            yield finish(take(next(k for k in pending if k != key)))
-        try:
-            data = tar.read(member)
-        except _STREAM_ERRORS as e:
-            take(key)
-            broke = _fetch_broke(e)
-            if broke:
-                yield Reject(shard, key, "fetch", f"{broke}; member {member.name} is incomplete")
-                yield from flush(0)
-                yield Reject(
-                    shard,
-                    None,
-                    "fetch",
-                    f"{broke}; the read broke inside member {member.name}, "
-                    "the records before it are kept",
-                    counts_record=False,
-                )
-                return
-            if _is_integrity_error(e):
-                # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and
-                # failed its CRC: as on the header path, nothing of the shard is trusted
-                yield Reject(
-                    shard,
-                    key,
-                    "tar",
-                    f"corrupt shard: reading member {member.name} failed the gzip check ({_describe(e)})",
-                )
-                yield from flush(0)
-                yield ShardCorrupt(
-                    shard, None, "tar", f"corrupt gzip: {_describe(e)}", counts_record=False
-                )
-                return
-            yield Reject(
-                shard,
-                key,
-                "tar",
-                f"truncated shard: member {member.name} is incomplete ({_describe(e)})",
-            )
-            yield from flush(0)
-            yield Reject(
-                shard,
-                None,
-                "tar",
-                f"truncated or corrupt archive inside member {member.name}: {_describe(e)}",
-                counts_record=False,
-            )
-            return
-        stats.member_bytes += len(data)
-        group.entries[ext] = data
-        group.size += len(data)
-        held += len(data)
+        stage, reason, shard_reject = _broken(b, shard, stats.members)
+        yield from grouping.close(stage, reason)
+        yield shard_reject
+        return
     if stats.members and not tar.ended:
         # The stream stopped exactly at a member boundary, without the zero blocks that end
         # every tar: a shard cut short (a partial download or copy).  The record read last
         # may have lost members that came after the cut, so it is rejected like any record
         # at a truncation point; the shard-level reject says what happened.
-        if current is not None and current in pending:
-            take(current)
-            yield Reject(
-                shard,
-                current,
-                "tar",
-                "truncated shard: the archive ends after this record without its end marker",
-            )
-        yield from flush(0)
+        reason = "truncated shard: the archive ends after this record without its end marker"
+        yield from grouping.close("tar", reason)
         yield Reject(
             shard,
             None,
@@ -470,10 +266,244 @@ def iter_records(
             counts_record=False,
         )
         return
-    yield from flush(0)
+    yield from grouping.close()
     if source is not None:
         source.stop_after(AFTER_END_COMPRESSED)
     yield from _after_the_end(stream, tar.offset, shard)
+
+
+def _members(tar: TarStream, stats: TarStats) -> Iterator[Tuple[Member, str, str]]:
+    """The members of ``tar`` that can belong to a record, as (member, key, extension):
+    files and links with an extension.  Others (directories, devices, no extension) are
+    counted as skipped.  A stream that fails while a header is read raises
+    :class:`_StreamBroke`."""
+    while True:
+        try:
+            member = tar.next()
+        except _STREAM_ERRORS as e:
+            raise _StreamBroke(e) from e
+        if member is None:
+            return
+        stats.members += 1
+        parsed = split_key(member.name) if member.isreg() or member.islink() else None
+        if parsed is None:
+            stats.skipped_members += 1
+            continue
+        yield member, parsed[0], parsed[1]
+
+
+class _Grouping:
+    """Members -> records: the open records of the window, and what was emitted."""
+
+    def __init__(
+        self, shard: str, stats: TarStats, window: int, max_member_size: int, max_record: int
+    ):
+        self.shard, self.stats = shard, stats
+        self.window = max(1, int(window))
+        self.max_member, self.max_record = max_member_size, max_record
+        self.emitted: set = set()
+        self.pending: "OrderedDict[str, _Group]" = OrderedDict()
+        self.held = 0  # bytes of the members the open records hold: at most max_record
+        self.last_dup: Optional[str] = None
+        self.last_long: Optional[str] = (
+            None  # the too-long key rejected last (its members come together)
+        )
+        self.directory: Optional[str] = None
+        self.current: Optional[str] = None  # key of the record whose member was read last
+
+    def records(
+        self, members: Iterator[Tuple[Member, str, str]], tar: TarStream
+    ) -> Iterator[Union[Record, Reject]]:
+        """The records and rejects of ``members``, except the records still open at their
+        end (:meth:`close`).  A stream that fails while a member's data is read raises
+        :class:`_StreamBroke`."""
+        for member, key, ext in members:
+            if len(key) > MAX_KEY_LENGTH:
+                # the reject names the key by its start: it is not kept whole anywhere
+                if key != self.last_long:
+                    yield Reject(
+                        self.shard,
+                        f"{key[:200]}...",
+                        "tar",
+                        f"key too long: {len(key)} characters > {MAX_KEY_LENGTH} (member {member.name[:200]}...)",
+                    )
+                self.last_long, self.current = key, None
+                continue
+            self.last_long = None
+            group = yield from self._open(key)
+            if group is None:
+                continue
+            self.current = key
+            yield from self._add(group, member, ext, tar)
+
+    def close(self, stage: str = "", reason: str = "") -> Iterator[Union[Record, Reject]]:
+        """Emit the open records.  With a ``reason`` (the stream broke after the record read
+        last, which may have lost members), that record is rejected with it instead."""
+        if reason and self.current is not None and self.current in self.pending:
+            self._take(self.current)
+            yield Reject(self.shard, self.current, stage, reason)
+        yield from self._flush(0)
+
+    def _open(self, key: str) -> Iterator[Reject]:
+        """The open record ``key`` (opened if new; others leave the window as it fills),
+        or None for a duplicate of an emitted record.  A generator: what leaves the
+        window is yielded; the record is its return value."""
+        new_dir = key.rpartition("/")[0]
+        if new_dir != self.directory:
+            yield from self._flush(0)
+            self.directory = new_dir
+        group = self.pending.get(key)
+        if group is not None:
+            return group
+        if key in self.emitted:
+            if key != self.last_dup:
+                yield Reject(
+                    self.shard,
+                    key,
+                    "tar",
+                    f"duplicate key: {key!r} appears again, not with its first members",
+                )
+            self.last_dup = key
+            self.stats.duplicate_members += 1
+            return None
+        group = self.pending[key] = _Group(key)
+        self.last_dup = None
+        yield from self._flush(self.window)
+        return group
+
+    def _add(self, group: _Group, member: Member, ext: str, tar: TarStream) -> Iterator[Record]:
+        """Add ``member`` to its open record, reading its bytes unless the record is
+        rejected (by this member or before)."""
+        problem = _member_problem(member, ext, self.max_member)
+        if problem:
+            self.held -= group.reject(problem)
+            return
+        if ext in group.entries:
+            # the key starts over inside the window: the first record stands, this
+            # second appearance is the duplicate
+            if self.last_dup != group.key:
+                yield Reject(
+                    self.shard,
+                    group.key,
+                    "tar",
+                    f"duplicate key: {member.name} repeats '.{ext}' of {group.key!r}",
+                )
+            self.last_dup = group.key
+            self.stats.duplicate_members += 1
+            return
+        if not group.problem and group.size + member.size > self.max_record:
+            self.held -= group.reject(
+                f"record too large: {group.key!r} is over max-record-size {self.max_record} bytes "
+                f"with member {member.name} ({group.size} + {member.size} bytes)"
+            )
+        if group.problem:  # the record is rejected anyway: its bytes are not read
+            group.entries[ext] = None
+            return
+        while self.held + member.size > self.max_record:
+            # the open records together stay within max_record: the oldest others leave
+            # the window (the record this member joins fits on its own, checked above)
+            yield self._finish(self._take(next(k for k in self.pending if k != group.key)))
+        try:
+            data = tar.read(member)
+        except _STREAM_ERRORS as e:
+            raise _StreamBroke(e, member.name) from e
+        self.stats.member_bytes += len(data)
+        group.entries[ext] = data
+        group.size += len(data)
+        self.held += len(data)
+
+    def _take(self, key: str) -> _Group:
+        """Close the open record ``key``: it leaves the window."""
+        g = self.pending.pop(key)
+        self.held -= g.size
+        self.emitted.add(key)
+        return g
+
+    def _finish(self, g: _Group) -> Union[Record, Reject]:
+        if g.problem:
+            return Reject(self.shard, g.key, "tar", g.problem)
+        rec: Record = {KEY: g.key, SHARD: self.shard}
+        rec.update(g.entries)
+        return rec
+
+    def _flush(self, keep: int) -> Iterator[Union[Record, Reject]]:
+        while len(self.pending) > keep:
+            yield self._finish(self._take(next(iter(self.pending))))
+
+
+def _member_problem(member: Member, ext: str, max_member_size: int) -> Optional[str]:
+    """Why ``member`` rejects its record whatever the rest of it holds, or None."""
+    if is_internal_name(ext):
+        # as an entry it would overwrite the record's own field (its key, its shard...)
+        # with bytes, which no later stage expects
+        return (
+            f"member named like an internal field: {member.name} (extensions of the "
+            f"form __name__, such as {KEY} and {SHARD}, are the record's own fields)"
+        )
+    if member.islink():
+        # GNU tar stores the second name of a hard link as a link entry without data.
+        # Following it would mean keeping every earlier member's bytes (the target may
+        # be anywhere before it in the shard), so the record is rejected instead of
+        # being written without that member.
+        kind = "hard link" if member.type == b"1" else "symbolic link"
+        return f"{kind} member {member.name} -> {member.linkname}: links are not followed"
+    if member.size == 0:
+        return f"zero-length member: {member.name}"
+    if member.size > max_member_size:
+        return f"member too large: {member.name} is {member.size} bytes > max-member-size {max_member_size}"
+    return None
+
+
+def _unreadable(shard: str, e: BaseException) -> Reject:
+    """The shard-level reject of a stream that fails before its first member."""
+    broke = _fetch_broke(e)
+    if broke:
+        return Reject(shard, None, "fetch", broke, counts_record=False)
+    return Reject(shard, None, "tar", f"not a tar archive: {_describe(e)}", counts_record=False)
+
+
+def _broken(b: _StreamBroke, shard: str, members: int) -> Tuple[str, str, Reject]:
+    """A stream that broke after ``members`` members, in a header or inside member
+    ``b.member``: the stage and reason of the reject of the record read last (it may have
+    lost members), and the shard-level reject.  The records before it are complete.  A
+    failed read is a ``fetch`` reject; a gzip check that fails is a :class:`ShardCorrupt`
+    (nothing of the shard is trusted); any other damage is a truncated or corrupt tar."""
+    e, name = b.error, b.member
+    broke, what = _fetch_broke(e), _describe(e)
+    if broke:
+        if name is None:
+            reason = f"{broke}; the read broke after this record"
+            where = f"after {members} members, the records before them are kept"
+        else:
+            reason = f"{broke}; member {name} is incomplete"
+            where = f"inside member {name}, the records before it are kept"
+        return (
+            "fetch",
+            reason,
+            Reject(shard, None, "fetch", f"{broke}; the read broke {where}", counts_record=False),
+        )
+    if name is None:
+        reason = f"truncated shard: the stream broke after this record ({what})"
+    elif _is_integrity_error(e):
+        # a gzip member (bgzip, `cat a.gz b.gz`) ended inside this tar member and failed
+        # its CRC: as on the header path, nothing of the shard is trusted
+        reason = f"corrupt shard: reading member {name} failed the gzip check ({what})"
+    else:
+        reason = f"truncated shard: member {name} is incomplete ({what})"
+    if _is_integrity_error(e):
+        return (
+            "tar",
+            reason,
+            ShardCorrupt(shard, None, "tar", f"corrupt gzip: {what}", counts_record=False),
+        )
+    where = f"after {members} members" if name is None else f"inside member {name}"
+    return (
+        "tar",
+        reason,
+        Reject(
+            shard, None, "tar", f"truncated or corrupt archive {where}: {what}", counts_record=False
+        ),
+    )
 
 
 def _after_the_end(stream: BinaryIO, offset: int, shard: str) -> Iterator[Reject]:

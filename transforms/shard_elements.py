@@ -1,7 +1,7 @@
 """One input shard -> the elements of the streamed ``tf.data.Dataset`` (numpy values).
 
 The per-shard work of ``Dataset.load(template)`` without ``path``, kept free of Beam and
-TensorFlow so that it runs on the caller's threads (``pipelines.tfdata.dataset``) and in the
+TensorFlow so that it runs on the caller's threads (``pipelines.tfdata``) and in the
 local worker processes of ``pipelines.local.pool`` alike.  Every count goes to
 ``note(what, reject=None)``: ``note("records_read")``, ``note("records_yielded")``,
 ``note("records_filtered")``, or ``note("", reject)`` for a rejected record or shard (a
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional
 
-from pipelines.tfdata import datapoints as dp
+from transforms.ops.element_spec import fit, plain_spec
 from transforms.ops.leaves import datapoint
 from transforms.ops.stages import FILTERED, Stages
-from transforms.records import KEY, Reject, is_reject
+from transforms.records import ELEMENT, KEY, Reject, is_reject
 from transforms.stores import StoreConfig
 from transforms.tar.fetch import read_shard
 from transforms.tar.records import ShardCorrupt
@@ -29,8 +29,8 @@ class ElementStage:
 
     def __init__(self, sels, spec=None, strict: bool = False):
         # plain leaves: the stage pickles into worker processes without TensorFlow
-        self.sels, self.spec = sels, None if spec is None else dp.plain_spec(spec)
-        self.strict = strict  # the dtypes were inferred: a value must fit them (dp.fit)
+        self.sels, self.spec = sels, None if spec is None else plain_spec(spec)
+        self.strict = strict  # the dtypes were inferred: a value must fit them (fit)
         self.light = all(
             getattr(s, "light", False) for s in sels
         )  # see transforms.ops.base.Op.light
@@ -39,7 +39,7 @@ class ElementStage:
         el = datapoint(self.sels, record)
         return {
             KEY: record.get(KEY),
-            "__element__": el if self.spec is None else dp.fit(el, self.spec, self.strict),
+            ELEMENT: el if self.spec is None else fit(el, self.spec, self.strict),
         }
 
     def describe(self):
@@ -50,7 +50,7 @@ def shard_elements(
     url: str, store: Optional[StoreConfig], max_member: int, stages: Stages, note: Note
 ) -> Iterator[Any]:
     """The elements of the records of ``url`` that pass ``stages`` (whose last sample stage
-    puts the element under ``"__element__"``), in shard order."""
+    puts the element under :data:`~transforms.records.ELEMENT`), in shard order."""
     for item in read_shard(url, store, max_member):
         if isinstance(item, ShardCorrupt) or is_reject(item):
             note("", item)
@@ -63,7 +63,7 @@ def shard_elements(
             note("", out)
         else:
             note("records_yielded")
-            yield out["__element__"]
+            yield out[ELEMENT]
 
 
 def describe(reject: Reject) -> str:

@@ -1,0 +1,138 @@
+"""``Dataset.load(path=...)``: the conversion job that writes a load's TFRecords (and,
+with ``tfds=True``, their TensorFlow Datasets metadata), on Beam or the in-process driver
+(:mod:`pipelines.tfdata.runner_choice`).
+
+A written load stores its selections as the ``value``/``label`` entries the record parsers
+read back; the default image is stored as uint8 (:mod:`pipelines.tfdata.arguments`).
+``path`` is a file name, a template, or the original API's iterable (or generator
+function) of names (:mod:`pipelines.tfdata.pathgen`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+
+from pipelines.beam import options as opts
+from pipelines.tfdata import arguments, runner_choice
+from pipelines.tfdata.pathgen import run_with_path_generator
+from transforms.ops import leaves
+from transforms.ops.selection_names import through_selections
+
+log = logging.getLogger("tar2tf")
+
+
+def config(ds, template, output, record_to_example, max_shard_size, options, stored=True):
+    """The ``ConvertConfig`` of a load of ``ds`` written to ``output``; ``stored=False``:
+    the selections as the streamed load gives them (the remote load reads them back)."""
+    from pipelines.job.config import ConvertConfig
+
+    sels = arguments.stored_selections(ds) if stored else ds.selections
+    # read back by the remote load (stored=False), a single bool must say it is one
+    stages = (
+        list(ds.sample_stages) + list(ds.conversions) + [leaves.selection_stage(sels, not stored)]
+    )
+    if record_to_example is not None:
+        # as in the original API, record_to_example sees the raw converted record
+        stages = stages[:-1]
+    elif options.get("type_map"):
+        # type_map names the record's entries; the selections store them as value/label
+        options = dict(options, type_map=through_selections(options["type_map"], sels))
+    return ConvertConfig(
+        sources=template,
+        output=output,
+        base=ds.base,
+        max_shard_size=max_shard_size,
+        sample_stages=tuple(stages),
+        record_to_example=record_to_example,
+        example_stages=tuple(ds.example_stages),
+        max_member_size=ds.max_member_size,
+        store=ds.store,
+        seed=ds.seed,
+        progress=False,
+        **options,
+    )
+
+
+def convert(ds, cfg, num_workers, remote_exec, extra=()):
+    """Run the job of ``cfg`` where ``remote_exec`` (True, False or None) and ``ds``'s
+    ``beam_args`` choose; its ``ConvertResult``, also kept as ``ds.last_result``.
+    ``extra``: more callables that must pickle to go to Beam."""
+    why_not = functools.partial(ds.unshippable, extra)
+    if runner_choice.use_beam(remote_exec, ds.beam_args, why_not, shuffle=cfg.shuffle):
+        from pipelines.beam.convert import convert as beam_convert
+
+        args = list(ds.beam_args)
+        if opts.is_local(opts.effective_args(args)) and not any(
+            a.startswith("--direct_num_workers") for a in args
+        ):
+            args.append(f"--direct_num_workers={max(1, int(num_workers))}")
+        res = beam_convert(cfg, args, ("overwrite=True", "resume=True"))
+    else:
+        from pipelines.local.driver import convert_in_process
+
+        res = convert_in_process(cfg, num_workers)
+    if res.totals["records_rejected"] or res.totals["shards_rejected"]:
+        log.warning(
+            "%d records and %d shards rejected; see %s",
+            res.totals["records_rejected"],
+            res.totals["shards_rejected"],
+            res.rejects_path,
+        )
+    ds.last_result = res
+    return res
+
+
+def to_tfrecords(
+    ds, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options
+):
+    """``load(path=...)``: the paths of the TFRecord shards written."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, str):
+        cfg = config(ds, template, path, record_to_example, max_shard_size, options)
+        return list(convert(ds, cfg, num_workers, remote_exec, [record_to_example]).paths)
+    if callable(path):  # the original client took a generator function as well
+        path = path()
+    try:
+        names = iter(path)
+    except TypeError:
+        raise TypeError(
+            f"path must be a file name, a template or an iterable (generator) of names, "
+            f"not {type(path).__name__}"
+        ) from None
+    tmp = tempfile.mkdtemp(prefix="tar2tf-paths-")
+    cfg = config(
+        ds,
+        template,
+        os.path.join(tmp, "part-{}.tfrecord"),
+        record_to_example,
+        max_shard_size,
+        options,
+    )
+    res = convert(ds, cfg, num_workers, remote_exec, [record_to_example])
+    return run_with_path_generator(res, names, ds.store, bool(options.get("overwrite")))
+
+
+def to_tfds(ds, tfds_flag, image, template, path, *args):
+    """``load(path=..., tfds=True)``: the TFRecords, then their TFDS metadata
+    (pipelines/export/tfds.py), written only for a complete output.  ``args``: the rest
+    of :func:`to_tfrecords`' arguments."""
+    from pipelines.export import tfds
+
+    if not tfds_flag:
+        raise ValueError("tfds_image needs tfds=True")
+    options = args[-1]  # the convert options, last of to_tfrecords' arguments
+    tfds.check_output(path, image, options.get("type_map"))
+    paths = to_tfrecords(ds, template, path, *args)
+    res = ds.last_result
+    if res.exit_code != 0:
+        count = res.manifest["rejects"]["count"]
+        raise ValueError(
+            f"tfds: metadata not written: {count} rejects, more than max_rejects "
+            f"{options.get('max_rejects', 0)} or every record (see {res.rejects_path})"
+        )
+    tfds.write_metadata(path, res.manifest, image)
+    return paths
