@@ -12,9 +12,8 @@ import re
 import tarfile
 
 import pytest
-import shardgen
-from ops_fixtures import cli, crc32c_file
-from s3_fixtures import moto_server, s3_env  # noqa: F401 - fixtures
+from support import shardgen
+from support.cli_fixtures import cli, crc32c_file
 
 from transforms.arrayrecord import format as arf
 from transforms.tfrecord.framing import read_records
@@ -51,6 +50,7 @@ def manifest(path):
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_same_records_as_tfrecord_on_both_drivers_and_reruns(sources, tmp_path):
     """Record i of the ArrayRecord output is record i of the TFRecord output, shard by
     shard; the files are byte-identical on the in-process driver (planned and ``{}``
@@ -326,6 +326,7 @@ def test_tfds_reads_two_splits(sources, tmp_path):
     assert (d / "dataset_info.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_tfds_both_formats_in_one_directory(sources, tmp_path):
     """The same splits in TFRecord and ArrayRecord (same options) in one directory: TFDS's
     ``as_dataset`` reads the TFRecord shards, ``as_data_source`` the ArrayRecord ones, and
@@ -410,39 +411,27 @@ def test_python_api_writes_array_record(sources, tmp_path):
     assert source[27]["value"].shape == (32, 48, 3)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_is_byte_identical(tmp_path):
     """``kill -9`` midway, then ``--resume``: the finished pieces are kept, and the shards
     are those of an uninterrupted run; no temporary file is left."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from ops_fixtures import ROOT
+    from support import background
 
     shardgen.make_shards(str(tmp_path / "in"), 8, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
     work = str(tmp_path / "work")
     args = [
         src, "--records-per-shard", "5", "--type-map", "cls:int64", "--ops",
-        "slow_ops:slow_ops", "--processes", "0", "--work-dir", work, "--no-progress",
+        "support.slow_ops:slow_ops", "--processes", "0", "--work-dir", work, "--no-progress",
     ]  # fmt: skip
-    env = {"PYTHONPATH": os.path.join(ROOT, "tests"), "TAR2TF_TEST_DELAY": "0.15"}
+    env = background.slow_env("0.15")
     convert(*args, "-o", str(tmp_path / "ref" / "t.array_record"), env=env)
     out = str(tmp_path / "o" / "t.array_record")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", "convert", *args, "-o", out],
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    proc = background.start("convert", *args, "-o", out, env=env)
+    background.wait_until(
+        proc, lambda: len(glob.glob(f"{work}/*/piece-*.json")) >= 3, "three converted pieces"
     )
-    deadline = time.time() + 240
-    while time.time() < deadline and len(glob.glob(f"{work}/*/piece-*.json")) < 3:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=60) == -signal.SIGKILL
+    background.kill(proc)
     assert not glob.glob(str(tmp_path / "o" / "*.manifest.json"))
     r = convert(*args, "-o", out, "--resume", env=env)
     resumed = re.search(r"(\d+) resumed", r.stderr)
@@ -455,13 +444,14 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert cli("verify", out + ".manifest.json").returncode == 0
 
 
+@pytest.mark.slow
 def test_benchmark_runs_at_quick_size(tmp_path):
     """``benchmarks.arrayrecord`` at the quick size: it checks the two outputs hold the same
     records and reports every read it times (structure only, never speed)."""
     import subprocess
     import sys
 
-    from ops_fixtures import ROOT
+    from support.cli_fixtures import ROOT
 
     out = tmp_path / "ar.json"
     r = subprocess.run(

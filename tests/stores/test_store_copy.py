@@ -16,8 +16,6 @@ import random
 
 import google_crc32c
 import pytest
-from gcs_fixtures import gcs, gcs_emulator  # noqa: F401 - fixtures
-from s3_fixtures import moto_server, s3_env  # noqa: F401 - fixtures
 
 from pipelines.job.shardfile import write_shard
 from pipelines.job.workfiles import write_sidecar
