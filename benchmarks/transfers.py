@@ -19,6 +19,13 @@ byte, with the input tars' bytes taken out of the local reads.  The two runs' ma
 must list the same shards, sizes and CRC-32C, or the benchmark fails.
 
 Results: one JSON line per run on stdout and a Markdown table at the end.
+
+``python -m benchmarks.transfers --local-copy [--shards 64] [--rounds 6]`` times the
+local copy alone: the dataset's tars as pieces (with the sidecars a piece writer leaves)
+in a local directory, in the page cache, copied by ``write_shard`` into fsync'ed 100 MB
+shards three ways (tar2tf's read and write hashing every byte; the same with whole
+pieces' CRC-32C from their sidecars; ``copy_file_range``), the order rotated each round;
+median wall and CPU seconds of each.
 """
 
 from __future__ import annotations
@@ -175,14 +182,95 @@ def table(rows: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+def local_copy(args) -> Dict[str, Dict[str, float]]:
+    """The planned local copy alone, three ways (see the module docstring)."""
+    import resource
+    import statistics
+
+    import google_crc32c
+
+    from benchmarks import dataset
+    from pipelines.job.shardfile import write_shard
+    from pipelines.job.workfiles import write_sidecar
+
+    data = dataset.build("full", args.data_dir).subset(args.shards)
+    root = tempfile.mkdtemp(prefix="tar2tf-copy-")
+    try:
+        pieces = []
+        for i, tar in enumerate(data.shards):
+            with open(tar, "rb") as f:
+                blob = f.read()
+            url = os.path.join(root, "work", f"piece-{i:06d}.tfrecord")
+            os.makedirs(os.path.dirname(url), exist_ok=True)
+            with open(url, "wb") as f:
+                f.write(blob)
+            write_sidecar(url, {"bytes": len(blob), "crc32c": f"{google_crc32c.value(blob):08x}"})
+            pieces.append((url, len(blob)))
+        cap, tasks, cur, acc = 100_000_000, [], [], 0  # greedy 100 MB shards, pieces split
+        for url, n in pieces:
+            off = 0
+            while off < n:
+                take = min(n - off, cap - acc)
+                cur.append([url, off, take])
+                acc, off = acc + take, off + take
+                if acc == cap:
+                    tasks.append(cur)
+                    cur, acc = [], 0
+        tasks += [cur] if cur else []
+        ways = {
+            "through tar2tf, every byte hashed": {"TAR2TF_STORE_COPY": "0"},
+            "through tar2tf, whole pieces' CRC from sidecars": {"TAR2TF_KERNEL_COPY": "0"},
+            "copy_file_range": {"TAR2TF_KERNEL_COPY": "1"},
+        }
+        names = list(ways)
+        runs: Dict[str, List] = {w: [] for w in names}
+        crcs = set()
+        for rnd in range(args.rounds):
+            for way in names[rnd % 3 :] + names[: rnd % 3]:
+                os.environ.update({"TAR2TF_STORE_COPY": "1", **ways[way]})
+                out = os.path.join(root, "out")
+                os.makedirs(out)
+                os.sync()
+                time.sleep(0.5)
+                r0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                rows = [
+                    write_shard({"path": f"{out}/s-{k}.record", "ranges": r, "records": 1})
+                    for k, r in enumerate(tasks)
+                ]
+                wall, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
+                cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+                runs[way].append((wall, cpu))
+                crcs.add(tuple(r["crc32c"] for r in rows))
+                shutil.rmtree(out)
+        if len(crcs) != 1:
+            raise SystemExit(f"the ways wrote different shards: {crcs}")
+        return {
+            w: {
+                "wall_s": statistics.median(x[0] for x in v),
+                "cpu_s": statistics.median(x[1] for x in v),
+                "bytes": sum(n for _, n in pieces),
+                "shards": len(tasks),
+            }
+            for w, v in runs.items()
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", type=int, default=8, help="input shards (17.5 MB each)")
     ap.add_argument("--stores", default=",".join(STORES))
     ap.add_argument("--max-shard-size", default="100MB")
     ap.add_argument("--data-dir", default=None, help="dataset root (benchmarks.dataset)")
+    ap.add_argument("--local-copy", action="store_true", help="time the local copy alone")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds of --local-copy")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.local_copy:
+        for way, r in local_copy(args).items():
+            print(json.dumps({"way": way, **r}), flush=True)
+        return 0
     if args.one:
         print("XFER-RESULT " + json.dumps(run_one(json.loads(args.one))), flush=True)
         return 0

@@ -5,7 +5,7 @@ what it prints to a terminal.
 (``http://user:secret@host/`` -> ``http://***@host/``) and the values of query
 parameters whose names say they hold a secret (``?token=``, ``sig=``,
 ``X-Amz-Signature=``, ``X-Goog-Credential=``, ``access_token=``, ``password=`` ...) become
-``***``.  It is applied to reject reasons (``transforms.records.Reject``), manifests and
+``***``.  It is applied to reject reasons (``transforms.record_types.Reject``), manifests and
 rejects files, ``job.json``, summary JSON, log records and the one-line error messages of
 the CLI; the text stays readable (the host, the path and the other parameters are kept).
 

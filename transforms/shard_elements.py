@@ -5,7 +5,7 @@ TensorFlow so that it runs on the caller's threads (``pipelines.tfdata``) and in
 local worker processes of ``pipelines.local.pool`` alike.  Every count goes to
 ``note(what, reject=None)``: ``note("records_read")``, ``note("records_yielded")``,
 ``note("records_filtered")``, or ``note("", reject)`` for a rejected record or shard (a
-:class:`~transforms.tar.records.ShardCorrupt` included: the stream cannot take back what
+:class:`~transforms.tar.grouping.ShardCorrupt` included: the stream cannot take back what
 it already yielded, so it only reports it).
 """
 
@@ -16,10 +16,10 @@ from typing import Any, Callable, Iterator, Optional
 from transforms.ops.element_spec import fit, plain_spec
 from transforms.ops.leaves import datapoint
 from transforms.ops.stages import FILTERED, Stages
-from transforms.records import ELEMENT, KEY, Reject, is_reject
+from transforms.record_types import ELEMENT, KEY, Reject, is_reject
 from transforms.stores import StoreConfig
 from transforms.tar.fetch import read_shard
-from transforms.tar.records import ShardCorrupt
+from transforms.tar.grouping import ShardCorrupt
 
 Note = Callable[..., None]
 
@@ -50,7 +50,7 @@ def shard_elements(
     url: str, store: Optional[StoreConfig], max_member: int, stages: Stages, note: Note
 ) -> Iterator[Any]:
     """The elements of the records of ``url`` that pass ``stages`` (whose last sample stage
-    puts the element under :data:`~transforms.records.ELEMENT`), in shard order."""
+    puts the element under :data:`~transforms.record_types.ELEMENT`), in shard order."""
     for item in read_shard(url, store, max_member):
         if isinstance(item, ShardCorrupt) or is_reject(item):
             note("", item)

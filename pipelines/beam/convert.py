@@ -48,7 +48,7 @@ from pipelines.job.setup import (
     retyped,
 )
 from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
-from transforms.records import Reject
+from transforms.record_types import Reject
 
 __all__ = ["ConvertConfig", "ConvertResult", "OutputExistsError", "build", "convert", "counters_of"]
 

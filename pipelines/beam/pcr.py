@@ -48,7 +48,7 @@ from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
 from transforms.pcr.image import DEFAULT_QUALITY, jpegtran_path
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tar.sources import resolve
 

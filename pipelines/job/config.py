@@ -9,7 +9,7 @@ from transforms.ops import image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
+from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tfrecord import schema as exs
 
 FORMATS = ("tfrecord", "array_record")
@@ -33,7 +33,7 @@ class ConvertConfig:
     max_member_size: Union[int, str] = DEFAULT_MAX_MEMBER_SIZE
     # records whose members add up to more than this are rejected; it also bounds the bytes
     # the tar reader's grouping window holds (docs/bad-input.md: the memory bound).  None:
-    # transforms.tar.records.DEFAULT_MAX_RECORD_SIZE, or max_member_size if larger
+    # transforms.tar.grouping.DEFAULT_MAX_RECORD_SIZE, or max_member_size if larger
     max_record_size: Union[None, int, str] = None
     max_rejects: int = 0
     overwrite: bool = False

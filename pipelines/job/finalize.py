@@ -26,7 +26,7 @@ from pipelines.job.names import (  # noqa: F401
     shard_names,
     stale_temporaries,
 )
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import (
     Store,
     StoreConfig,

@@ -43,7 +43,7 @@ except ImportError:  # not CPython
 
 SUFFIX = ".recs"
 # The arrays' dtypes, as numpy describes them.  A shard worker writes record files without
-# numpy (importing it costs every worker start-up; transforms.ops.lazynp): only the global
+# numpy (importing it costs every worker start-up; transforms.lazynp): only the global
 # steps that read the files load it, and HASH / SORT are its dtypes of these fields.
 SIZES_DESCR = "<i8"
 BYTES_DESCR = "|u1"

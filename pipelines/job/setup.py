@@ -32,7 +32,7 @@ from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.element_coding import Pickled
 from pipelines.job.shard import without_sizes
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
 from transforms.stores import dirname, get_store, join

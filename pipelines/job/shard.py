@@ -13,11 +13,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from pipelines.job import piecefiles, workfiles
 from pipelines.job.config import ConvertConfig
 from transforms.ops.stages import FILTERED, Stages
-from transforms.records import Reject, is_reject
+from transforms.record_types import Reject, is_reject
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tar.fetch import read_shard
-from transforms.tar.records import ShardCorrupt, TarStats
+from transforms.tar.grouping import ShardCorrupt, TarStats
 from transforms.tfrecord import digests
 from transforms.tfrecord import schema as exs
 from transforms.tfrecord.framing import frame_parts

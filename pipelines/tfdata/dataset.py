@@ -31,7 +31,7 @@ from pipelines.tfdata.arguments import DEFAULT_LABEL, DEFAULT_VALUE, location
 from pipelines.tfdata.streamed_load import LoadStats
 from transforms.ops.gostages import as_stage
 from transforms.stores import StoreConfig
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE
+from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
 
 __all__ = ["AisDataset", "Dataset", "LoadStats", "location"]
 

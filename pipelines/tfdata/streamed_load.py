@@ -21,7 +21,7 @@ from pipelines.tfdata.inmemory import ordered_stream
 from pipelines.tfdata.spec_inference import inferred_spec
 from pipelines.tfdata.tfquiet import tensorflow
 from transforms.ops.stages import Stages
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.shard_elements import ElementStage, shard_elements
 from transforms.shard_elements import describe as describe_reject
 from transforms.tar.sources import resolve

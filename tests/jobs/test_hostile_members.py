@@ -10,8 +10,8 @@ import pytest
 from support import shardgen
 from support.cli_fixtures import cli
 
-from transforms.records import INTERNAL_FIELDS, KEY, SHARD, is_reject
-from transforms.tar.records import iter_records
+from transforms.record_types import INTERNAL_FIELDS, KEY, SHARD, is_reject
+from transforms.tar.grouping import iter_records
 
 # the tar of the report: a record with a member that would overwrite its key
 MEMBERS = [

@@ -23,7 +23,7 @@ from support import shardgen
 from support.pcr_fixtures import make_image_folder, requires_jpegtran
 
 from transforms.pcr.convert import convert_unit, list_image_folder
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores.local_read import BUFFER
 from transforms.tar.fetch import read_shard
 

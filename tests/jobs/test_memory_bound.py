@@ -15,8 +15,8 @@ import pytest
 from support import shardgen
 from support.cli_fixtures import ROOT
 
-from transforms.records import KEY, is_reject
-from transforms.tar.records import TarStats, iter_records
+from transforms.record_types import KEY, is_reject
+from transforms.tar.grouping import TarStats, iter_records
 
 MB = 1000 * 1000
 MEMBER = 4 * MB  # --max-member-size of the job tests
@@ -180,9 +180,9 @@ def test_peak_memory_of_hostile_shards_is_within_the_documented_bound(tmp_path, 
 
 def test_default_record_limit_is_at_least_the_member_limit(monkeypatch):
     """With no record limit given, a job that allows large members allows a record of one."""
-    from transforms.tar import records
+    from transforms.tar import grouping
 
-    monkeypatch.setattr(records, "DEFAULT_MAX_RECORD_SIZE", 100)
+    monkeypatch.setattr(grouping, "DEFAULT_MAX_RECORD_SIZE", 100)
     out, _ = _read([("r.1", 600), ("r.2", 300), ("s.1", 600), ("s.2", 600)], max_member_size=1000)
     assert _summary(out) == [
         "r",

@@ -13,8 +13,8 @@ from support import shardgen
 from support.cli_fixtures import cli
 from support.range_server import Loopback
 
-from transforms.records import KEY, is_reject
-from transforms.tar.records import (
+from transforms.record_types import KEY, is_reject
+from transforms.tar.grouping import (
     AFTER_END_COMPRESSED,
     AFTER_END_LIMIT,
     ShardCorrupt,

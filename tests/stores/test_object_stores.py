@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from transforms.records import is_reject
+from transforms.record_types import is_reject
 from transforms.stores import StoreConfig, get_store
 from transforms.tar.fetch import read_shard
 from transforms.tar.sources import resolve

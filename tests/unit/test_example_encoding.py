@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.sizes import parse_size
 from transforms.tfrecord.example import EncodeError, encode_record, parse_example, record_to_example
 from transforms.tfrecord.schema import merge_schema, parse_type_map, schema_of

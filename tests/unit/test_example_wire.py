@@ -214,7 +214,7 @@ def test_varint_is_protobufs(n):
 def test_a_worker_without_array_ops_imports_no_numpy_and_writes_the_same_bytes(tmp_path, stages):
     """Passing records through (also its record file), or decode -> resize -> encode with
     the Pillow image codec, needs no numpy in a shard worker (~45 ms of its start-up:
-    transforms.ops.lazynp); the Examples are the same bytes as in a process where numpy is
+    transforms.lazynp); the Examples are the same bytes as in a process where numpy is
     loaded."""
     codec = "import os; os.environ['TAR2TF_IMAGE_CODEC'] = 'pillow'; " if stages != "[]" else ""
     bare = _worker_run(tmp_path / "a", stages, "'numpy' in sys.modules", pre=codec)

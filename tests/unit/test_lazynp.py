@@ -1,4 +1,4 @@
-"""transforms.ops.lazynp: numpy imported at first use, arrays recognised without importing it."""
+"""transforms.lazynp: numpy imported at first use, arrays recognised without importing it."""
 
 import os
 
@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_numpy_is_imported_at_first_use_only():
     code = (
-        "import sys; from transforms import ops; from transforms.ops import images, lazynp; "
+        "import sys; from transforms import ops; from transforms import lazynp; from transforms.ops import images; "
         "assert 'numpy' not in sys.modules and lazynp.loaded() is None; "
         "assert not lazynp.is_array(b'x') and not lazynp.is_array([1]); "
         "assert 'numpy' not in sys.modules; "

@@ -9,8 +9,8 @@ import tarfile
 import pytest
 from support import shardgen
 
-from transforms.records import Reject
-from transforms.tar.records import TarStats, iter_records, split_key
+from transforms.record_types import Reject
+from transforms.tar.grouping import TarStats, iter_records, split_key
 
 TRICKY = [
     "n01/img7.jpg",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from transforms.records import Record, payload_keys
+from transforms.record_types import Record, payload_keys
 
 
 class OpError(ValueError):

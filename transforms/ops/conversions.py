@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from transforms.lazynp import is_array, np
 from transforms.ops import images
 from transforms.ops.base import Op, OpError, evaluate, map_ops
-from transforms.ops.lazynp import is_array, np
-from transforms.records import KEY, Record
+from transforms.record_types import KEY, Record
 
 
 def _as_image(v: Any, size_hint=None) -> np.ndarray:

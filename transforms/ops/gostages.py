@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, List
 
-from transforms.records import META_KEYS, Record
+from transforms.record_types import META_KEYS, Record
 from transforms.tfrecord import example as ex
 from transforms.tfrecord import schema as exs
 

@@ -45,8 +45,8 @@ from typing import Optional, Sequence, Tuple
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from transforms.lazynp import is_array, np
 from transforms.ops import image_limits, jpeg_codec, numpy_codec
-from transforms.ops.lazynp import is_array, np
 
 CODECS = ("numpy", "pillow")
 # the codec of this process; every worker imports this module with the launcher's

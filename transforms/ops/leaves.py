@@ -13,7 +13,7 @@ leaves (the elements of the streamed ``tf.data`` load); the
 ``value`` and ``label`` (nested ones as ``value.<name>`` / ``value.<index>``; scalars as
 Python values), which the default encoding stores.
 
-numpy is imported only for values that need it (``transforms.ops.lazynp``): a shard worker
+numpy is imported only for values that need it (``transforms.lazynp``): a shard worker
 selecting an image and an integer label never imports it.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional, Sequence, Tuple
 
+from transforms.lazynp import is_array, loaded, np
 from transforms.ops.base import Op, OpError
-from transforms.ops.lazynp import is_array, loaded, np
 from transforms.ops.selections import SelectDict, SelectList, as_selection
-from transforms.records import KEY, SHARD, Record
+from transforms.record_types import KEY, SHARD, Record
 
 NAMES = ("value", "label")
 _INT = re.compile(rb"\s*[-+]?\d+\s*\Z")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from typing import Optional, Tuple
 
-from transforms.ops.lazynp import np
+from transforms.lazynp import np
 
 _MIN_SIDE = 16  # see transforms.ops.jpeg_codec: tiny images keep Pillow's scaled sizes
 _EXIF_ORIENTATION = 0x0112

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from transforms.records import KEY, SHARD, Record, Reject, is_reject
+from transforms.record_types import KEY, SHARD, Record, Reject, is_reject
 from transforms.tfrecord import example as ex
 from transforms.tfrecord import schema as exs
 

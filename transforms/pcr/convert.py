@@ -25,11 +25,11 @@ from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.pcr.image import DEFAULT_QUALITY, ImageRejected, to_progressive
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, JpegError, group_pieces
 from transforms.pcr.scan_script import local_file
-from transforms.records import KEY, Record, Reject, is_reject
+from transforms.record_types import KEY, Record, Reject, is_reject
 from transforms.stores import StoreConfig, get_store, join, split_url
 from transforms.stores.errors import FetchError
 from transforms.tar.fetch import read_shard
-from transforms.tar.records import ShardCorrupt
+from transforms.tar.grouping import ShardCorrupt
 
 INT32 = range(-(2**31), 2**31)
 

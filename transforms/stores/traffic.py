@@ -17,7 +17,8 @@ read of every uploaded byte, ``transforms.stores.upload``), and metadata request
 
 Each process writes its totals to ``<dir>/<pid>-<id>.json`` when a counted operation ends
 (a read closed, an upload or a copy done) and at exit; :func:`collect` sums the files.
-Counting is off (a dict look-up per call) unless the variable names a directory.
+Counting is off (one comparison per call) unless the variable names a directory when the
+process first counts (or at :func:`reset`).
 """
 
 from __future__ import annotations
@@ -39,8 +40,16 @@ _dir: Optional[str] = None
 _pid = os.getpid()
 
 
+_UNSET = object()
+_env: object = _UNSET  # $TAR2TF_STORE_TRAFFIC as first read (reset() reads it again)
+
+
 def _directory() -> Optional[str]:
-    return os.environ.get(ENV) or None
+    # read once: add() runs for every write of a frame into a local shard
+    global _env
+    if _env is _UNSET:
+        _env = os.environ.get(ENV) or None
+    return _env  # type: ignore[return-value]
 
 
 def scheme_of(url: str) -> str:
@@ -89,11 +98,13 @@ def flush() -> None:
 
 
 def reset() -> None:
-    """Forget this process's counts (a test or benchmark starting a new measurement)."""
-    global _file, _dir
+    """Forget this process's counts and read ``$TAR2TF_STORE_TRAFFIC`` again (a test or
+    benchmark starting a new measurement)."""
+    global _file, _dir, _env
     with _lock:
         _counts.clear()
         _file = _dir = None
+        _env = _UNSET
 
 
 def collect(directory: str) -> Dict[str, int]:

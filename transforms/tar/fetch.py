@@ -1,7 +1,7 @@
 """Fetch one shard and stream it into records: the ``fetch`` stage.
 
 Opening failures become one shard-level reject (``missing shard``, ``permission denied``,
-``fetch failed``); the stream itself goes to :func:`transforms.tar.records.iter_records`,
+``fetch failed``); the stream itself goes to :func:`transforms.tar.grouping.iter_records`,
 which turns damage into ``tar`` rejects, and a read the store fails mid-object (retries
 spent, the object changed) into ``fetch`` ones.  Transient network faults are retried
 inside the store, which resumes from the last good byte, so a retried shard never
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Union
 
-from transforms.records import Record, Reject
+from transforms.record_types import Record, Reject
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.local_read import NotRegularFileError
-from transforms.tar.records import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
+from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE, TarStats, iter_records
 
 
 def read_shard(

@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from braceexpand import braceexpand
 
-from transforms.records import Reject
+from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join, split_url
 from transforms.stores.retry import is_transient
 

@@ -29,8 +29,8 @@ import numbers
 import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from transforms.ops import lazynp
-from transforms.records import KEY, META_KEYS, Record
+from transforms import lazynp
+from transforms.record_types import KEY, META_KEYS, Record
 from transforms.tfrecord.schema import (
     BYTES,
     FLOAT,
@@ -140,7 +140,7 @@ def _features(record: Record, type_map: Mapping[str, str]):
     # the key's bytes as in the tar, also a name that is no UTF-8 (decoded with surrogateescape)
     yield KEY, BYTES, [str(record[KEY]).encode("utf-8", "surrogateescape")]
     # numpy is not imported here: while nothing else has imported it (a passthrough
-    # worker), no value can be a numpy array or scalar (transforms.ops.lazynp)
+    # worker), no value can be a numpy array or scalar (transforms.lazynp)
     np = lazynp.loaded()
     ints, floats = (
         ((int, np.integer, np.bool_), (float, np.floating))

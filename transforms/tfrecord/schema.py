@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Union
 
-from transforms.records import KEY
+from transforms.record_types import KEY
 
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
 FEATURE_TYPES = (BYTES, INT64, FLOAT)

@@ -15,10 +15,10 @@
   sniffed and decoded by :mod:`gzip`); a member's bytes are read only if it is within
   ``max_member_size``.
 
-Bad input turns into :class:`~transforms.records.Reject` values in the same stream:
+Bad input turns into :class:`~transforms.record_types.Reject` values in the same stream:
 a zero-length or oversized member, a record whose members add up to more than
 ``max_record_size`` bytes, and a member named like a record's internal field
-(``r1.__key__``: :func:`~transforms.records.is_internal_name`) reject their record; a
+(``r1.__key__``: :func:`~transforms.record_types.is_internal_name`) reject their record; a
 truncated tar or a corrupt gzip stream rejects the record being read at that point
 (records completed before it are kept) and ends the shard with a shard-level reject; a
 file that is not a tar at all is one shard-level reject.  A gzip CRC or length mismatch,
@@ -46,7 +46,7 @@ import zlib
 from collections import OrderedDict
 from typing import BinaryIO, Dict, Iterator, Optional, Tuple, Union
 
-from transforms.records import KEY, SHARD, Record, Reject, is_internal_name
+from transforms.record_types import KEY, SHARD, Record, Reject, is_internal_name
 from transforms.stores.errors import (
     FetchError,
     FileChangedError,

@@ -87,7 +87,7 @@ def is_internal_name(name: str) -> bool:
     ``__shard__``, ``__element__`` (:data:`INTERNAL_FIELDS`) and any ``__name__`` a later
     stage may add.  A tar member whose extension is such a name (``r1.__key__``) would
     overwrite the field with its bytes, so the reader rejects its record
-    (:mod:`transforms.tar.records`).  The whole namespace is reserved, not only today's
+    (:mod:`transforms.tar.grouping`).  The whole namespace is reserved, not only today's
     fields, so that an internal field added later never meets data that converted before."""
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
