@@ -4,12 +4,16 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+TESTS = os.path.join(ROOT, "tests")
+# Tests are grouped by what they need (tests/README.md); their module names stay unique, so
+# each group directory is on the path and a module imports a sibling's helpers by name.
+GROUPS = [os.path.join(TESTS, g) for g in ("unit", "jobs", "stores", "cluster")]
+sys.path[:0] = [TESTS, *GROUPS]  # tests/support is the package `support`
 sys.path.insert(1, os.path.join(ROOT, "launch", "setup.d"))  # set-up code the tests exercise
 # Beam's local runner converts in SDK worker processes (its multi_processing mode): they must
 # import the ops these tests define in their own modules, as a user's workers import theirs
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH")) if p
+    p for p in (ROOT, TESTS, *GROUPS, os.environ.get("PYTHONPATH")) if p
 )
 
 # Beam's local runner starts worker processes per job in its default (multi_processing)
@@ -19,8 +23,17 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 os.environ.setdefault("TAR2TF_DIRECT_RUNNING_MODE", "multi_threading")
 DEFAULT_MODE_ENV = {"TAR2TF_DIRECT_RUNNING_MODE": ""}
 
-# session fixtures shared by several modules (registered once, so they run once)
-pytest_plugins = ["ops_fixtures"]
+# Every fixture module, registered once here (never imported into a test module, which
+# would make one copy of each session fixture per module): a session server starts once.
+pytest_plugins = [
+    "support.cli_fixtures",
+    "support.ais_fixtures",
+    "support.gcs_fixtures",
+    "support.s3_fixtures",
+    "support.objstore_fixtures",
+    "support.flink_fixtures",
+    "support.flink_cluster_fixtures",
+]
 
 COMPAT = os.path.join(ROOT, "..", "shared", "testdata", "compat")
 
@@ -32,6 +45,34 @@ NOT_APPLICABLE = "n/a: "
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+# A test is marked with the server it needs from the fixtures it uses, so `-m "not ais"` and
+# the like select by need without a hand-kept list (pyproject.toml registers the markers).
+SERVER_MARKS = {
+    "ais_cluster": "ais",
+    "gcs_emulator": "gcs",
+    "moto_server": "s3",
+    "flink": "flink",
+    "flink_cluster_setup": "flink",
+    "session_cluster": "flink",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
+def pytest_collection_modifyitems(items):
+    cluster = os.path.join(TESTS, "cluster") + os.sep
+    for item in items:
+        # tests/cluster holds the end-to-end runs (Flink JVMs, staging venvs, benchmarks,
+        # golden digests on every runner, interrupts): all of it is the slow loop
+        if str(item.path).startswith(cluster):
+            item.add_marker("slow")
+        names = set(item.fixturenames)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "backend" in params:  # objstore_fixtures.backend reaches its store lazily
+            names.add({"ais": "ais_cluster", "gcs": "gcs_emulator"}[params["backend"]])
+        for mark in sorted({SERVER_MARKS[n] for n in names & SERVER_MARKS.keys()}):
+            item.add_marker(mark)
 
 
 @pytest.hookimpl(hookwrapper=True)

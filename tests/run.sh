@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh machine: set up everything (venv, system packages, aisnode,
 # GCS emulator, Flink job server jar; all cached under ~/.cache/tar2tf) and run the tests.
-# Extra arguments go to pytest, e.g. tests/run.sh -k tar -x
+# Extra arguments go to pytest, e.g. tests/run.sh -m "not slow" -q (the fast loop), or -k tar -x
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=$("$ROOT/launch/bootstrap.sh" | tail -n 1)

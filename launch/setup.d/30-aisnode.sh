@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # aisnode (AIStore 5.0, Go module tag v1.5.0) for the AIS tests: one proxy + one target on
-# 127.0.0.1 (tests/ais_fixtures.py).  Built with Go into $TAR2TF_CACHE/bin; see go-tool.bash
+# 127.0.0.1 (tests/support/ais_fixtures.py).  Built with Go into $TAR2TF_CACHE/bin; see go-tool.bash
 # for how and why (the equivalent of `go install github.com/NVIDIA/aistore/cmd/aisnode@v1.5.0`).
 set -uo pipefail
 : "${TAR2TF_CACHE:?}"

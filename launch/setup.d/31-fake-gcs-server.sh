@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fake-gcs-server (a GCS JSON/XML API emulator) for the GCS tests, which drive it with the
-# real google-cloud-storage client on 127.0.0.1 (tests/gcs_fixtures.py).  Built with Go into
+# real google-cloud-storage client on 127.0.0.1 (tests/support/gcs_fixtures.py).  Built with Go into
 # $TAR2TF_CACHE/bin; see go-tool.bash.
 set -uo pipefail
 : "${TAR2TF_CACHE:?}"

@@ -8,7 +8,7 @@
 # resolves), started through a manifest-only jar (launch/setup.d/flink_job_server.py), with an
 # SLF4J binding so that the server logs (WARN and above; docs/runners.md).
 # $TAR2TF_FLINK_JOB_SERVER_JAR (+ $TAR2TF_FLINK_VERSION) may name a jar you already have.
-# Result, read by launch/flink.sh and tests/test_flink.py:
+# Result, read by launch/flink.sh and tests/cluster/test_flink.py:
 #   $TAR2TF_CACHE/flink.env  with FLINK_VERSION=, FLINK_JOB_SERVER_JAR=, BEAM_VERSION=
 # Optional component: on failure it warns loudly and exits 0 (the Flink test then skips),
 # and remembers the failure for a day ($TAR2TF_CACHE/flink.unavailable) so reruns stay fast.

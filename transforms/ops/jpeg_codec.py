@@ -13,7 +13,7 @@ by default.
 Both use the same settings: accurate integer IDCT (``JDCT_ISLOW``) and "fancy" (smooth)
 chroma upsampling, so the pixels are the same, at full size and in the DCT domain's
 reduced sizes (Pillow's ``draft`` scale 1/2, 1/4, 1/8 against TurboJPEG's scaling factor
-of the same value).  ``tests/test_jpeg_codec.py`` checks equality on baseline,
+of the same value).  ``tests/unit/test_jpeg_codec.py`` checks equality on baseline,
 progressive, 4:2:0 / 4:2:2 / 4:4:4, grayscale, restart-marker, EXIF-rotated and odd-sized
 JPEGs, full size and scaled.
 

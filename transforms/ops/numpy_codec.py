@@ -3,7 +3,7 @@
 * **Decode** (JPEG): libjpeg-turbo's TurboJPEG API through ``simplejpeg``, straight into
   an ``H x W x C`` array, at the DCT-domain scale Pillow's ``draft`` would pick (1/2, 1/4
   or 1/8, never below the size asked for).  The pixels are Pillow's: the same accurate
-  integer IDCT and smooth chroma upsampling (``tests/test_jpeg_codec.py``), so ``Decode``
+  integer IDCT and smooth chroma upsampling (``tests/unit/test_jpeg_codec.py``), so ``Decode``
   gives the same arrays with either codec.
 * **Resize** (the default method, ``bilinear``): OpenCV ``INTER_AREA`` when shrinking --
   each output pixel the area-weighted mean of the input pixels it covers, the antialiased

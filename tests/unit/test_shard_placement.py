@@ -1,0 +1,169 @@
+"""Pieces a worker process writes itself, into byte ranges the shard stream reserves in
+the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/local/worker.py)."""
+
+import os
+import tempfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
+
+from pipelines.job.config import ConvertConfig
+from pipelines.local.stream import ShardStream
+
+
+def _placed(pieces, output, max_bytes, max_records, dali, how, order):
+    """Through a PieceFeed as the local Beam job's worker pool uses it: pieces ``how[i]``
+    = "file" are offered (the stream copies them), the others placed (``PieceFeed.place``)
+    and written by a thread standing in for the worker process, from memory ("held") or
+    from the piece file ("spilled"); the threads start in ``order``."""
+    import threading
+
+    from pipelines.local.messages import Run
+    from pipelines.local.stream import PieceFeed
+    from pipelines.local.worker import write_runs
+
+    feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
+    errors = []
+
+    def worker(p, kind):
+        try:
+            runs = feed.place(dict(p)) or []
+            crcs = write_runs(
+                [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+                _frames_of(p) if kind == "held" else None,
+                p,
+            )
+            for (sh, off, _, _), crc in zip(runs, crcs):
+                sh.filled(off, crc)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = []
+    for i in order:
+        if how[i] == "file":
+            feed.offer(dict(pieces[i]))
+        else:
+            threads.append(threading.Thread(target=worker, args=(pieces[i], how[i])))
+            threads[-1].start()
+    for t in threads:
+        t.join(30)
+    rows = feed.finish(len(pieces))
+    assert not errors
+    return rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(min_value=1, max_value=400), max_size=12), max_size=6).flatmap(
+        lambda layout: st.tuples(
+            st.just(layout),
+            st.lists(
+                st.sampled_from(["held", "spilled", "file"]),
+                min_size=len(layout),
+                max_size=len(layout),
+            ),
+            st.permutations(range(len(layout))),
+        )
+    ),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=1500)),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
+    st.booleans(),
+)
+def test_pieces_written_by_workers_where_the_stream_places_them_equal_planned_shards(
+    case, max_bytes, max_records, dali
+):
+    """Workers writing their frames into the final shards' reserved ranges, in any order,
+    mixed with pieces the stream copies itself: the planned path's bytes, names and rows
+    (the rows' CRC-32C combined from the ranges' CRCs)."""
+    layout, how, order = case
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "w"))
+        pieces = _pieces(os.path.join(d, "w"), layout)
+        a, b = os.path.join(d, "a"), os.path.join(d, "b")
+        ra = _planned(pieces, os.path.join(a, "t-{}.rec"), max_bytes, max_records, dali)
+        rb = _placed(pieces, os.path.join(b, "t-{}.rec"), max_bytes, max_records, dali, how, order)
+        assert _rows(ra, a) == _rows(rb, b)
+        if sum(map(len, layout)):
+            assert _files(a) == _files(b)  # nothing else in b: no temporary file left
+        else:
+            assert rb == [] and not os.path.exists(b)
+
+
+@pytest.mark.parametrize("all_in", [False, True])
+def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, all_in):
+    """A worker that dies after its piece was placed never fills its range: stopping the
+    job cancels the shards waiting for it (no hang; ``all_in``: every expected piece is in,
+    so the feed's thread itself waits in finish() for the last shards), removes every
+    shard, and refuses pieces placed later (a waiting one too)."""
+    import threading
+
+    pieces = _pieces(str(tmp_path), [[300] * 4] * 4)
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = _feed(cfg, expect=2 if all_in else 4)
+    runs = feed.place(dict(pieces[0]))  # placed; its "worker" dies before writing
+    assert [r[1:] for r in runs] == [(0, 0, 3), (0, 3, 4)]
+    feed.offer(dict(pieces[1]))
+    late = []
+    if not all_in:  # waits for piece 2, which never comes
+        t = threading.Thread(
+            target=lambda: late.append(_raises(lambda: feed.place(dict(pieces[3]))))
+        )
+        t.start()
+    _wait_for(lambda: os.path.isdir(tmp_path / "s") and os.listdir(tmp_path / "s"))
+    stopper = threading.Thread(target=feed.abort)
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    if not all_in:
+        t.join(10)
+        assert late == [True]
+    assert os.listdir(tmp_path / "s") == []  # the shards waiting for piece 0 too: nothing left
+    with pytest.raises(RuntimeError, match="stopped"):
+        feed.place(dict(pieces[2]))
+
+
+def _feed(cfg, expect):
+    """The feed the in-process driver gives its worker pool (``place``)."""
+    from pipelines.local.driver import new_stream
+    from pipelines.local.stream import PieceFeed
+
+    return PieceFeed(new_stream(cfg), expect)
+
+
+def _raises(fn):
+    try:
+        fn()
+    except RuntimeError:
+        return True
+    return False
+
+
+def test_a_piece_placed_twice_is_written_once(tmp_path):
+    """A piece converted again (a retried task): the second placement gets None (the
+    worker drops its frames) and the shards are those of one conversion."""
+    from pipelines.local.messages import Run
+    from pipelines.local.worker import write_runs
+
+    pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
+    ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    feed = _feed(cfg, expect=2)
+    try:
+        for p in pieces:
+            runs = feed.place(dict(p))
+            for (sh, off, _, _), crc in zip(
+                runs,
+                write_runs(
+                    [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs], _frames_of(p), p
+                ),
+            ):
+                sh.filled(off, crc)
+            assert feed.place(dict(p)) is None
+        rows = feed.finish(2)
+    finally:
+        if not feed.settled:
+            feed.abort()
+    assert _rows(rows, str(tmp_path / "s")) == _rows(ref, str(tmp_path / "p"))
+    assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))
