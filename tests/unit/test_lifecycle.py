@@ -6,12 +6,12 @@ import os
 import pickle
 
 import pytest
-from pcr_fixtures import requires_jpegtran
+from support.pcr_fixtures import requires_jpegtran
 
 from pipelines.job.config import OutputExistsError
 from pipelines.job.refused import CLI_WORDS, OVERWRITE, RESUME, OutputsExist, ResumeConflict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
 
 
