@@ -100,7 +100,8 @@ def run_one(spec: Dict) -> Dict:
     """One job in this (fresh) process: the Beam passthrough of ``spec``."""
     from benchmarks import dataset
     from benchmarks.variants import BEAM_MODES, TYPE_MAP
-    from pipelines.beam.convert import ConvertConfig, convert
+    from pipelines.beam.convert import convert
+    from pipelines.job.config import ConvertConfig
 
     data = dataset.build("full", spec.get("data_dir")).subset(spec["shards"])
     cfg = ConvertConfig(

@@ -130,7 +130,8 @@ def set_codec(variant: str) -> None:
 
 
 def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dict:
-    from pipelines.beam.convert import ConvertConfig, convert
+    from pipelines.beam.convert import convert
+    from pipelines.job.config import ConvertConfig
 
     cfg = ConvertConfig(
         sources=data.template(),

@@ -25,18 +25,11 @@ from typing import Optional, Sequence
 
 from pipelines.beam import job as beam_job
 from pipelines.beam.job import counters_of
-from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD
 from pipelines.job.lifecycle import ConvertResult
 
-__all__ = [
-    "ConvertConfig",
-    "ConvertResult",
-    "ConvertTFRecords",
-    "OutputExistsError",
-    "convert",
-    "counters_of",
-]
+__all__ = ["ConvertResult", "ConvertTFRecords", "convert", "counters_of"]
 
 
 class ConvertTFRecords(beam_job.ConvertJob):

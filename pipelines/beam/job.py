@@ -35,23 +35,12 @@ from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
 from pipelines.job import lifecycle, progress
+from pipelines.job.counts import COUNTERS
 from pipelines.job.element_coding import Pickled
 from pipelines.job.lifecycle import ConvertResult, Job, Kind
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
-COUNTERS = (
-    "shards_read",
-    "shards_resumed",
-    "records_read",
-    "records_written",
-    "records_rejected",
-    "records_filtered",
-    "shards_rejected",
-    "bytes_written",
-    "member_bytes_read",
-    "members_skipped",
-)
 
 
 class ConvertUnitFn(beam.DoFn):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from pipelines.job.counts import TOTALS, rejected
 from pipelines.job.names import companion
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store
@@ -46,26 +47,13 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
         c["records_rejected"] = info["records_rejected"]
         c["shards_rejected"] = info["shards_rejected"]
     else:
-        for r in info["rejects"]:
-            c["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+        c.update(rejected(info["rejects"]))
     for stage, kind, n in reject_counts(info):
         name = "reject:" + stage + ":" + kind
         # a counter name is UTF-8 text: a member name's undecodable bytes stay escaped
         name = name.encode("utf-8", "backslashreplace").decode("utf-8")
         c[name] = c.get(name, 0) + n
     return c
-
-
-_PIECE_TOTALS = (
-    "shards_read",
-    "records_read",
-    "records_written",
-    "records_rejected",
-    "records_filtered",
-    "shards_rejected",
-    "members_skipped",
-    "members_duplicate",
-)
 
 
 def totals_of(
@@ -75,7 +63,7 @@ def totals_of(
 ) -> Dict[str, int]:
     """The manifest totals: the pieces' counts (:func:`piece_counts`), the listing's
     rejected shards, and the bytes and number of the final shards."""
-    t = dict.fromkeys(_PIECE_TOTALS, 0)
+    t = dict.fromkeys(TOTALS, 0)
     t.update(
         shards_rejected=len(list_rejects),
         bytes_written=sum(s["bytes"] for s in shards),
@@ -83,7 +71,7 @@ def totals_of(
     )
     for p in pieces:
         c = piece_counts(p)
-        for k in _PIECE_TOTALS:
+        for k in TOTALS:
             t[k] += c[k]
     return t
 

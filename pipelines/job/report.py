@@ -12,17 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-COMPARED = (
-    "shards_read",
-    "records_read",
-    "records_written",
-    "records_rejected",
-    "records_filtered",
-    "shards_rejected",
-    "bytes_written",
-    "members_skipped",
-    "members_duplicate",
-)
+from pipelines.job.counts import COMPARED
 
 
 def mismatches(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import piecefiles, workfiles
+from pipelines.job import counts, piecefiles, workfiles
 from pipelines.job.config import ConvertConfig
 from transforms.ops.stages import FILTERED, Stages
 from transforms.record_types import Reject, is_reject
@@ -175,9 +175,8 @@ def summary(
     """What the job's global steps learn of a converted input shard: counts, never one
     entry per record (those stay in its record file)."""
     by_kind: Dict[Tuple[str, str], int] = {}
-    rejected = {"records_rejected": 0, "shards_rejected": 0}
+    rejected = counts.rejected(rejects)
     for r in rejects:
-        rejected["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
         k = (r["stage"], Reject.from_dict(r).kind)
         by_kind[k] = by_kind.get(k, 0) + 1
     return {

@@ -26,8 +26,8 @@ def copy_range(src, dst, offset: int, length: int, digest) -> None:
     """Copy ``length`` bytes at ``offset`` of ``src`` to ``dst``, feeding ``digest``.
 
     Plain 1 MB reads: google-crc32c only takes ``bytes`` (no memoryview into a reused
-    buffer), and 256 KB-1 MB reads measured fastest (~1.5-2 GB/s of CPU for copy + CRC;
-    4 MB ``bytes`` objects cost page-faulting allocations)."""
+    buffer), and larger ``bytes`` objects cost page-faulting allocations
+    (docs/benchmarks.md, "Costs behind design choices")."""
     try:
         src.seek(offset)
     except (AttributeError, OSError, ValueError):
@@ -98,9 +98,9 @@ class ShardFile:
 
     def write(self, frames: Sequence[bytes], sizes: Sequence[int]) -> None:
         """Append whole frames (``sizes``: their framed lengths), each in its own
-        ``write`` call: the file's 1 MB buffer turns them into few system calls.  (One
-        ``writev`` per run of frames, or a larger buffer, measured no faster:
-        docs/benchmarks.md, sessions 16-17.)"""
+        ``write`` call: the file's 1 MB buffer turns them into few system calls (one
+        ``writev`` per run of frames, or a larger buffer, was no faster:
+        docs/benchmarks.md, "Costs behind design choices")."""
         for fr in frames:
             self.f.write(fr)
             self.digest.update(fr)

@@ -34,12 +34,12 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from pipelines.job import names
+from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.stores import StoreConfig, basename, dirname, get_store, join, split_url
 from transforms.tfrecord import digests
 from transforms.tfrecord.framing import FRAME_OVERHEAD, CorruptRecordError, iter_frames
 
 KINDS = ("tfrecord", "pcr")
-IMAGE_FEATURES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pnm")
 _KINDS = {"bytes_list": "bytes", "int64_list": "int64", "float_list": "float"}
 
 
@@ -228,7 +228,7 @@ def _check_example(payload: bytes, schema: Dict[str, Dict[str, Any]], example_pb
     return key, feats, problems
 
 
-def _decode_images(feats, limit_names=IMAGE_FEATURES) -> tuple:
+def _decode_images(feats, limit_names=IMAGE_EXTENSIONS) -> tuple:
     from PIL import Image
 
     done, problems = 0, []

@@ -12,7 +12,7 @@ output template the final shards fill while later input shards still convert
 Pieces converted on this process's threads go to that stream in memory (up to
 ``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; with
 worker processes (``pipelines.local.pool``) and a local output, the workers write their
-frames into the final shards where the stream places them, as in a local Beam job.  A
+frames into the final shards where the stream places them.  A
 rerun with ``resume=True`` after a crash continues after the shards the stream finished
 (``pipelines.job.journal``).
 """

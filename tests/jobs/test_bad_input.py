@@ -113,7 +113,7 @@ def test_a_job_that_writes_nothing_is_exit_3(tmp_path, runner):
             in p.stderr
         )
     else:
-        from pipelines.job.shard import ConvertConfig
+        from pipelines.job.config import ConvertConfig
         from pipelines.local.driver import convert_in_process
 
         res = convert_in_process(

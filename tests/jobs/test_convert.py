@@ -10,7 +10,8 @@ import pytest
 from support import shardgen
 from support.cli_fixtures import crc32c_file
 
-from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
+from pipelines.beam.convert import convert
+from pipelines.job.config import ConvertConfig, OutputExistsError
 from transforms.tfrecord.example import parse_example
 from transforms.tfrecord.framing import read_records
 from transforms.tfrecord.schema import tf_feature_spec

@@ -12,10 +12,9 @@ from support import shardgen
 from support.pcr_fixtures import requires_jpegtran
 
 from launch.cli import main
-from pipelines.beam.convert import OutputExistsError
 from pipelines.beam.pcr import PcrConfig, convert_pcr
 from pipelines.job import journal as shard_journal
-from pipelines.job.config import ConvertConfig
+from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.lifecycle import work_dir_for
 from pipelines.local import driver as cv
 from pipelines.local.driver import convert_in_process

@@ -13,8 +13,9 @@ import pytest
 from support import shardgen
 from support.cli_fixtures import DEMO_SOURCES, ROOT, cli, output_digest
 
-from pipelines.beam.convert import ConvertConfig, convert
-from pipelines.job import report
+from pipelines.beam.convert import convert
+from pipelines.job import counts, report
+from pipelines.job.config import ConvertConfig
 from pipelines.job.verify import verify
 from transforms.tfrecord.example import parse_example
 from transforms.tfrecord.framing import FRAME_OVERHEAD, masked_crc32c, read_records, record_index
@@ -155,7 +156,7 @@ def test_report_counters_agree_with_manifest(tmp_path):
     rep = json.load(open(summary))
     t, c = rep["totals"], rep["counters"]
     assert rep["counters_reported"] and rep["counter_mismatches"] == []
-    for k in report.COMPARED:
+    for k in counts.COMPARED:
         assert c.get(k, 0) == t[k], k
     assert (
         t["records_rejected"] >= 1 and t["shards_rejected"] >= 2

@@ -116,7 +116,7 @@ def test_beam_and_in_process(shards, tmp_path):
     )
 
     # the in-process driver writes the same bytes; the in-memory stream gives the same records
-    from pipelines.job.shard import ConvertConfig
+    from pipelines.job.config import ConvertConfig
     from pipelines.local.driver import convert_in_process
 
     res = convert_in_process(

@@ -5,9 +5,9 @@ import os
 
 from support.pcr_fixtures import requires_jpegtran
 
-from pipelines.beam.convert import OutputExistsError
 from pipelines.beam.pcr import PcrConfig, convert_pcr
 from pipelines.job import workfiles
+from pipelines.job.config import OutputExistsError
 from pipelines.job.kinds.pcr import list_units
 from pipelines.job.lifecycle import work_dir_for
 from transforms.pcr import convert as pc

@@ -8,9 +8,10 @@ import os
 from support import shardgen
 from support.cli_fixtures import output_digest
 
-from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.beam.convert import convert
 from pipelines.beam.job import _finish
 from pipelines.job import lifecycle, shardfile
+from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
 from pipelines.job.shard import convert_shard
 

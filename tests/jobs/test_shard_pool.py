@@ -10,7 +10,7 @@ import time
 import pytest
 from support.pool_spy import pool_starts
 
-from pipelines.beam.convert import ConvertConfig
+from pipelines.job.config import ConvertConfig
 from pipelines.local.driver import convert_in_process
 from transforms.ops import Func, Resize
 

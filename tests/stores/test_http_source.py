@@ -17,7 +17,8 @@ from support.cli_fixtures import cli, tree_text
 from support.faultproxy import FaultProxy
 from support.range_server import NOT_FOUND_PAGE, RangeServer, replace_file
 
-from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.beam.convert import convert
+from pipelines.job.config import ConvertConfig
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.http import HEADERS_ENV
 from transforms.tar.sources import resolve

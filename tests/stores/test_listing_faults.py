@@ -15,7 +15,8 @@ import sys
 import pytest
 from support import shardgen
 
-from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.beam.convert import convert
+from pipelines.job.config import ConvertConfig
 from transforms.tar.sources import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -16,8 +16,9 @@ from support import shardgen
 from support.objstore_fixtures import BEAM, N_SHARDS, OPTS, PER_SHARD
 from support.pool_spy import pool_starts
 
-from pipelines.beam.convert import ConvertConfig, OutputExistsError, convert
+from pipelines.beam.convert import convert
 from pipelines.job import names
+from pipelines.job.config import ConvertConfig, OutputExistsError
 from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

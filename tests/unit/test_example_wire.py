@@ -68,7 +68,7 @@ def test_gencode_matches_proto(tmp_path):
 def test_conversion_does_not_import_tensorflow(tmp_path):
     """Beam workers of the default path stay light: no TensorFlow import (seconds, ~0.5 GB)."""
     code = (
-        "import sys; from pipelines.beam.convert import ConvertConfig, convert; "
+        "import sys; from pipelines.job.config import ConvertConfig; from pipelines.beam.convert import convert; "
         f"r = convert(ConvertConfig(sources='launch/demo/shards/demo-{{0..1}}.tar', output={str(tmp_path)!r} + "
         "'/d-{}.record', type_map={'cls': 'int64'}, progress=False)); "
         "assert r.totals['records_written'] == 48, r.totals; "

@@ -7,7 +7,8 @@ import apache_beam as beam
 import pytest
 from support import shardgen
 
-from pipelines.beam.convert import ConvertConfig, convert
+from pipelines.beam.convert import convert
+from pipelines.job.config import ConvertConfig
 from transforms.ops import (
     INT64,
     ByExampleF,

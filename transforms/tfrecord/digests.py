@@ -1,9 +1,9 @@
 """Whole-file digests of the files tar2tf writes and checks.
 
 * ``crc32c`` (hex, 8 digits): final TFRecord shards (manifest rows) and the work pieces
-  behind ``--resume``.  google-crc32c's hardware CRC runs at ~5 GB/s where sha256 runs at
-  ~1 GB/s, and a converter touches every output byte at least twice (measured: sha256 was
-  ~0.5 s of CPU per 282 MB passthrough job, a third of its time).  It is the check object
+  behind ``--resume``.  A converter touches every output byte at least twice, and
+  google-crc32c's hardware CRC costs a fraction of sha256's CPU (docs/benchmarks.md,
+  "Costs behind design choices").  It is the check object
   stores keep themselves: a GCS object's ``crc32c`` (``gcloud storage hash --hex``) equals
   the manifest's for an uploaded shard.  It detects accidental damage (the threat here:
   truncation, bit rot, a half-copied file), not deliberate tampering.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 import transforms
-from pipelines.job import external, names, replace, workfiles
+from pipelines.job import counts, external, names, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.element_coding import Pickled
 from pipelines.job.piecefiles import sort_key
@@ -58,9 +58,7 @@ def existing_records(cfg: PcrConfig) -> List[str]:
 def summary_of(info: Dict[str, Any]) -> Dict[str, Any]:
     """What the job's global steps learn of a converted unit (its sidecar's ``info``):
     counts and scan maps; its images and rejects stay in its sidecar."""
-    rejected = {"records_rejected": 0, "shards_rejected": 0}
-    for r in info["rejects"]:
-        rejected["records_rejected" if r.get("record", True) else "shards_rejected"] += 1
+    rejected = counts.rejected(info["rejects"])
     return {
         "index": info["index"],
         "shard": info["shard"],
