@@ -1,13 +1,5 @@
 """tar2tf: WebDataset tar shards (local, ais://, gs://, s3://, https://) to TFRecords and PCR.
 
-Exit status (all subcommands; pipelines/job/exits.py, said by launch/job_exit.py):
-  0  success (rejects within --max-rejects; a failed clean-up after a complete output warns)
-  1  the job failed while running (full disk, permissions, unreachable server, an error
-     inside the job, Ctrl-C); the one line says what and where
-  2  bad usage, options or configuration, found before anything was written
-  3  the job finished but rejects exceeded --max-rejects (see the rejects file)
-  4  output already exists and neither --overwrite nor --resume was given
-  5  verification found a mismatch (``tar2tf verify``)
 Every failure is one line, ``tar2tf <command>: <what> (<where>)``; --debug adds the traceback.
 """
 
@@ -27,12 +19,25 @@ from launch.runner_args import check_beam_args
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
 
+def _exit_status() -> str:
+    """The exit codes for ``--help``, from the one table of them (pipelines/job/exits.py)."""
+    import textwrap
+
+    from pipelines.job.exits import MEANINGS
+
+    lines = ["Exit status (all subcommands):"]
+    for code, meaning in MEANINGS:
+        text = textwrap.wrap(meaning.replace("`", ""), 84)
+        lines += [f"  {code}  {text[0]}"] + [f"     {t}" for t in text[1:]]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One subcommand per ``launch/cmd_<name>.py`` module named in SUBCOMMANDS."""
     parser = Parser(
         prog="tar2tf",
         description=__doc__.split("\n")[0],
-        epilog=__doc__.split("\n", 2)[2],
+        epilog=_exit_status() + "\n\n" + __doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")

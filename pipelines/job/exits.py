@@ -1,21 +1,6 @@
-"""Exit codes: the one place that maps a job's totals and its errors to them.
-
-====  ===========================================================================
-code  meaning
-====  ===========================================================================
-0     success (rejects within ``max_rejects``; a failed clean-up of the work
-      directory after a complete output is a warning)
-1     the job failed while running: an I/O error (a full disk, a permission), an
-      unreachable server, an error raised inside the job (also a ``ValueError``),
-      Ctrl-C
-2     bad usage, options or configuration, found before the job wrote anything
-      (a misspelt flag, an output that would overwrite an input, unusable
-      credentials)
-3     the job finished, but rejects exceeded ``max_rejects`` (see the rejects file),
-      or it wrote nothing because everything it read was rejected
-4     output already exists and neither overwrite nor resume was asked for
-5     ``tar2tf verify`` found a mismatch
-====  ===========================================================================
+"""Exit codes: the one place that maps a job's totals and its errors to them, and the one
+table of what each code means (:data:`MEANINGS`: ``tar2tf --help`` prints it, and a test
+holds the README's table to it).
 
 A finished job's code comes from its totals (:func:`of_totals`; :func:`rejects_said`
 words a 3).  A failed job's comes from its exception (:func:`classify`), classified by
@@ -36,6 +21,35 @@ import re
 from typing import Callable, Dict, Iterator, Optional, Tuple
 
 OK, FAILED, USAGE, REJECTS, EXISTS, MISMATCH = 0, 1, 2, 3, 4, 5
+# (code, meaning) in the README's Markdown; every subcommand's codes
+MEANINGS = (
+    (
+        OK,
+        "success (rejects within `--max-rejects`); a failed clean-up after a complete output"
+        " is a warning",
+    ),
+    (
+        FAILED,
+        "the job failed while running: full disk, permission, unreachable server, any error"
+        " inside the job; also Ctrl-C (`tar2tf: interrupted`)",
+    ),
+    (
+        USAGE,
+        "bad usage, options or configuration, found before anything is written (an output"
+        " that would overwrite an input, unusable credentials)",
+    ),
+    (
+        REJECTS,
+        "the job finished, but rejects exceeded `--max-rejects`, or it wrote nothing (every"
+        " record rejected)",
+    ),
+    (
+        EXISTS,
+        "the output exists and `--overwrite` was not given (or `--resume` found no"
+        " interrupted run of this job)",
+    ),
+    (MISMATCH, "`tar2tf verify` found a mismatch"),
+)
 MAX_LINE = 2000  # characters of an exception's message kept in the line (an SDK's may run on)
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 

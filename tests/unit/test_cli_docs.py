@@ -91,3 +91,18 @@ def test_help_strings_name_every_store():
     assert "s3://" in pcr.description and "https://" in pcr.description
     inspect = next(a for a in parser.subcommands["inspect"]._actions if a.dest == "shard")
     assert "s3://" in inspect.help
+
+
+def test_the_readme_exit_codes_are_the_one_table():
+    """The README's table of exit codes is pipelines/job/exits.py's, row for row, and
+    ``tar2tf --help`` prints every code of it."""
+    from pipelines.job.exits import MEANINGS
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)
+    assert [(int(c), m) for c, m in rows] == list(MEANINGS)
+    epilog = build_parser().epilog
+    for code, _ in MEANINGS:
+        assert re.search(rf"^  {code}  \S", epilog, re.M), code
