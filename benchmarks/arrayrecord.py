@@ -41,8 +41,8 @@ BATCH = 256
 
 
 def _convert(template: str, output: str, fmt: str) -> List[str]:
+    from pipelines.inprocess.driver import convert_in_process
     from pipelines.job.config import ConvertConfig
-    from pipelines.local.driver import convert_in_process
 
     cfg = ConvertConfig(
         sources=template,

@@ -14,9 +14,9 @@ whatever a given version's defaults are):
   ``multi_processing`` mode with one process per core
   (``--direct_running_mode=multi_processing --direct_num_workers=N``): the CLI's default
   Beam runner.  The DoFns convert in Beam's worker processes.
-* ``tar2tf-local``: ``pipelines.local.driver.convert_in_process`` with one thread per core
+* ``tar2tf-local``: ``pipelines.inprocess.driver.convert_in_process`` with one thread per core
   (the CLI's ``--runner local``): no Beam; with more than one worker, shards are converted
-  by tar2tf's worker processes (``pipelines.local.pool``), which write local ``{}`` output
+  by tar2tf's worker processes (``pipelines.inprocess.pool``), which write local ``{}`` output
   shards themselves.
 * ``tar2tf-default``: what ``tar2tf convert`` runs with no runner flag: the driver is the
   one the CLI picks for an empty runner argument list (``pipelines.beam.options.in_process``),
@@ -109,7 +109,7 @@ def _prepare(variant: str):
         import apache_beam.runners.portability.fn_api_runner  # noqa: F401
 
         import pipelines.beam.convert
-        import pipelines.local.driver  # noqa: F401
+        import pipelines.inprocess.driver  # noqa: F401
 
 
 def default_in_process() -> bool:
@@ -145,7 +145,7 @@ def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dic
         processes=PROCESSES.get(variant),
     )
     if variant in LOCAL or (variant in DEFAULT_COMMAND and default_in_process()):
-        from pipelines.local.driver import convert_in_process
+        from pipelines.inprocess.driver import convert_in_process
 
         res = convert_in_process(cfg, num_workers=workers)
     else:

@@ -1,7 +1,7 @@
 """``tar2tf convert SOURCE... --output PATH``: tar shards to size-bounded TFRecord shards
 (or ArrayRecord shards of the same records: ``--format array_record``).
 
-With no runner flag the job runs on the in-process driver (``pipelines.local``; also
+With no runner flag the job runs on the in-process driver (``pipelines.inprocess``; also
 ``--runner local``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
 they are Beam pipeline options (``--runner beam``: Beam's local runner, ``--runner
 FlinkRunner``, ``--direct_num_workers=4`` ...); any other flag is a usage error
@@ -270,9 +270,9 @@ def run(args) -> int:
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
     from pipelines.beam.options import in_process, names_in_process
+    from pipelines.inprocess.driver import convert_in_process
     from pipelines.job import report
     from pipelines.job.refused import CLI_WORDS, Refusal
-    from pipelines.local.driver import convert_in_process
     from transforms.redact import printable, redact_obj
 
     if args.shuffle and names_in_process(args.beam_args):

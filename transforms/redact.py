@@ -110,7 +110,7 @@ def install_log_redaction() -> None:
     """Every log record this process makes from now on has its message and its traceback
     passed through :func:`printable` as it is made, before any handler (or logging's
     last-resort printer) sees it: the CLI's process (``launch.log_redact``) and every worker
-    process that logs to the same terminal (``pipelines.local.worker``).  Only records that
+    process that logs to the same terminal (``pipelines.inprocess.worker``).  Only records that
     pass their logger's level are made, so quiet loggers cost nothing.  Idempotent."""
     global _factory_installed
     if _factory_installed:

@@ -2,7 +2,7 @@
 
 The per-shard work of ``Dataset.load(template)`` without ``path``, kept free of Beam and
 TensorFlow so that it runs on the caller's threads (``pipelines.tfdata``) and in the
-local worker processes of ``pipelines.local.pool`` alike.  Every count goes to
+local worker processes of ``pipelines.inprocess.pool`` alike.  Every count goes to
 ``note(what, reject=None)``: ``note("records_read")``, ``note("records_yielded")``,
 ``note("records_filtered")``, or ``note("", reject)`` for a rejected record or shard (a
 :class:`~transforms.tar.grouping.ShardCorrupt` included: the stream cannot take back what

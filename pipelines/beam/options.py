@@ -1,7 +1,7 @@
 """Which driver runs a job, and Beam pipeline options with an offline, local default.
 
 With no runner flag and no Beam option, a job runs on tar2tf's in-process driver
-(``pipelines.local``): the fastest path on one machine, with no Beam start-up to pay
+(``pipelines.inprocess``): the fastest path on one machine, with no Beam start-up to pay
 (docs/benchmarks.md).  ``--runner local`` names that driver.  Any Beam pipeline option or
 Beam runner name makes it a Beam job, as TFDS builds with its plain writer unless it is
 given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own

@@ -1,6 +1,6 @@
 """A final ArrayRecord shard from the planned byte ranges of pieces (``--format array_record``).
 
-Pieces are TFRecord files whatever the format (``pipelines.job.shard``), so that the plan
+Pieces are TFRecord files whatever the format (``pipelines.job.piece``), so that the plan
 (``pipelines.job.plan``) cuts an ArrayRecord job's shards at exactly the records where the
 TFRecord job with the same options cuts them: record ``i`` of shard ``k`` is the same in
 both outputs.  :func:`write_array_record_shard` has the contract of

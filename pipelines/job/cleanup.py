@@ -16,8 +16,7 @@ import logging
 import os
 from typing import Optional
 
-from pipelines.job import names, piecefiles, workfiles
-from pipelines.job import record as job_record
+from pipelines.job import job_file, names, piecefiles, workfiles
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
 log = logging.getLogger("tar2tf")
@@ -66,7 +65,7 @@ def after_failure(
                 ):
                     _unlink(path)
                     continue
-                if fn == job_record.JOB_FILE:
+                if fn == job_file.JOB_FILE:
                     continue  # the job's description, not work
                 try:
                     held += os.path.getsize(path)

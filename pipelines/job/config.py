@@ -46,11 +46,11 @@ class ConvertConfig:
     work_dir: Optional[str] = None
     # how many workers convert: Beam's local runner's worker processes
     # (--direct_num_workers), or the in-process driver's worker processes
-    # (pipelines.local.pool; 0: its threads).  None: automatic (one per core on Beam's
-    # local runner; pipelines.local.driver.auto_processes in-process).  Not an output
+    # (pipelines.inprocess.pool; 0: its threads).  None: automatic (one per core on Beam's
+    # local runner; pipelines.inprocess.driver.auto_processes in-process).  Not an output
     # option: the bytes are the same either way.
     processes: Optional[int] = None
-    # outputs in a bucket (streamed shards, pipelines.local.stream): bytes of finished
+    # outputs in a bucket (streamed shards, pipelines.inprocess.stream): bytes of finished
     # shards that may wait in local spool files for their upload before the writer waits
     # (a size: "500MB"); None: $TAR2TF_SPOOL_LIMIT, else 1 GB.  Not an output option either.
     spool_limit: Union[None, int, str] = None

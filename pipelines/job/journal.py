@@ -1,6 +1,6 @@
 """The journal of a streamed job's finished final shards: where ``--resume`` continues.
 
-A streamed job (``pipelines.local.stream``) writes its final shards in input order.  Each
+A streamed job (``pipelines.inprocess.stream``) writes its final shards in input order.  Each
 time one is durable under its final name, an entry ``journal-NNNNNN.json`` goes to the
 job's work directory (one object per entry: object stores cannot append) holding
 

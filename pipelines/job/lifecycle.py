@@ -10,7 +10,7 @@
   earlier run's manifest replaced by the ledger of its outputs (``pipelines.job.replace``).
 * convert units, plan, write: the kind's work, run by a driver -- the Beam graph
   (``pipelines.beam.job``: one step each, on workers) or the in-process driver
-  (``pipelines.local.driver``: threads or a worker pool, shards written as pieces arrive).
+  (``pipelines.inprocess.driver``: threads or a worker pool, shards written as pieces arrive).
 * :func:`finish` (the graph's last step): stale outputs of an earlier run removed, the
   kind's manifest and rejects written (the commit point); returns the manifest.
 * :func:`result_of` (the launching process, once the job has finished): the work
@@ -32,8 +32,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import transforms
-from pipelines.job import cleanup, exits, output_lock
-from pipelines.job import record as job_record
+from pipelines.job import cleanup, exits, job_file, output_lock
 from transforms.record_types import Reject
 from transforms.stores import dirname, get_store, join
 
@@ -176,7 +175,7 @@ def prepare(kind: Kind, cfg) -> Job:
 
 def start(job: Job) -> None:
     """The job starts writing (see the module docstring)."""
-    job_record.write(job.work, job_of(job.cfg, job.inputs), job.cfg.store)
+    job_file.write(job.work, job_of(job.cfg, job.inputs), job.cfg.store)
     job.kind.begin(job)
 
 
@@ -229,7 +228,7 @@ def result_of(
 
 def job_of(cfg, inputs: List[str]) -> Dict[str, Any]:
     """What the job is, for either format: its work directory's fingerprint and record
-    (``pipelines.job.record``).  A TFRecord job's names its output; a PCR job's does not
+    (``pipelines.job.job_file``).  A TFRecord job's names its output; a PCR job's does not
     (``PcrConfig.output_in_identity``: its work directory is inside its output)."""
     job = {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
     if getattr(cfg, "output_in_identity", True):

@@ -2,7 +2,7 @@
 
 What a converted input shard tells the rest of the job is split by how it grows:
 
-* its *summary* (the dict ``convert_shard`` returns and its JSON sidecar holds): counts,
+* its *summary* (the dict ``convert_to_piece`` returns and its JSON sidecar holds): counts,
   bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
   Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
   with the number of input shards, never with the number of records;

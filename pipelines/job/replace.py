@@ -28,8 +28,7 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import exits, overlap
-from pipelines.job import record as job_record
+from pipelines.job import exits, job_file, overlap
 from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, get_store, join
 
@@ -80,7 +79,7 @@ def _journaled(work: str, output: str, config: Optional[StoreConfig]) -> Set[str
         if not name.startswith("journal-"):
             continue
         if d not in mine:
-            rec = _read_json(store, join(d, job_record.JOB_FILE))
+            rec = _read_json(store, join(d, job_file.JOB_FILE))
             mine[d] = isinstance(rec, dict) and rec.get("output") == redact(output)
         if mine[d]:
             entry = _read_json(store, url)

@@ -62,7 +62,7 @@ class ShardFile:
     """One final shard while it is written: bytes appended in order, its crc32c and framed
     record sizes kept, the file under a temporary name until :meth:`close` (fsync, rename),
     removed by :meth:`abort`.  The one writer of final TFRecord shards: the planned copy
-    (:func:`write_shard`), the streaming writer (``pipelines.local.stream``) and the
+    (:func:`write_shard`), the streaming writer (``pipelines.inprocess.stream``) and the
     shuffle (``pipelines.beam.shuffle``) all go through it.
 
     A local shard can also leave ranges to other processes (:meth:`reserve`): a worker

@@ -144,7 +144,7 @@ class Dataset:
 
         With ops that do real work per record (decode, resize...) and more than one
         worker and shard, the shards convert in local worker processes (as for
-        ``load(path=...)``: ``pipelines.local.pool``) and their elements cross back in
+        ``load(path=...)``: ``pipelines.inprocess.pool``) and their elements cross back in
         chunks; otherwise, or if an op cannot be pickled, on this process's threads.
 
         Rejects are logged once the stream ends (or is closed), grouped: one line per

@@ -3,7 +3,7 @@ in source order into a ``tf.data.Dataset``.
 
 The shards convert on this process's threads or, with ops that do real work per record
 and more than one worker and shard, in local worker processes
-(``pipelines.local.pool``), whose elements cross back in chunks.  The element spec is
+(``pipelines.inprocess.pool``), whose elements cross back in chunks.  The element spec is
 given (``output_signature``) or inferred from a first element
 (:mod:`pipelines.tfdata.spec_inference`); every element is fitted to it
 (:mod:`transforms.ops.element_spec`), and what does not fit is a reject.  Rejects are
@@ -95,7 +95,7 @@ def _elements(ds, urls, list_rejects, num_workers, spec, prefetch, stats) -> Ite
         store=ds.store,
         max_member_size=max_member,
     )  # what a worker process gets
-    from pipelines.local.driver import auto_processes
+    from pipelines.inprocess.driver import auto_processes
 
     procs = auto_processes(num_workers, len(urls), cfg.has_heavy_ops())
     if procs:
@@ -104,7 +104,7 @@ def _elements(ds, urls, list_rejects, num_workers, spec, prefetch, stats) -> Ite
 
 
 def _elements_in_workers(cfg, urls, procs, prefetch, note, produce) -> Iterator[Any]:
-    from pipelines.local import pool as shard_pool
+    from pipelines.inprocess import pool as shard_pool
 
     blob = shard_pool.pack(cfg, required=False)
     if blob is None:  # an op that cannot be pickled: this process's threads convert

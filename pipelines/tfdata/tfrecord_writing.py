@@ -71,7 +71,7 @@ def convert(ds, cfg, num_workers, remote_exec, extra=()):
             args.append(f"--direct_num_workers={max(1, int(num_workers))}")
         res = beam_convert(cfg, args)
     else:
-        from pipelines.local.driver import convert_in_process
+        from pipelines.inprocess.driver import convert_in_process
 
         res = convert_in_process(cfg, num_workers)
     if res.totals["records_rejected"] or res.totals["shards_rejected"]:

@@ -327,7 +327,7 @@ def test_cli_exit_codes(shards, tmp_path):
 
 def test_job_failures_map_to_exit_codes(capsys):
     from launch.job_exit import run_job
-    from pipelines.local.pool import WorkerDied
+    from pipelines.inprocess.pool import WorkerDied
 
     def fails(e):
         def job():
@@ -351,8 +351,8 @@ def test_the_beam_graph_and_the_in_process_driver_write_the_same_shards(
 ):
     """The in-process driver fills final shards from a stream while pieces convert; the Beam
     graph plans them once every piece is done: the very same files and manifest rows."""
-    from pipelines.local import stream as shard_stream
-    from pipelines.local.driver import convert_in_process
+    from pipelines.inprocess import stream as shard_stream
+    from pipelines.inprocess.driver import convert_in_process
 
     _, d = shards
     added = []

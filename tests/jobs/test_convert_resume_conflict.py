@@ -1,6 +1,6 @@
 """``tar2tf convert --resume`` when the job's own work directory is empty but an
 interrupted run of the same inputs and output with other options left its work beside
-it: the refusal names the options that differ, then and now (``pipelines.job.record``).
+it: the refusal names the options that differ, then and now (``pipelines.job.job_file``).
 The same options resume as before; another job's leftovers keep the plain refusal."""
 
 import glob
@@ -13,11 +13,11 @@ from support.pcr_fixtures import requires_jpegtran
 
 from launch.cli import main
 from pipelines.beam.pcr import PcrConfig, convert_pcr
+from pipelines.inprocess import driver as cv
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job import journal as shard_journal
 from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.lifecycle import work_dir_for
-from pipelines.local import driver as cv
-from pipelines.local.driver import convert_in_process
 
 N = 4
 
@@ -38,18 +38,18 @@ def _interrupted_run(tmp_path, monkeypatch, **kw):
     """A real job that fails while converting input shard 2: the final shards its stream
     finished stay, journaled in its work directory (as after a crash or Ctrl-C)."""
     shardgen.make_shards(str(tmp_path / "in"), N, 6, size=(32, 32))
-    real = cv.convert_shard
+    real = cv.convert_to_piece
 
     def dies_on_shard_2(index, *a):
         if index == 2:
             raise RuntimeError("killed")
         return real(index, *a)
 
-    monkeypatch.setattr(cv, "convert_shard", dies_on_shard_2)
+    monkeypatch.setattr(cv, "convert_to_piece", dies_on_shard_2)
     cfg = _cfg(tmp_path, **kw)
     with pytest.raises(RuntimeError, match="killed"):
         convert_in_process(cfg, num_workers=1)
-    monkeypatch.setattr(cv, "convert_shard", real)
+    monkeypatch.setattr(cv, "convert_to_piece", real)
     work = work_dir_for(cfg, [str(tmp_path / "in" / f"train-{i:04d}.tar") for i in range(N)])
     point = shard_journal.load(work)
     assert point is not None and point.shards >= 1 and point.next_piece <= 2
@@ -149,7 +149,7 @@ def test_resume_with_other_options_before_any_output_is_refused_naming_them(
     options is refused, naming them (as ``tar2tf pcr --resume``), instead of starting
     afresh beside the old run's work; with its options, it reuses the pieces."""
     shardgen.make_shards(str(tmp_path / "in"), N, 6, size=(32, 32))
-    real = cv.convert_shard
+    real = cv.convert_to_piece
     seen = []
 
     def dies_on_shard_2(index, *a):
@@ -158,7 +158,7 @@ def test_resume_with_other_options_before_any_output_is_refused_naming_them(
             raise RuntimeError("killed")
         return real(index, *a)
 
-    monkeypatch.setattr(cv, "convert_shard", dies_on_shard_2)
+    monkeypatch.setattr(cv, "convert_to_piece", dies_on_shard_2)
     out = str(tmp_path / "o" / "t.record")
     cfg = ConvertConfig(
         sources=str(tmp_path / "in" / f"train-{{0000..{N - 1:04d}}}.tar"),
@@ -169,7 +169,7 @@ def test_resume_with_other_options_before_any_output_is_refused_naming_them(
     )
     with pytest.raises(RuntimeError, match="killed"):
         convert_in_process(cfg, num_workers=1)
-    monkeypatch.setattr(cv, "convert_shard", real)
+    monkeypatch.setattr(cv, "convert_to_piece", real)
     assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".record")]
     args = [
         "convert",
@@ -222,7 +222,7 @@ def test_an_interrupted_convert_run_is_not_taken_for_a_pcr_run(tmp_path, monkeyp
 def test_a_record_with_malformed_options_explains_nothing(tmp_path):
     """A sibling job.json of the same inputs and output whose options are not a mapping
     (hand-edited, another tool's) is passed over: no crash, no culprit named."""
-    from pipelines.job import record as job_record
+    from pipelines.job import job_file
 
     work = str(tmp_path / "w" / "mine")
     record = {
@@ -235,8 +235,8 @@ def test_a_record_with_malformed_options_explains_nothing(tmp_path):
     os.makedirs(other)
     with open(os.path.join(other, "job.json"), "w") as f:
         json.dump(dict(record, options=["not", "a", "dict"]), f)
-    assert job_record.find_conflict(work, record, same=("inputs", "output")) is None
+    assert job_file.find_conflict(work, record, same=("inputs", "output")) is None
     with open(os.path.join(other, "job.json"), "w") as f:
         json.dump(dict(record, options={"max_shard_size": 4000}), f)
-    found = job_record.find_conflict(work, record, same=("inputs", "output"))
+    found = job_file.find_conflict(work, record, same=("inputs", "output"))
     assert found is not None and found.differences == ["max_shard_size: 4000 then, 8000 now"]

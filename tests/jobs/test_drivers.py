@@ -1,6 +1,6 @@
 """Which driver runs a job, seen from the processes that did the work.  With no runner
 flag, ``tar2tf convert`` and ``Dataset.load(path=...)`` run the in-process driver, whose
-own worker processes (``pipelines.local.worker``) convert; ``--runner local`` names it.
+own worker processes (``pipelines.inprocess.worker``) convert; ``--runner local`` names it.
 ``--runner beam`` (or any Beam option) runs Beam's local runner, whose SDK worker
 processes (``pipelines.beam.sdk_worker``) convert and no tar2tf worker starts.  Both write
 the same bytes (the golden digests pin them for more jobs).  ``tar2tf pcr`` runs on
@@ -18,7 +18,7 @@ from support.cli_fixtures import ROOT, cli, output_digest
 
 from pipelines.beam import options as opts
 
-LOCAL_WORKER = "pipelines.local.worker"
+LOCAL_WORKER = "pipelines.inprocess.worker"
 BEAM_WORKER = "pipelines.beam.sdk_worker"
 DEMO = os.path.join(ROOT, "launch", "demo", "shards")
 

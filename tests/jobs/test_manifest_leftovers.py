@@ -10,8 +10,8 @@ import os
 import pytest
 from support import shardgen
 
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job.config import ConvertConfig
-from pipelines.local.driver import convert_in_process
 from transforms.stores import registry
 
 

@@ -10,11 +10,11 @@ import shutil
 import pytest
 from support import shardgen
 
+from pipelines.inprocess import driver as cv
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job import piecefiles
 from pipelines.job.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for
-from pipelines.local import driver as cv
-from pipelines.local.driver import convert_in_process
 
 N = 5
 
@@ -47,14 +47,14 @@ def _files(d):
 
 
 def _fail_at(monkeypatch, index):
-    real = cv.convert_shard
+    real = cv.convert_to_piece
 
     def dies(i, *a):
         if i == index:
             raise RuntimeError("killed")
         return real(i, *a)
 
-    monkeypatch.setattr(cv, "convert_shard", dies)
+    monkeypatch.setattr(cv, "convert_to_piece", dies)
     return real
 
 
@@ -70,7 +70,7 @@ def test_record_files_survive_a_failed_run_and_its_resume_reports_the_same(
     real = _fail_at(monkeypatch, N - 1)
     with pytest.raises(RuntimeError, match="killed"):
         convert_in_process(cfg, num_workers=1)
-    monkeypatch.setattr(cv, "convert_shard", real)
+    monkeypatch.setattr(cv, "convert_to_piece", real)
     work = work_dir_for(cfg, urls)
     # every converted piece's record file is kept: also those the in-process driver held
     # in memory (no piece file, no sidecar) and those whose journaled shards hold them
@@ -97,7 +97,7 @@ def test_resume_redoes_a_piece_whose_record_file_is_damaged(tmp_path, monkeypatc
         f.seek(100)
         f.write(b"\xff\xff")
     converted = []
-    monkeypatch.setattr(cv, "convert_shard", lambda *a: (converted.append(a[0]), real(*a))[1])
+    monkeypatch.setattr(cv, "convert_to_piece", lambda *a: (converted.append(a[0]), real(*a))[1])
     res = convert_in_process(_cfg(tmp_path, "o", "t.record", resume=True), num_workers=1)
     assert converted == [1, N - 1]  # 0, 2, 3 verified and reused
     assert res.counters["shards_resumed"] == N - 2

@@ -1,6 +1,6 @@
 """Pool workers writing their pieces where the shard stream places them (a local ``{}``
-output: ``PieceFeed.place``): the placing protocol between ``pipelines.local.pool`` and
-``pipelines.local.worker``, and what a failing worker leaves behind."""
+output: ``PieceFeed.place``): the placing protocol between ``pipelines.inprocess.pool`` and
+``pipelines.inprocess.worker``, and what a failing worker leaves behind."""
 
 import glob
 import os
@@ -9,8 +9,8 @@ import time
 import pytest
 from support import shardgen
 
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job.config import ConvertConfig
-from pipelines.local.driver import convert_in_process
 from transforms.ops import Func, Resize
 
 
@@ -26,8 +26,8 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
     write), and the worker is ready for its next task, whose runs it writes."""
     import cloudpickle
 
+    from pipelines.inprocess import pool as shard_pool
     from pipelines.job import shardfile
-    from pipelines.local import pool as shard_pool
 
     cfg = ConvertConfig(
         sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"}
@@ -155,8 +155,8 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     still written where it was placed, with the worker's CRCs."""
     import cloudpickle
 
+    from pipelines.inprocess import pool as shard_pool
     from pipelines.job import shardfile
-    from pipelines.local import pool as shard_pool
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
 
@@ -226,8 +226,8 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
 
     import cloudpickle
 
+    from pipelines.inprocess import pool as shard_pool
     from pipelines.job import shardfile
-    from pipelines.local import pool as shard_pool
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
 

@@ -13,7 +13,7 @@ from pipelines.beam.job import _finish
 from pipelines.job import lifecycle, shardfile
 from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
-from pipelines.job.shard import convert_shard
+from pipelines.job.piece import convert_to_piece
 
 
 def _cfg(src: str, out: str) -> ConvertConfig:
@@ -33,7 +33,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
     lifecycle.start(job)
     stages = cfg.stages()
     # ConvertShard, as the graph runs it (its results held by a surviving worker)
-    pieces = [convert_shard(i, url, job.work, cfg, stages) for i, url in enumerate(job.urls)]
+    pieces = [convert_to_piece(i, url, job.work, cfg, stages) for i, url in enumerate(job.urls)]
 
     def last_steps():  # Plan -> WriteShard -> Manifest
         shards = [

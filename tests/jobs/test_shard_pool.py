@@ -1,5 +1,5 @@
 """``processes=N``: the in-process driver's shards converted in its worker processes
-(pipelines.local.pool)."""
+(pipelines.inprocess.pool)."""
 
 import hashlib
 import os
@@ -10,8 +10,8 @@ import time
 import pytest
 from support.pool_spy import pool_starts
 
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job.config import ConvertConfig
-from pipelines.local.driver import convert_in_process
 from transforms.ops import Func, Resize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,7 +131,7 @@ def test_workers_run_native_thread_pools_on_one_thread_unless_told(shards, tmp_p
 
 
 def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use(shards, tmp_path):
-    """A worker starts from pipelines.local.worker: none of the pool's queue, futures and
+    """A worker starts from pipelines.inprocess.worker: none of the pool's queue, futures and
     subprocess machinery, no size parser (the member limit reaches it as a number), no
     OpenSSL digest, no Beam, no TensorFlow (each import costs start-up on every job)."""
     seen = tmp_path / "mods"
@@ -160,11 +160,15 @@ def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use
     assert pids
     for pid in pids:
         mods = set(open(os.path.join(str(seen), pid)).read().split())
-        assert {"pipelines.local.worker", "pipelines.local.messages", "pipelines.job.shard"} <= mods
+        assert {
+            "pipelines.inprocess.worker",
+            "pipelines.inprocess.messages",
+            "pipelines.job.piece",
+        } <= mods
         # (subprocess is not in the list: Pillow's GIF plugin imports it when Pillow registers its formats)
         unwanted = {
-            "pipelines.local.pool",
-            "pipelines.local.handle",
+            "pipelines.inprocess.pool",
+            "pipelines.inprocess.handle",
             "concurrent.futures",
             "queue",
             "humanfriendly",
@@ -242,7 +246,7 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
     script.write_text(
         "import os\n"
         "from pipelines.job.config import ConvertConfig\n"
-        "from pipelines.local.driver import convert_in_process\n"
+        "from pipelines.inprocess.driver import convert_in_process\n"
         "from transforms.ops import Func\n"
         "def crash_on_20(r):\n"
         "    if r['__key__'] == '000020':\n"
@@ -295,7 +299,7 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
         "from pipelines.job.config import ConvertConfig\n"
-        "from pipelines.local.driver import convert_in_process\n"
+        "from pipelines.inprocess.driver import convert_in_process\n"
         f"res = convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
         "progress=False, processes=2), num_workers=2)\n"
         "print('WRITTEN', res.totals['records_written'])\n"
@@ -313,7 +317,7 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
 
 
 def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
-    from pipelines.local import handle as worker_handle
+    from pipelines.inprocess import handle as worker_handle
 
     monkeypatch.setattr(
         worker_handle, "_BOOT", "import sys; sys.exit(7)"
@@ -326,7 +330,7 @@ def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
 
 
 def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
-    from pipelines.local.driver import auto_processes
+    from pipelines.inprocess.driver import auto_processes
 
     assert auto_processes(2, 8, ops=True) == 2 and auto_processes(2, 8, ops=False) == 0
     assert auto_processes(4, 3) == 3 and auto_processes(1, 8) == 0 and auto_processes(2, 1) == 0
@@ -360,7 +364,7 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
     decide which worker idles."""
     import cloudpickle
 
-    from pipelines.local import pool as shard_pool
+    from pipelines.inprocess import pool as shard_pool
     from transforms.tar.sources import resolve
 
     urls, _ = resolve(shards)
@@ -409,7 +413,7 @@ def test_closing_the_pool_stops_its_dispatchers(shards, tmp_path):
 
     import cloudpickle
 
-    from pipelines.local import pool as shard_pool
+    from pipelines.inprocess import pool as shard_pool
     from transforms.tar.sources import resolve
 
     def slow(record):  # a closure (reaches the worker through cloudpickle): ~0.1 s a shard
@@ -498,8 +502,8 @@ def test_in_process_light_job_to_local_shards_takes_workers_when_asked_for_two(
     write their frames into the final shards, so it gets worker processes; to a list
     output (frames pass through this process) or with one worker it stays in this
     process.  The bytes are the same every way."""
-    from pipelines.local import driver as local_convert
-    from pipelines.local import pool as shard_pool
+    from pipelines.inprocess import driver as local_convert
+    from pipelines.inprocess import pool as shard_pool
 
     started = pool_starts(monkeypatch)
 
@@ -529,7 +533,7 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
 
     from support import shardgen
 
-    from pipelines.local import stream as shard_stream
+    from pipelines.inprocess import stream as shard_stream
 
     shardgen.make_shards(str(tmp_path / "in"), 3, 6, size=(16, 16))
     cfg = ConvertConfig(

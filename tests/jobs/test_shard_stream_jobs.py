@@ -11,9 +11,9 @@ import time
 import pytest
 from support import shardgen
 
+from pipelines.inprocess.driver import convert_in_process
 from pipelines.job.config import ConvertConfig, OutputExistsError
 from pipelines.job.lifecycle import work_dir_for
-from pipelines.local.driver import convert_in_process
 from transforms.ops import Func
 
 
@@ -39,8 +39,8 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     """A job that fails keeps the shards its stream finished (journaled), and nothing else
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
+    from pipelines.inprocess import driver as cv
     from pipelines.job import journal as shard_journal
-    from pipelines.local import driver as cv
 
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
@@ -72,8 +72,8 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
         convert_in_process(cfg("o"), num_workers=2)
 
     converted = []
-    real = cv.convert_shard
-    monkeypatch.setattr(cv, "convert_shard", lambda *a: (converted.append(a[0]), real(*a))[1])
+    real = cv.convert_to_piece
+    monkeypatch.setattr(cv, "convert_to_piece", lambda *a: (converted.append(a[0]), real(*a))[1])
     res = convert_in_process(cfg("o", processes=0, resume=True), num_workers=2)
     assert sorted(converted) == sorted(
         set(range(point.next_piece, 4)) - on_disk
@@ -96,8 +96,8 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
     """Threads of the in-process driver hand their pieces to the stream in memory (each byte
     written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
     from pipelines.beam.convert import convert
-    from pipelines.job import shard as shard_convert
-    from pipelines.local import driver as local_convert
+    from pipelines.inprocess import driver as local_convert
+    from pipelines.job import piece as shard_convert
 
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
@@ -129,13 +129,13 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
 
 def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
     """resume=True continues after the journaled final shards: pieces need not be on disk."""
-    from pipelines.job import shard as shard_convert
+    from pipelines.job import piece as shard_convert
 
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
     holds = []
-    real = shard_convert.convert_shard
+    real = shard_convert.convert_to_piece
     monkeypatch.setattr(
-        "pipelines.local.driver.convert_shard",
+        "pipelines.inprocess.driver.convert_to_piece",
         lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1],
     )
     for resume in (False, True):
@@ -159,7 +159,7 @@ def test_a_corrupt_shard_held_in_memory_is_dropped_whole(tmp_path, monkeypatch, 
     """A gzip shard whose CRC trailer fails: every record it gave is rejected, in memory or
     spilled, and the other shards are written as the planned path writes them."""
     from pipelines.beam.convert import convert
-    from pipelines.local import driver as local_convert
+    from pipelines.inprocess import driver as local_convert
 
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
@@ -191,13 +191,13 @@ def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path,
     between writes (no converter thread), into the same shards as two threads write."""
     import threading
 
-    from pipelines.local import driver as cv
+    from pipelines.inprocess import driver as cv
 
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
     threads = []
-    real = cv.convert_shard
+    real = cv.convert_to_piece
     monkeypatch.setattr(
-        cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
+        cv, "convert_to_piece", lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
     )
 
     def run(out, n):
@@ -225,10 +225,10 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     """An error converting the third shard on the caller's thread: the job raises it, the
     shards finished before stay (journaled, final names only, no temporary file), and
     resume=True converts only what comes after them, into an uninterrupted run's bytes."""
-    from pipelines.local import driver as cv
+    from pipelines.inprocess import driver as cv
 
     shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
-    real = cv.convert_shard
+    real = cv.convert_to_piece
     seen = []
 
     def failing(*a):
@@ -247,14 +247,14 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
             **kw,
         )
 
-    monkeypatch.setattr(cv, "convert_shard", failing)
+    monkeypatch.setattr(cv, "convert_to_piece", failing)
     with pytest.raises(OSError, match="disk went away"):
         convert_in_process(cfg("o"), num_workers=1)
     assert seen == [0, 1, 2]  # nothing converted past the failure
     kept = sorted(os.listdir(tmp_path / "o"))
     assert kept[0] == ".tar2tf-work" and len(kept) > 1
     assert all(k.startswith("t-") and k.endswith(".record") for k in kept[1:])
-    monkeypatch.setattr(cv, "convert_shard", lambda *a: (seen.append(a[0]), real(*a))[1])
+    monkeypatch.setattr(cv, "convert_to_piece", lambda *a: (seen.append(a[0]), real(*a))[1])
     seen.clear()
     res = convert_in_process(cfg("o", resume=True), num_workers=1)
     assert seen and min(seen) >= 1 and seen == sorted(seen)

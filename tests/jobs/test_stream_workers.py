@@ -115,7 +115,7 @@ def _die_in_worker(parent):
 
 
 def test_a_worker_that_dies_fails_the_stream_instead_of_hanging(shards):
-    from pipelines.local.pool import WorkerDied
+    from pipelines.inprocess.pool import WorkerDied
 
     ds = Dataset(
         shards,

@@ -108,7 +108,7 @@ def test_resume_continues_after_the_journaled_shards_in_the_bucket(
     output = backend.url("resumed/train-{}.record")
 
     def run(**kw):  # the in-process driver streams final shards (and journals them)
-        from pipelines.local.driver import convert_in_process
+        from pipelines.inprocess.driver import convert_in_process
 
         return convert_in_process(
             ConvertConfig(
@@ -286,15 +286,15 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(
     output converts on the caller's thread), into the bytes of the local Beam run."""
     import threading
 
-    from pipelines.local import driver as cv
-    from pipelines.local.driver import convert_in_process
+    from pipelines.inprocess import driver as cv
+    from pipelines.inprocess.driver import convert_in_process
 
     paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)
     threads = []
-    real = cv.convert_shard
+    real = cv.convert_to_piece
     monkeypatch.setattr(
-        cv, "convert_shard", lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
+        cv, "convert_to_piece", lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
     )
     res = convert_in_process(
         ConvertConfig(
@@ -318,7 +318,7 @@ def test_in_process_two_workers_read_a_bucket_into_local_shards(
     """A passthrough from ais:// or gs:// to a local '{}' output with num_workers=2 (no
     heavy ops): two worker processes fetch the shards from the store and write into the
     final shards themselves, into the local run's bytes."""
-    from pipelines.local.driver import convert_in_process
+    from pipelines.inprocess.driver import convert_in_process
 
     paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)

@@ -1,6 +1,6 @@
 """Shards written to a bucket wait for the one upload thread in local spool files; when
 uploads are slower than conversion, the writer waits once more than the spool limit is
-spooled and not yet uploaded (``pipelines.local.stream``), so local disk stays bounded.
+spooled and not yet uploaded (``pipelines.inprocess.stream``), so local disk stays bounded.
 Against the real stores (aisnode, fake-gcs-server) with uploads slowed by the fault proxy."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pipelines.local.stream import ShardStream
+from pipelines.inprocess.stream import ShardStream
 from transforms.stores import get_store
 from transforms.stores.upload import SPOOL_DIR_ENV
 

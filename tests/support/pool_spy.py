@@ -9,7 +9,7 @@ from typing import List
 def pool_starts(monkeypatch) -> List[int]:
     """From now on (for this test), each ``Pool`` the driver starts appends its number of
     worker processes to the returned list; the pool itself starts as usual."""
-    from pipelines.local import pool as shard_pool
+    from pipelines.inprocess import pool as shard_pool
 
     started: List[int] = []
     real = shard_pool.Pool.__init__

@@ -1,14 +1,14 @@
 """Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
 files of random records with their sidecar dicts, and the shards the planned path
-(``pipelines.job.plan``) and the stream (``pipelines.local.stream``) make of them."""
+(``pipelines.job.plan``) and the stream (``pipelines.inprocess.stream``) make of them."""
 
 import os
 import random
 import time
 
+from pipelines.inprocess.stream import ShardStream
 from pipelines.job import shardfile
 from pipelines.job.plan import stream_plan
-from pipelines.local.stream import ShardStream
 
 
 def _pieces(d, layout, seed=0):
@@ -52,7 +52,7 @@ def _files(d):
 
 
 def _info(p):
-    """A piece dict as convert_shard returns it (no rejects), with its digest."""
+    """A piece dict as convert_to_piece returns it (no rejects), with its digest."""
     from transforms.tfrecord import digests
 
     d = digests.new("crc32c")

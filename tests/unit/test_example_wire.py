@@ -85,11 +85,11 @@ def _worker_run(out, stages, shown, pre=""):
     out.mkdir()
     code = (
         f"import sys; {pre}from pipelines.job.config import ConvertConfig; "
-        "from pipelines.job.shard import convert_shard; "
+        "from pipelines.job.piece import convert_to_piece; "
         "from transforms.ops import Encode, Resize; "
         f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
         f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "
-        f"info = convert_shard(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()); "
+        f"info = convert_to_piece(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()); "
         "assert info['records'] == 24 and not info['records_rejected'], info; "
         f"print({shown})"
     )

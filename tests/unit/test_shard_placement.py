@@ -1,5 +1,5 @@
 """Pieces a worker process writes itself, into byte ranges the shard stream reserves in
-the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/local/worker.py)."""
+the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/inprocess/worker.py)."""
 
 import os
 import tempfile
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
 
+from pipelines.inprocess.stream import ShardStream
 from pipelines.job.config import ConvertConfig
-from pipelines.local.stream import ShardStream
 
 
 def _placed(pieces, output, max_bytes, max_records, dali, how, order):
@@ -20,9 +20,9 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     from the piece file ("spilled"); the threads start in ``order``."""
     import threading
 
-    from pipelines.local.messages import Run
-    from pipelines.local.stream import PieceFeed
-    from pipelines.local.worker import write_runs
+    from pipelines.inprocess.messages import Run
+    from pipelines.inprocess.stream import PieceFeed
+    from pipelines.inprocess.worker import write_runs
 
     feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
     errors = []
@@ -126,8 +126,8 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
 
 def _feed(cfg, expect):
     """The feed the in-process driver gives its worker pool (``place``)."""
-    from pipelines.local.driver import new_stream
-    from pipelines.local.stream import PieceFeed
+    from pipelines.inprocess.driver import new_stream
+    from pipelines.inprocess.stream import PieceFeed
 
     return PieceFeed(new_stream(cfg), expect)
 
@@ -143,8 +143,8 @@ def _raises(fn):
 def test_a_piece_placed_twice_is_written_once(tmp_path):
     """A piece converted again (a retried task): the second placement gets None (the
     worker drops its frames) and the shards are those of one conversion."""
-    from pipelines.local.messages import Run
-    from pipelines.local.worker import write_runs
+    from pipelines.inprocess.messages import Run
+    from pipelines.inprocess.worker import write_runs
 
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)

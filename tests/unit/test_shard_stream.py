@@ -1,4 +1,4 @@
-"""Streamed final shards (pipelines.local.stream) against the planned path (plan), on
+"""Streamed final shards (pipelines.inprocess.stream) against the planned path (plan), on
 piece files of random records: the stream and its journal, and the feed (``PieceFeed``)
 that Beam's DoFns hand pieces to.  Whole jobs through the stream: test_shard_stream_jobs."""
 
@@ -18,9 +18,9 @@ from support.shard_stream_fixtures import (
     _wait_for,
 )
 
+from pipelines.inprocess.stream import ShardStream, can_stream
 from pipelines.job import names
 from pipelines.job.config import ConvertConfig
-from pipelines.local.stream import ShardStream, can_stream
 
 
 @settings(max_examples=60, deadline=None)
@@ -173,8 +173,8 @@ def _work_pieces(tmp_path, layout):
 def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_path):
     """With the job's piece count, the last shard is closed (fsync, final name) as soon as
     every piece is in, before anyone calls finish()."""
-    from pipelines.local.driver import new_stream
-    from pipelines.local.stream import PieceFeed
+    from pipelines.inprocess.driver import new_stream
+    from pipelines.inprocess.stream import PieceFeed
 
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
@@ -197,8 +197,8 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
 
 
 def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
-    from pipelines.local.driver import new_stream
-    from pipelines.local.stream import PieceFeed
+    from pipelines.inprocess.driver import new_stream
+    from pipelines.inprocess.stream import PieceFeed
 
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)

@@ -99,7 +99,7 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
 
 @pytest.mark.slow
 def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
-    from pipelines.local.worker import write_runs
+    from pipelines.inprocess.worker import write_runs
 
     frames = _frames(6, 500)
     path = tmp_path / "shard.tmp"

@@ -12,7 +12,7 @@ The spool file is a :class:`~transforms.stores.ParkableFile`, as a local output'
 temporary file is: a job writing many small shards to a bucket has many of them waiting
 for the one thread that uploads them, and a parked spool file holds no descriptor.  How
 many bytes may wait is bounded (:func:`spool_limit`; the writer that would exceed it
-waits: ``pipelines.local.stream``), so uploads slower than conversion do not fill the disk.
+waits: ``pipelines.inprocess.stream``), so uploads slower than conversion do not fill the disk.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ class Packer:
     (the first record always does).  A shard never exceeds ``max_bytes`` unless one record
     alone does (it then sits alone), holds at most ``max_records`` records, and is never
     empty.  The decision depends only on the sizes seen so far, so a writer can apply it
-    while records still arrive (``pipelines.local.stream``) and get the same shards as
+    while records still arrive (``pipelines.inprocess.stream``) and get the same shards as
     :func:`pack` over the whole list."""
 
     def __init__(self, max_bytes: Optional[int], max_records: Optional[int]):

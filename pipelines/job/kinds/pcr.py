@@ -12,7 +12,7 @@ directory, each image's description and the unit's rejects to its sidecar
 A custom jpegtran scan script (``scans``) is read and checked before the job starts; its
 text is part of the options, so it reaches every worker and the work directory's
 fingerprint.  The work directory holds ``job.json`` (inputs, options, version;
-``pipelines.job.record``): ``resume`` with other options than an interrupted run of the
+``pipelines.job.job_file``): ``resume`` with other options than an interrupted run of the
 same inputs is refused, naming them.
 """
 
@@ -23,9 +23,8 @@ import json
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
-from pipelines.job import names, output_lock, overlap, replace, workfiles
-from pipelines.job import record as job_record
 from pipelines.job.kinds import pcr_records as records
 from pipelines.job.kinds.pcr_records import MANIFEST_STEM, manifest_path
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
@@ -196,7 +195,7 @@ def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
         # "output" too: a PCR record has none, so a TFRecord job's record (`tar2tf
         # convert` into the PCR output directory shares its work root) is not taken for a
         # PCR run
-        found = job_record.find_conflict(
+        found = job_file.find_conflict(
             work, job_of(cfg, inputs), cfg.store, same=("inputs", "output"), shown=_shown
         )
         if found is not None:

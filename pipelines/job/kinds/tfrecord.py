@@ -2,7 +2,7 @@
 shards cut by the greedy size rule, a manifest with the written schema.
 
 Units are ``(index, url)``: one input shard each, converted into one piece
-(``pipelines.job.shard``).  The plan packs the records of all pieces, in input order,
+(``pipelines.job.piece``).  The plan packs the records of all pieces, in input order,
 into final shards (``pipelines.job.plan``), and the writer copies their byte ranges
 (``pipelines.job.shardfile``), or, with ``format="array_record"``, writes their Examples
 into an ArrayRecord file (``pipelines.job.arrayrecordfile``): the same records, cut at the
@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 import transforms
 from pipelines.job import (
     arrayrecordfile,
+    job_file,
     names,
     output_lock,
     overlap,
@@ -32,12 +33,11 @@ from pipelines.job import (
 from pipelines.job import journal as shard_journal
 from pipelines.job import manifest as job_manifest
 from pipelines.job import plan as job_plan
-from pipelines.job import record as job_record
 from pipelines.job.config import ConvertConfig
 from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
+from pipelines.job.piece import convert_to_piece, load_verified_piece, without_sizes
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
-from pipelines.job.shard import convert_shard, load_verified_piece, without_sizes
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
@@ -96,7 +96,7 @@ class TFRecordKind(Kind):
         if info is not None:
             return info, True
         # its summary only: the sizes stay in its record file
-        return without_sizes(convert_shard(index, url, work, cfg, stages)), False
+        return without_sizes(convert_to_piece(index, url, work, cfg, stages)), False
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
@@ -226,7 +226,7 @@ def check_outputs(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
     directory) left its work behind: it would replace them, and they may be another job's
     finished output.  When an interrupted run of the same inputs and output with other
     options left its work beside ``work``, the refusal names those options
-    (``pipelines.job.record``).  Then the output is held against the inputs
+    (``pipelines.job.job_file``).  Then the output is held against the inputs
     (``pipelines.job.overlap``)."""
     _check_existing(cfg, work, inputs)
     overlap.check_convert(
@@ -250,7 +250,7 @@ def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
         # output with other options is refused, naming them -- also before any output
         # exists (planned shards are written at the end), as by `tar2tf pcr --resume`,
         # rather than left behind while the job starts afresh
-        found = job_record.find_conflict(
+        found = job_file.find_conflict(
             work, job_of(cfg, inputs), cfg.store, same=("inputs", "output")
         )
         if found is not None and not existing:

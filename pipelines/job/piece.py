@@ -2,8 +2,8 @@
 
 This is the per-shard work of the TFRecord conversion, kept free of Beam so that it can
 run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process driver
-(``pipelines.local.driver``) and in the local worker processes of ``--processes``
-(``pipelines.local.pool``), which then start without importing Beam.
+(``pipelines.inprocess.driver``) and in the local worker processes of ``--processes``
+(``pipelines.inprocess.pool``), which then start without importing Beam.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class _PieceOut:
             self.frames, self.held = [], 0
 
 
-def convert_shard(
+def convert_to_piece(
     index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages, hold: int = 0
 ) -> Dict[str, Any]:
     """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.

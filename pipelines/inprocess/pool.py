@@ -4,11 +4,11 @@ Threads of one process contend for the GIL: Pillow, zlib and hashlib release it,
 everything between those calls (tar headers, Pillow's Python plugins, Example building)
 holds it, and on 2 cores the threads of a decode-heavy job lose about a fifth of their
 throughput to one another (docs/benchmarks.md).  So the in-process driver
-(``pipelines.local.driver``) and the streamed ``tf.data.Dataset`` hand whole shards to
+(``pipelines.inprocess.driver``) and the streamed ``tf.data.Dataset`` hand whole shards to
 worker processes.  The output is the same bytes.  Where the driver's shard stream places
 the pieces (a local ``{}`` output), each worker writes its piece's frames straight into the
 final shards, at the offsets the stream assigns (``place``; the worker protocol is in
-:mod:`pipelines.local.worker` and :mod:`pipelines.local.messages`), so every byte is
+:mod:`pipelines.inprocess.worker` and :mod:`pipelines.inprocess.messages`), so every byte is
 written once; otherwise each worker writes a piece file that the shards are copied from.
 
 * Lifecycle: the driver builds a :class:`Pool` and closes it (``with Pool(...)`` or
@@ -21,15 +21,15 @@ written once; otherwise each worker writes a piece file that the shards are copi
   :mod:`multiprocessing`'s spawn re-runs the caller's main script in every child (a script
   calling ``convert()`` without an ``if __name__ == "__main__"`` guard would start jobs
   recursively); loky avoids that but still needs a picklable callable per task.
-* Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.local.worker`
-  and :mod:`pipelines.job.shard` only (no Beam, no TensorFlow, not even this module's
+* Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.inprocess.worker`
+  and :mod:`pipelines.job.piece` only (no Beam, no TensorFlow, not even this module's
   queue, futures and subprocess machinery), so they start converting in about 0.1 s.
 * Given the job's task list, the pool converts the shards in input order on its own
   threads as soon as it starts, whichever thread later asks for which shard (see
   :class:`Pool`).
 * Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
   Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
-  :class:`~pipelines.local.messages.Convert` tasks on stdin; it answers each with the
+  :class:`~pipelines.inprocess.messages.ConvertTask` tasks on stdin; it answers each with the
   piece's info on stdout.
 * The streamed ``tf.data.Dataset`` of ``Dataset.load(template)`` borrows a worker per
   shard too (:meth:`Pool.elements`): the worker sends the shard's elements back in chunks
@@ -51,8 +51,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from pipelines.local.handle import Worker, WorkerDied, cancel, failed
-from pipelines.local.messages import Convert, Sized, WriteFailed, Written
+from pipelines.inprocess.handle import Worker, WorkerDied, cancel, failed
+from pipelines.inprocess.messages import ConvertTask, Sized, WriteFailed, Written
 
 __all__ = ["Pool", "WorkerDied", "pack"]
 
@@ -138,7 +138,7 @@ class Pool:
                     while task is not None or held is not None:
                         if task is not None:
                             index, url, fut = task
-                            w.post(Convert(index, url, True), f"converting {url}")
+                            w.post(ConvertTask(index, url, True), f"converting {url}")
                         if held is not None:
                             # a worker found dead here died in the task just posted, if any
                             doing = (

@@ -1,23 +1,23 @@
 """The messages between the in-process driver's pool and its worker processes.
 
-The parent side is :class:`pipelines.local.handle.Worker` (driven by
-:class:`pipelines.local.pool.Pool`), the child side :mod:`pipelines.local.worker`.  Each
+The parent side is :class:`pipelines.inprocess.handle.Worker` (driven by
+:class:`pipelines.inprocess.pool.Pool`), the child side :mod:`pipelines.inprocess.worker`.  Each
 message is pickled on its own onto the worker's stdin (parent to worker) or its reply
 stream (worker to parent), and its class says what it is: the receiver dispatches with
 ``isinstance``, never ``==`` (as tuples, ``NEXT == STOP`` and ``Sized(i) == Converted(i)``).
 They are NamedTuples because a NamedTuple pickles as a tuple of its fields plus its class's
 name (a few dozen bytes more than a bare tuple), and because this module then imports
 nothing but :mod:`typing`, which a worker imports anyway: a worker must start without Beam,
-TensorFlow or the pool's machinery (``pipelines.local.worker``).
+TensorFlow or the pool's machinery (``pipelines.inprocess.worker``).
 
 A worker's life, in messages (→: to the worker, ←: to the parent):
 
 * → :class:`Job` once, at start.
-* A piece-file conversion: → :class:`Convert` (``place`` false); ← :class:`Converted` or
+* A piece-file conversion: → :class:`ConvertTask` (``place`` false); ← :class:`Converted` or
   :class:`Failed`.
-* A placed conversion: → :class:`Convert` (``place`` true); ← :class:`Sized` or
+* A placed conversion: → :class:`ConvertTask` (``place`` true); ← :class:`Sized` or
   :class:`Failed`.  Then, for each :class:`Sized` in order, → :class:`Runs` (usually after
-  the worker's next :class:`Convert`); ← :class:`Written` or :class:`WriteFailed`, in any
+  the worker's next :class:`ConvertTask`); ← :class:`Written` or :class:`WriteFailed`, in any
   order with the next task's answer.
 * A streamed shard: → :class:`Stream`; ← :class:`Items`, answered → :data:`NEXT` or
   :data:`STOP`, until ← :class:`End` or :class:`StreamFailed`.
@@ -39,7 +39,7 @@ Note = Tuple[str, Any]
 class Job(NamedTuple):
     """→ The job, once, the first message a worker reads: ``blob`` is its
     :class:`~pipelines.job.config.ConvertConfig` pickled with cloudpickle
-    (:func:`pipelines.local.pool.pack`), ``work`` its work directory (piece files);
+    (:func:`pipelines.inprocess.pool.pack`), ``work`` its work directory (piece files);
     ``log_level`` and ``log_format``: the parent's logging, which the worker's log records
     follow, redacted and escaped (``transforms.redact.log_settings``)."""
 
@@ -49,7 +49,7 @@ class Job(NamedTuple):
     log_format: Optional[str] = None
 
 
-class Convert(NamedTuple):
+class ConvertTask(NamedTuple):
     """→ Convert input shard number ``index`` at ``url``.  ``place`` false: into a piece
     file, answered :class:`Converted`.  ``place`` true (the shard stream places the
     pieces): the worker keeps the piece's frames (spilling to its piece file beyond
@@ -106,21 +106,21 @@ STOP = Stop()
 
 
 class Converted(NamedTuple):
-    """← A :class:`Convert` without ``place`` done: ``info``, the piece's info
-    (``pipelines.job.shard.convert_shard``), its piece file written."""
+    """← A :class:`ConvertTask` without ``place`` done: ``info``, the piece's info
+    (``pipelines.job.piece.convert_to_piece``), its piece file written."""
 
     info: Dict[str, Any]
 
 
 class Sized(NamedTuple):
-    """← A :class:`Convert` with ``place`` done: ``info``, the piece's info (sizes of its
+    """← A :class:`ConvertTask` with ``place`` done: ``info``, the piece's info (sizes of its
     records, no frames); the worker holds the frames until its :class:`Runs` come."""
 
     info: Dict[str, Any]
 
 
 class Failed(NamedTuple):
-    """← A :class:`Convert` raised: ``trace``, its traceback in the worker (which goes on
+    """← A :class:`ConvertTask` raised: ``trace``, its traceback in the worker (which goes on
     with its next task)."""
 
     trace: str
@@ -164,7 +164,7 @@ class StreamFailed(NamedTuple):
 
 __all__ = [
     "Job",
-    "Convert",
+    "ConvertTask",
     "Run",
     "Runs",
     "Stream",

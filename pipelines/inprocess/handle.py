@@ -1,8 +1,8 @@
-"""The launching process's handle on one shard worker process (:mod:`pipelines.local.worker`
+"""The launching process's handle on one shard worker process (:mod:`pipelines.inprocess.worker`
 is the other end): its start, its pipes, and the messages of one task, a piece-file
 conversion, a placed piece's runs, or a shard's streamed elements (the messages are
-:mod:`pipelines.local.messages`).  The pool that schedules tasks over these handles is
-:mod:`pipelines.local.pool`, whose docstring has the design."""
+:mod:`pipelines.inprocess.messages`).  The pool that schedules tasks over these handles is
+:mod:`pipelines.inprocess.pool`, whose docstring has the design."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pickle
 import subprocess
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from pipelines.local.messages import (
+from pipelines.inprocess.messages import (
     NEXT,
     STOP,
-    Convert,
+    ConvertTask,
     End,
     Failed,
     Items,
@@ -28,7 +28,7 @@ from pipelines.local.messages import (
 )
 from pipelines.worker_python import launcher_path, python_c
 
-_BOOT = "from pipelines.local.worker import serve; serve()"
+_BOOT = "from pipelines.inprocess.worker import serve; serve()"
 
 # Native thread pools a worker does not need: the pool already runs one worker per core,
 # and numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU per worker, taken
@@ -87,7 +87,7 @@ class Worker:
         """Convert one shard into a piece file (a placing pool's conversation, where the
         worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
         error raises here."""
-        self.post(Convert(index, url, False), f"converting {url}")
+        self.post(ConvertTask(index, url, False), f"converting {url}")
         reply = self.recv(f"converting {url}")
         if isinstance(reply, Failed):
             raise failed(url, reply.trace)
@@ -154,7 +154,7 @@ class Worker:
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
         """The elements of one shard for the streamed dataset (``transforms.shard_elements``;
-        the protocol is in ``pipelines.local.worker``), ``chunk`` per message; the worker
+        the protocol is in ``pipelines.inprocess.worker``), ``chunk`` per message; the worker
         converts the next chunk while these are consumed.  ``note(what, reject)`` gets the
         worker's counts.  Closing the generator early stops the worker's shard."""
         doing = f"streaming {url}"

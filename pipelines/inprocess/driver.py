@@ -4,14 +4,14 @@
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
 is the one the Beam graph runs (the lifecycle of :mod:`pipelines.job.lifecycle` with its
-TFRecord kind) -- :func:`pipelines.job.shard.convert_shard` per input shard,
+TFRecord kind) -- :func:`pipelines.job.piece.convert_to_piece` per input shard,
 the greedy packing of :mod:`pipelines.job.plan`, the same manifest -- so the output files
 are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
 output template the final shards fill while later input shards still convert
-(:mod:`pipelines.local.stream`); otherwise they are planned once every piece is done.
+(:mod:`pipelines.inprocess.stream`); otherwise they are planned once every piece is done.
 Pieces converted on this process's threads go to that stream in memory (up to
 ``HOLD_BYTES`` each, then spilled to their file), so each byte is written once; with
-worker processes (``pipelines.local.pool``) and a local output, the workers write their
+worker processes (``pipelines.inprocess.pool``) and a local output, the workers write their
 frames into the final shards where the stream places them.  A
 rerun with ``resume=True`` after a crash continues after the shards the stream finished
 (``pipelines.job.journal``).
@@ -23,15 +23,15 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
 
+from pipelines.inprocess import pool as shard_pool
+from pipelines.inprocess import stream as shard_stream
 from pipelines.job import journal as shard_journal
 from pipelines.job import lifecycle
 from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
 from pipelines.job.lifecycle import ConvertResult, Job
+from pipelines.job.piece import HOLD_BYTES, convert_to_piece, load_verified_piece, without_sizes
 from pipelines.job.progress import Progress
-from pipelines.job.shard import HOLD_BYTES, convert_shard, load_verified_piece, without_sizes
-from pipelines.local import pool as shard_pool
-from pipelines.local import stream as shard_stream
 from transforms.sizes import parse_size
 from transforms.stores import split_url
 from transforms.stores.retry import interrupt_reads
@@ -53,7 +53,7 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
 def streams(cfg: ConvertConfig) -> bool:
     """Whether the job's final shards can be written while it converts (``{}`` template,
     no shuffle, TFRecord: ArrayRecord shards are planned, pipelines.job.arrayrecordfile):
-    see ``pipelines.local.stream``."""
+    see ``pipelines.inprocess.stream``."""
     return not cfg.shuffle and cfg.format == "tfrecord" and shard_stream.can_stream(cfg.output)
 
 
@@ -149,7 +149,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
             return info
         if workers is not None:
             return workers.convert(index, url)
-        return convert_shard(index, url, work, cfg, stages, hold)
+        return convert_to_piece(index, url, work, cfg, stages, hold)
 
     threads = max(1, int(num_workers), procs)
     # one thread writing to a local disk: convert on this thread between writes.  A second

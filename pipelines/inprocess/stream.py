@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pipelines.job import journal as shard_journal
 from pipelines.job import piecefiles, workfiles
-from pipelines.job.shard import without_sizes
+from pipelines.job.piece import without_sizes
 from pipelines.job.shardfile import ShardFile
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer

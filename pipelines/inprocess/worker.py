@@ -1,14 +1,14 @@
-"""The worker side of :mod:`pipelines.local.pool`: a process that converts input shards.
+"""The worker side of :mod:`pipelines.inprocess.pool`: a process that converts input shards.
 
-Started as ``python -P -c "from pipelines.local.worker import serve; serve()"``
+Started as ``python -P -c "from pipelines.inprocess.worker import serve; serve()"``
 (:mod:`pipelines.worker_python`: nothing imported from the current directory).  The
-messages are those of :mod:`pipelines.local.messages`: it reads the :class:`Job` and then
-:class:`Convert` tasks from stdin, and answers each with :class:`Converted` (the piece's
+messages are those of :mod:`pipelines.inprocess.messages`: it reads the :class:`Job` and then
+:class:`ConvertTask` tasks from stdin, and answers each with :class:`Converted` (the piece's
 info) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
 :class:`Stream` task streams the shard's elements for ``Dataset.load(template)`` instead
 (:func:`_stream_elements`).
 
-``Convert.place`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the
+``ConvertTask.place`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the
 worker keeps the piece's frames in memory (spilling to its piece file beyond
 ``HOLD_BYTES``) and answers :class:`Sized`.  The piece's :class:`Runs` come once the
 stream has placed it (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary
@@ -38,8 +38,7 @@ def _task_loop(inp, out) -> None:
     import threading
     import traceback
 
-    from pipelines.job.shard import HOLD_BYTES, convert_shard
-    from pipelines.local.messages import (
+    from pipelines.inprocess.messages import (
         Converted,
         Failed,
         Runs,
@@ -48,6 +47,7 @@ def _task_loop(inp, out) -> None:
         WriteFailed,
         Written,
     )
+    from pipelines.job.piece import HOLD_BYTES, convert_to_piece
 
     job = pickle.load(inp)
     from transforms.redact import log_like
@@ -123,7 +123,7 @@ def _task_loop(inp, out) -> None:
             continue
         try:
             hold = HOLD_BYTES if task.place else 0
-            info = convert_shard(task.index, task.url, work, cfg, stages, hold)
+            info = convert_to_piece(task.index, task.url, work, cfg, stages, hold)
         except Exception:
             send(Failed(traceback.format_exc()))
             continue
@@ -141,7 +141,7 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
     False: the input closed (the worker exits)."""
     import traceback
 
-    from pipelines.local.messages import End, Items, Next, StreamFailed
+    from pipelines.inprocess.messages import End, Items, Next, StreamFailed
     from transforms.shard_elements import shard_elements
 
     notes, batch = [], []
@@ -171,7 +171,7 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
 
 def write_runs(runs, frames, info, config=None) -> list:
     """Write records ``lo..hi-1`` of the piece at ``offset`` of ``path`` for each run
-    (a :class:`~pipelines.local.messages.Run` or a plain tuple);
+    (a :class:`~pipelines.inprocess.messages.Run` or a plain tuple);
     the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
     piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
     import itertools
@@ -216,7 +216,7 @@ def serve() -> None:
     ends (an op raising SystemExit, say), and shutting down would close ``sys.stdin``,
     wait for that lock and abort the process.  Ctrl-C in a terminal reaches the workers
     too (one process group): they ignore it, and the interrupted parent ends them
-    (:meth:`pipelines.local.pool.Pool.close`), without a traceback from each."""
+    (:meth:`pipelines.inprocess.pool.Pool.close`), without a traceback from each."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
