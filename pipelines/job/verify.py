@@ -349,15 +349,7 @@ def verify_array_record_shard(
                 where = tmp
         report.shards_checked += 1
         report.bytes_checked += f.n
-        if f.limit is not None and f.n >= f.limit:
-            add("size", f"more than {row['bytes']} bytes, manifest says {row['bytes']}")
-        elif f.n != row["bytes"]:
-            add("size", f"{f.n} bytes, manifest says {row['bytes']}")
-        differs = f.mismatch(row)
-        if not f.kind:
-            add("digest", "manifest row has no crc32c (or sha256)")
-        elif differs:
-            add(f.kind, differs)
+        _check_bytes(f, row, add)
         n = 0
         try:
             for payload in arf.iter_file(where):
@@ -372,6 +364,19 @@ def verify_array_record_shard(
     if n != row["records"]:
         add("count", f"{n} readable records, manifest says {row['records']}")
     return n
+
+
+def _check_bytes(f: _HashingReader, row: Dict[str, Any], add) -> None:
+    """A shard's size and whole-file digest, read through ``f``, against its manifest row."""
+    if f.limit is not None and f.n >= f.limit:
+        add("size", f"more than {row['bytes']} bytes, manifest says {row['bytes']}")
+    elif f.n != row["bytes"]:
+        add("size", f"{f.n} bytes, manifest says {row['bytes']}")
+    differs = f.mismatch(row)
+    if not f.kind:
+        add("digest", "manifest row has no crc32c (or sha256)")
+    elif differs:
+        add(f.kind, differs)
 
 
 def verify_shard(
@@ -406,15 +411,7 @@ def verify_shard(
     report.shards_checked += 1
     report.records_checked += len(offsets)
     report.bytes_checked += f.n
-    if f.limit is not None and f.n >= f.limit:
-        add("size", f"more than {row['bytes']} bytes, manifest says {row['bytes']}")
-    elif f.n != row["bytes"]:
-        add("size", f"{f.n} bytes, manifest says {row['bytes']}")
-    differs = f.mismatch(row)
-    if not f.kind:
-        add("digest", "manifest row has no crc32c (or sha256)")
-    elif differs:
-        add(f.kind, differs)
+    _check_bytes(f, row, add)
     if len(offsets) != row["records"]:
         add("count", f"{len(offsets)} readable records, manifest says {row['records']}")
     if dali_index:

@@ -206,11 +206,7 @@ class S3Store(RemoteStore):
 
     def _multipart(self, url: str, bucket: str, key: str, path: str, size: int) -> None:
         part = max(self.part_size, -(-size // MAX_PARTS))
-        upload_id = self._call(
-            url,
-            "start upload",
-            lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"],
-        )
+        upload_id = self._start_upload(url, bucket, key)
         try:
             parts = []
             with open(path, "rb") as f:
@@ -219,22 +215,10 @@ class S3Store(RemoteStore):
                     f.seek(start)
                     data = f.read(part)
                     n = number
-                    etag = self._call(
-                        url,
-                        f"upload part {n}",
-                        lambda n=n, data=data: self.client.upload_part(
-                            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data
-                        )["ETag"],
-                    )
+                    etag = self._upload_part(url, bucket, key, upload_id, n, data)
                     parts.append({"PartNumber": n, "ETag": etag})
                     number += 1
-            self._call(
-                url,
-                "complete upload",
-                lambda: self.client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
+            self._complete_upload(url, bucket, key, upload_id, parts)
         except BaseException:
             self._abort(url, bucket, key, upload_id)
             raise
@@ -256,11 +240,7 @@ class S3Store(RemoteStore):
         known = {tuple(r): c for r, c in zip(ranges, crcs) if c is not None}
         seen: dict = {}  # ranges downloaded for an uploaded part -> their CRC-32C
         bucket, key = self._key(url)
-        upload_id = self._call(
-            url,
-            "start upload",
-            lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"],
-        )
+        upload_id = self._start_upload(url, bucket, key)
         try:
             done: List[dict] = []
             crc = 0
@@ -296,23 +276,11 @@ class S3Store(RemoteStore):
                         part_crc = digests.crc32c_combine(part_crc, seen[r], r[2])
                     data = b"".join(chunks)
                     length = len(data)
-                    etag = self._call(
-                        url,
-                        f"upload part {n}",
-                        lambda n=n, data=data: self.client.upload_part(
-                            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data
-                        )["ETag"],
-                    )
+                    etag = self._upload_part(url, bucket, key, upload_id, n, data)
                     traffic.add("s3", "write", length)
                 done.append({"PartNumber": n, "ETag": etag})
                 crc = digests.crc32c_combine(crc, part_crc, length)
-            self._call(
-                url,
-                "complete upload",
-                lambda: self.client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
-                ),
-            )
+            self._complete_upload(url, bucket, key, upload_id, done)
         except BaseException:
             self._abort(url, bucket, key, upload_id)
             raise
@@ -358,6 +326,32 @@ class S3Store(RemoteStore):
         digest = _crc(b"")
         self._get_range(url, offset, length, digest.update)
         return digest
+
+    def _start_upload(self, url: str, bucket: str, key: str) -> str:
+        return self._call(
+            url,
+            "start upload",
+            lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"],
+        )
+
+    def _upload_part(self, url: str, bucket: str, key: str, upload_id: str, n: int, data) -> str:
+        """Part ``n`` of a multipart upload sent from ``data``; its ETag (retried alone)."""
+        return self._call(
+            url,
+            f"upload part {n}",
+            lambda: self.client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data
+            )["ETag"],
+        )
+
+    def _complete_upload(self, url: str, bucket: str, key: str, upload_id: str, parts) -> None:
+        self._call(
+            url,
+            "complete upload",
+            lambda: self.client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            ),
+        )
 
     def _abort(self, url: str, bucket: str, key: str, upload_id: str) -> None:
         try:
