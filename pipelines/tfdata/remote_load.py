@@ -17,7 +17,7 @@ from pipelines.tfdata.parsers import make_record_parser
 from pipelines.tfdata.spec_inference import inferred_spec
 from pipelines.tfdata.tfquiet import tensorflow
 from transforms.ops import leaves
-from transforms.stores import split_url
+from transforms.stores import get_store, split_url
 
 _SCRATCH: List[str] = []
 
@@ -61,7 +61,8 @@ def remote_dataset(ds, template, num_workers, output_types, output_shapes, outpu
     res = tfrecord_writing.convert(ds, cfg, num_workers, True)
     el = None
     if res.paths:
-        first = parse_example(next(iter(read_records(res.paths[0]))))
+        with get_store(res.paths[0]).open_read(res.paths[0]) as f:
+            first = parse_example(next(iter(read_records(f))))
         parts = tuple(
             leaves.structured(s, _unflatten(s, n, first))
             for s, n in zip(ds.selections, leaves.NAMES)

@@ -99,14 +99,13 @@ def iter_frames(fileobj: BinaryIO, check_crc: bool = True) -> Iterator[Tuple[int
 
 
 def read_records(path_or_file, check_crc: bool = True) -> Iterator[bytes]:
-    """Payloads of a TFRecord file (a path, URL or open binary file)."""
+    """Payloads of a TFRecord file (a local path or an open binary file: a bucket's object
+    is opened by its store, which sits above this module)."""
     if hasattr(path_or_file, "read"):
         for _, payload in iter_frames(path_or_file, check_crc):
             yield payload
         return
-    from transforms.stores import get_store
-
-    with get_store(path_or_file).open_read(path_or_file) as f:
+    with open(path_or_file, "rb") as f:
         for _, payload in iter_frames(f, check_crc):
             yield payload
 

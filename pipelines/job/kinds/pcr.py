@@ -21,65 +21,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List
 
 from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds import pcr_records as records
+from pipelines.job.kinds.pcr_config import PcrConfig
 from pipelines.job.kinds.pcr_records import MANIFEST_STEM, manifest_path
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
-from transforms.pcr.image import DEFAULT_QUALITY, jpegtran_path
-from transforms.pcr.jpeg_scans import SCAN_GROUPS
-from transforms.stores import StoreConfig, get_store, join
+from transforms.pcr.image import jpegtran_path
+from transforms.stores import get_store, join
 from transforms.tar.sources import resolve
 
 log = logging.getLogger("tar2tf")
-
-
-@dataclasses.dataclass
-class PcrConfig:
-    sources: Union[str, Sequence[str]]
-    output: str  # a directory (local, gs://bucket/dir, ais://bucket/dir)
-    images_per_record: int = 1024
-    seed: Optional[int] = None  # None: input order; an int: seeded shuffle
-    input_format: str = "auto"  # auto | imagefolder | tar
-    label_field: str = "cls"
-    image_field: Optional[str] = None  # default: the record's first image extension
-    quality: int = DEFAULT_QUALITY  # for non-JPEG inputs (and un-rotatable JPEGs)
-    scans: Optional[str] = None  # a jpegtran -scans file for 3-component images (local/gs/ais)
-    scan_script: Optional[str] = None  # or the script's text (what the job carries to workers)
-    files_per_unit: int = 64  # ImageFolder files per work unit
-    base: Optional[str] = None
-    max_rejects: int = 0
-    overwrite: bool = False
-    resume: bool = False  # reuse verified unit blobs of an interrupted run
-    progress: Optional[bool] = None  # None: a bar when stderr is a terminal (local runs)
-    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
-
-    # the job's identity (pipelines.job.lifecycle.job_of) leaves the output out: the work
-    # directory is inside it
-    output_in_identity = False
-
-    def work_root(self) -> str:
-        return join(self.output, ".tar2tf-work")
-
-    def describe(self) -> Dict[str, Any]:
-        return {
-            "images_per_record": self.images_per_record,
-            "seed": self.seed,
-            "shuffle": self.seed is not None,
-            "input_format": self.input_format,
-            "label_field": self.label_field,
-            "image_field": self.image_field,
-            "quality": self.quality,
-            "scan_groups": SCAN_GROUPS,
-            "max_rejects": self.max_rejects,
-            "scan_script": self.scan_script,
-        }
 
 
 @dataclasses.dataclass

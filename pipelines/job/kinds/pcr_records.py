@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import json
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -26,14 +26,12 @@ import transforms
 from pipelines.job import counts, external, names, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.element_coding import Pickled
+from pipelines.job.kinds.pcr_config import PcrConfig
 from pipelines.job.piecefiles import sort_key
 from transforms.pcr import format as fmt
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join
-
-if TYPE_CHECKING:
-    from pipelines.job.kinds.pcr import PcrConfig
 
 MANIFEST_STEM = "PCR"  # -> PCR.manifest.json, PCR.rejects.jsonl inside the output directory
 # sidecars of units kept while the seeded plan fills its records (each draws from anywhere)
