@@ -52,7 +52,7 @@ def main() -> None:
     runpy.run_module("apache_beam.runners.worker.sdk_worker_main", run_name="__main__")
     # The harness has finished: its bundles are done, their files closed and its logs sent.
     # What is left is the interpreter's own teardown (gRPC's threads, a heap of Beam
-    # modules), which took about 2 s per worker, with the launcher waiting for it at the end
+    # modules), which took seconds per worker, with the launcher waiting for it at the end
     # of every job.
     sys.stdout.flush()
     sys.stderr.flush()

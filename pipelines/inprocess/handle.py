@@ -31,8 +31,8 @@ from pipelines.worker_python import launcher_path, python_c
 _BOOT = "from pipelines.inprocess.worker import serve; serve()"
 
 # Native thread pools a worker does not need: the pool already runs one worker per core,
-# and numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU per worker, taken
-# from the other workers).  A value the user set is kept.
+# and numpy's OpenBLAS starts a thread per core at import (CPU taken from the other
+# workers).  A value the user set is kept.
 _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -23,7 +23,7 @@ written once; otherwise each worker writes a piece file that the shards are copi
   recursively); loky avoids that but still needs a picklable callable per task.
 * Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.inprocess.worker`
   and :mod:`pipelines.job.piece` only (no Beam, no TensorFlow, not even this module's
-  queue, futures and subprocess machinery), so they start converting in about 0.1 s.
+  queue, futures and subprocess machinery), so they start converting almost at once.
 * Given the job's task list, the pool converts the shards in input order on its own
   threads as soon as it starts, whichever thread later asks for which shard (see
   :class:`Pool`).
@@ -125,8 +125,8 @@ class Pool:
         next tasks in input order: the dispatchers' loop, and :meth:`_run`'s for one task.
         The worker gets its next task before the runs of the piece it holds, so it
         converts while the stream settles where that piece goes (the stream places a
-        piece once every piece before it is sized; a worker that waited for that idled up
-        to 0.3 s of a 6 s resize224 job).  The worker writes the runs as soon as they
+        piece once every piece before it is sized, and a worker that waited for that
+        idled).  The worker writes the runs as soon as they
         come, so the two answers (the next piece sized, the held one written) come in
         either order; it holds at most two pieces."""
         held: Optional[Tuple[str, Future, Dict[str, Any]]] = None  # sized, runs not sent yet
