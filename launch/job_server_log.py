@@ -19,6 +19,15 @@ LOGGER = "FlinkJarJobServer"  # apache_beam.runners.portability.job_server: the 
 _SLF4J = re.compile(r"^\[.*\] (TRACE|DEBUG|INFO|WARN|ERROR) \S+ - ")
 # java.util.logging's first line: "Nov 25, 2026 6:37:43 AM class method" (or a 24-hour time)
 _JUL = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:\d{2}:\d{2}( [AP]M)? \S")
+# Records the server logs at WARN that say nothing to the user, passed at INFO (-v) instead.
+# Pekko's CoordinatedShutdown registers a JVM shutdown hook when its actor system starts;
+# when Beam stops the job server at the end of a job while that start is still under way,
+# the JVM refuses the hook ("Shutdown in progress"): a race of the server's own exit, seen
+# after successful jobs on a loaded machine.
+_NOT_FOR_USERS = re.compile(
+    r"org\.apache\.pekko\.actor\.CoordinatedShutdown - Could not addJvmShutdownHook, "
+    r"due to: Shutdown in progress"
+)
 _LEVELS = {
     "TRACE": logging.DEBUG,
     "DEBUG": logging.DEBUG,
@@ -43,6 +52,8 @@ class JavaLogFilter(logging.Filter):
         m = _SLF4J.match(line)
         if m:
             self._level = _LEVELS[m.group(1)]
+            if self._level == logging.WARNING and _NOT_FOR_USERS.search(line):
+                self._level = logging.INFO
         elif line.startswith("SLF4J: "):  # SLF4J's own diagnostics (no or several bindings)
             self._level = logging.WARNING
         elif _JUL.match(line):

@@ -71,6 +71,26 @@ def test_slf4j_records_pass_at_their_java_level_jul_output_does_not(logged):
     ]
 
 
+def test_the_servers_own_shutdown_race_is_not_a_warning():
+    """Pekko's refused shutdown hook, logged at WARN while Beam stops the server after a
+    successful job, passes at INFO (shown with -v); another WARN of the same logger stays
+    a warning."""
+    log = logging.getLogger("test_job_server_log.shutdown")
+    log.propagate = False
+    keep = _Keep()
+    log.addHandler(keep)
+    log.addFilter(job_server_log.JavaLogFilter())
+    log.setLevel(logging.INFO)
+    race = (
+        "[flink-pekko.actor.default-dispatcher-6] WARN org.apache.pekko.actor.CoordinatedShutdown"
+        " - Could not addJvmShutdownHook, due to: Shutdown in progress"
+    )
+    other = race.replace("Could not addJvmShutdownHook", "Task timed out")
+    log.info(race)
+    log.info(other)
+    assert keep.got == [("INFO", race), ("WARNING", other)]
+
+
 def test_with_verbose_logging_everything_passes(logged):
     got = logged(logging.INFO)
     assert [m for _, m in got] == LINES
