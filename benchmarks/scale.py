@@ -209,9 +209,9 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
     for task in plan_shards(pieces, cfg):  # every task drawn, as WriteShard would
         rows.append(
             {
-                "path": task["path"],
-                "records": task["records"],
-                "bytes": task["bytes"],
+                "path": task.path,
+                "records": task.records,
+                "bytes": task.bytes,
                 "crc32c": "0",
             }
         )

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Optional
 
+# how the options a job's refusal names (pipelines.job.refused) are spelt on the command line
+CLI_WORDS = {"overwrite": "--overwrite", "resume": "--resume"}
+
 
 class UsageError(ValueError):
     """Bad usage or options (exit status 2), said in one line; a ValueError so that

@@ -267,12 +267,13 @@ def check_tfds(args) -> None:
 def run(args) -> int:
     """Failures propagate to ``launch.cli.main``, which says them in one line with their
     exit code (launch/job_exit.py)."""
+    from launch.args import CLI_WORDS
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
     from pipelines.beam.options import in_process, names_in_process
     from pipelines.inprocess.driver import convert_in_process
     from pipelines.job import report
-    from pipelines.job.refused import CLI_WORDS, Refusal
+    from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
 
     if args.shuffle and names_in_process(args.beam_args):

@@ -91,10 +91,11 @@ def register(sub) -> None:
 def run(args) -> int:
     """Failures propagate to ``launch.cli.main`` (one line, its exit code: launch/job_exit.py)."""
     from launch import local_paths
+    from launch.args import CLI_WORDS
     from launch.job_exit import rejects_exit
     from pipelines.beam.options import PCR_IN_PROCESS, in_process
     from pipelines.beam.pcr import PcrConfig, convert_pcr
-    from pipelines.job.refused import CLI_WORDS, Refusal
+    from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
 
     beam_args = list(PCR_IN_PROCESS) if in_process(args.beam_args) else args.beam_args

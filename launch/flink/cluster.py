@@ -6,7 +6,9 @@ the state directory (``--state``, default ``$TAR2TF_FLINK_CLUSTER`` or
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from typing import Dict, List, Optional
 
@@ -99,6 +101,10 @@ def start(
     conf, logs = os.path.join(state, "conf"), os.path.join(state, "log")
     os.makedirs(conf, exist_ok=True)
     os.makedirs(logs, exist_ok=True)
+    work_dir, tmp_dir = os.path.join(state, "work"), os.path.join(state, "tmp")
+    for d in (work_dir, tmp_dir):
+        shutil.rmtree(d, ignore_errors=True)  # a previous cluster's blobs and spills
+        os.makedirs(d)
     with open(os.path.join(conf, "config.yaml"), "w") as f:
         f.write(
             CONFIG.format(
@@ -107,6 +113,8 @@ def start(
                 slots=slots,
                 tm_memory=tm_memory,
                 jm_memory=jm_memory,
+                work_dir=json.dumps(os.path.abspath(work_dir)),
+                tmp_dir=json.dumps(os.path.abspath(tmp_dir)),
             )
         )
     with open(os.path.join(conf, "log4j.properties"), "w") as f:
@@ -178,6 +186,8 @@ def stop(state: str) -> List[str]:
     stop_procs([p for n, p in st["procs"].items() if n != "pool"])
     st["procs"] = {}
     save(state, st)
+    for d in ("work", "tmp"):  # job artifacts and spills; the logs stay
+        shutil.rmtree(os.path.join(state, d), ignore_errors=True)
     return ran
 
 

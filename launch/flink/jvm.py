@@ -42,6 +42,11 @@ taskmanager:
   numberOfTaskSlots: {slots}
   memory: {{process: {{size: {tm_memory}}}}}
 rest: {{address: localhost, bind-address: localhost, port: {rest_port}}}
+# inside the cluster's state directory, wiped at each start: Flink's default is
+# /tmp/tm_<resource-id>, kept across clusters, where every job's artifacts pile up and
+# each new TaskManager scans all of them before it registers (minutes, once gigabytes)
+process: {{working-dir: {work_dir}}}
+io: {{tmp: {{dirs: {tmp_dir}}}}}
 parallelism: {{default: 1}}
 # a dead TaskManager is noticed in seconds, not Flink's default 50 s: until then the
 # JobManager keeps deploying restarted tasks onto it

@@ -110,7 +110,7 @@ class ConvertJob(beam.PTransform):
     def plan_and_write(self, summaries, all_summaries):
         """The rows of the written output files: the plan on one worker, the writes spread."""
         plan = all_summaries | self.step("plan") >> beam.FlatMap(_plan, self.kind, self.cfg)
-        return spread(plan, self.step("spread_writes"), itemgetter("index")) | self.step(
+        return spread(plan, self.step("spread_writes"), self.kind.task_index) | self.step(
             "write"
         ) >> beam.Map(_write, self.kind, self.cfg)
 

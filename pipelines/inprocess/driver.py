@@ -30,7 +30,7 @@ from pipelines.job import lifecycle
 from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
 from pipelines.job.lifecycle import ConvertResult, Job
-from pipelines.job.piece import HOLD_BYTES, convert_to_piece, load_verified_piece, without_sizes
+from pipelines.job.piece import HOLD_BYTES, convert_to_piece, without_sizes
 from pipelines.job.progress import Progress
 from transforms.sizes import parse_size
 from transforms.stores import split_url
@@ -101,8 +101,8 @@ def convert_in_process(cfg: ConvertConfig, num_workers: int = 1) -> ConvertResul
     (and ``cfg.processes`` worker processes converting the shards, if set)."""
     if cfg.shuffle:
         raise ValueError(
-            "a shuffled job is a Beam job: use the Beam runner (remote_exec=True/None, "
-            "or no --runner local)"
+            "a shuffled job needs the Beam graph, not the in-process driver: run it on a Beam "
+            "runner"
         )
     job = lifecycle.prepare(TFRECORD, cfg)
     with lifecycle.cleaned_on_failure(job):
@@ -141,15 +141,16 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
 
     reused = []  # pieces an interrupted run left, verified
 
-    def one(task):
-        index, url = task
-        info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
-        if info is not None:
-            reused.append(index)
-            return info
+    def convert(task):  # the piece with its sizes: the stream places its records by them
         if workers is not None:
-            return workers.convert(index, url)
-        return convert_to_piece(index, url, work, cfg, stages, hold)
+            return workers.convert(*task)
+        return convert_to_piece(*task, work, cfg, stages, hold)
+
+    def one(task):
+        info, was_reused = job.kind.convert_unit(cfg, work, task, stages, convert)
+        if was_reused:
+            reused.append(task[0])
+        return info
 
     threads = max(1, int(num_workers), procs)
     # one thread writing to a local disk: convert on this thread between writes.  A second

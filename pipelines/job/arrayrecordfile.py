@@ -18,6 +18,7 @@ import os
 import tempfile
 from typing import Any, Dict, Iterator, Optional
 
+from pipelines.job.plan import ShardTask
 from transforms.arrayrecord import format as arf
 from transforms.stores import StoreConfig, get_store, local_temp_name, split_url
 from transforms.tfrecord import digests
@@ -53,9 +54,9 @@ def _skip(f, offset: int) -> None:
         offset -= len(chunk)
 
 
-def payloads(task: Dict[str, Any], config: Optional[StoreConfig] = None) -> Iterator[bytes]:
+def payloads(task: ShardTask, config: Optional[StoreConfig] = None) -> Iterator[bytes]:
     """The serialized records of a shard task, in plan order, out of their frames."""
-    for url, offset, length in task["ranges"]:
+    for url, offset, length in task.ranges:
         with get_store(url, config).open_read(url) as src:
             _skip(src, offset)
             window = _Window(src, length)
@@ -79,15 +80,14 @@ def _copy(path: str, dst=None):
 
 
 def write_array_record_shard(
-    task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
+    task: ShardTask, config: Optional[StoreConfig] = None, dali_index: bool = False
 ) -> Dict[str, Any]:
     """Write the task's records as one ArrayRecord file under its final name, atomically;
-    return its manifest row ``{path, records, bytes, crc32c}``.  ``task``: one of
-    ``pipelines.job.plan.stream_plan``.  ``dali_index``: refused (a DALI index is for
+    return its manifest row ``{path, records, bytes, crc32c}``.  ``dali_index``: refused (a DALI index is for
     TFRecord files; ``ConvertConfig`` refuses the pair before a job starts)."""
     if dali_index:
         raise ValueError("a DALI index describes TFRecord files, not ArrayRecord")
-    path = task["path"]
+    path = task.path
     local = split_url(path)[0] == ""
     if local:
         # beside the final name, hidden, under the name a killed job's leftovers are
@@ -101,8 +101,8 @@ def write_array_record_shard(
         os.close(fd)
     try:
         n = arf.write_file(tmp, payloads(task, config))
-        if n != task["records"]:
-            raise IOError(f"{path}: the pieces held {n} records, the plan says {task['records']}")
+        if n != task.records:
+            raise IOError(f"{path}: the pieces held {n} records, the plan says {task.records}")
         if arf.num_records(tmp) != n:  # the footer written: the file is whole
             raise IOError(f"{path}: ArrayRecord file holds fewer records than were written")
         if local:

@@ -29,7 +29,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import transforms
 from pipelines.job import cleanup, exits, job_file, output_lock
@@ -68,9 +68,13 @@ class Kind:
         """:func:`start`'s part that is the format's: ``replace.begin`` of its manifest."""
         raise NotImplementedError
 
-    def convert_unit(self, cfg, work: str, unit, stages) -> Tuple[Dict[str, Any], bool]:
-        """``(summary, reused)``: the unit converted into the work directory, or with
-        ``resume``, the verified work an interrupted run left (``reused``)."""
+    def convert_unit(
+        self, cfg, work: str, unit, stages, convert: Optional[Callable] = None
+    ) -> Tuple[Dict[str, Any], bool]:
+        """``(summary, reused)``: with ``resume``, the verified work an interrupted run
+        left (``reused``); else the unit converted into the work directory, by
+        ``convert(unit)`` when given, whose result is returned as it is (the in-process
+        driver's: its worker processes, or a piece that keeps its sizes for its stream)."""
         raise NotImplementedError
 
     def stages(self, cfg):
@@ -81,11 +85,15 @@ class Kind:
         """What one converted unit adds to the job's counters."""
         raise NotImplementedError
 
-    def plan(self, summaries: Sequence[Dict[str, Any]], cfg) -> Iterator[Dict[str, Any]]:
+    def plan(self, summaries: Sequence[Dict[str, Any]], cfg) -> Iterator[Any]:
         """The write tasks, once every unit is converted (streamed)."""
         raise NotImplementedError
 
-    def write(self, task: Dict[str, Any], cfg) -> Dict[str, Any]:
+    def task_index(self, task) -> int:
+        """A write task's index: what spreads the writes over the workers."""
+        return task["index"]
+
+    def write(self, task, cfg) -> Dict[str, Any]:
         """One output file written from its task, atomically -> its row."""
         raise NotImplementedError
 

@@ -11,8 +11,9 @@ then read twice, a first time only to count.  Each task is emitted as its shard 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,6 +21,20 @@ from pipelines.job import names, piecefiles
 from transforms.stores import StoreConfig
 
 log = logging.getLogger("tar2tf")
+
+
+@dataclasses.dataclass
+class ShardTask:
+    """One final shard to write (``Kind.write``): its records are byte ranges of pieces, in
+    plan order.  Small and picklable: a Beam element, handed from the plan to a writer."""
+
+    index: int
+    path: str
+    ranges: List[Tuple[str, int, int]]  # (piece url, offset, length) of whole frames
+    records: int = 0
+    bytes: int = 0
+    # each record's framed size, kept only for a DALI index (``dali_index``)
+    sizes: Optional[np.ndarray] = None
 
 
 class Packing:
@@ -81,11 +96,10 @@ def stream_plan(
     config: Optional[StoreConfig] = None,
     dali_index: bool = False,
     sizes_of: Optional[Callable[[Dict[str, Any]], np.ndarray]] = None,
-) -> Iterator[Dict[str, Any]]:
-    """Final shard tasks ``{index, path, ranges: [[piece, offset, length]], records}``
-    (and ``sizes``, a numpy array, with ``dali_index``), in order, each when its shard
-    closes.  ``pieces``: summaries (their ``records``); ``sizes_of``: a piece's sizes
-    (default: its record file)."""
+) -> Iterator[ShardTask]:
+    """The final shards' tasks, in order, each when its shard closes (with their records'
+    ``sizes`` only for ``dali_index``).  ``pieces``: summaries (their ``records``);
+    ``sizes_of``: a piece's sizes (default: its record file)."""
     sizes_of = sizes_of or (lambda p: piecefiles.sizes(p, config))
     pieces = sorted(pieces, key=lambda p: p["index"])
     if names.streams_names(output):
@@ -93,21 +107,21 @@ def stream_plan(
     else:
         total = count_shards(pieces, max_bytes, max_records, sizes_of)
     packing = Packing(max_bytes, max_records)
-    cur: Optional[Dict[str, Any]] = None
+    cur: Optional[ShardTask] = None
+    parts: List[np.ndarray] = []  # the open shard's sizes, piece by piece (dali_index)
     n = 0
 
-    def closed(task: Dict[str, Any]) -> Dict[str, Any]:
-        if max_bytes is not None and task["records"] == 1 and task["bytes"] > max_bytes:
+    def closed(task: ShardTask) -> ShardTask:
+        if max_bytes is not None and task.records == 1 and task.bytes > max_bytes:
             log.warning(
                 "record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                task["bytes"],
+                task.bytes,
                 max_bytes,
-                task["path"],
+                task.path,
             )
         if dali_index:
-            task["sizes"] = np.concatenate(task["sizes"])
-        else:
-            del task["sizes"]
+            task.sizes = np.concatenate(parts)
+            parts.clear()
         return task
 
     for p in pieces:
@@ -123,21 +137,14 @@ def stream_plan(
             if a in opens:
                 if cur is not None:
                     yield closed(cur)
-                cur = {
-                    "index": n,
-                    "path": names.shard_name(output, n, total),
-                    "ranges": [],
-                    "records": 0,
-                    "bytes": 0,
-                    "sizes": [],
-                }
+                cur = ShardTask(n, names.shard_name(output, n, total), [])
                 n += 1
             if b > a:
                 length = int(ends[b] - ends[a])
-                cur["ranges"].append([p["piece"], int(ends[a]), length])
-                cur["records"] += b - a
-                cur["bytes"] += length
+                cur.ranges.append((p["piece"], int(ends[a]), length))
+                cur.records += b - a
+                cur.bytes += length
                 if dali_index:
-                    cur["sizes"].append(sizes[a:b])
+                    parts.append(sizes[a:b])
     if cur is not None:
         yield closed(cur)

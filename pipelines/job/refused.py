@@ -5,7 +5,7 @@ options) and which option would change its mind (overwrite, resume), but not how
 caller spells them: the Python API takes ``overwrite=True``, the CLI ``--overwrite``.  A
 refusal's message names them as :class:`Option` parts, spelt when it is shown: in the
 API's keywords unless the caller rewords it (:meth:`Refusal.worded`, which
-``launch.cmd_convert`` and ``launch.cmd_pcr`` call with :data:`CLI_WORDS`).
+``launch.cmd_convert`` and ``launch.cmd_pcr`` call with ``launch.args.CLI_WORDS``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Dict, Union
 from pipelines.job.config import OutputExistsError
 
 API_WORDS = {"overwrite": "overwrite=True", "resume": "resume=True"}
-CLI_WORDS = {"overwrite": "--overwrite", "resume": "--resume"}
 
 
 class Option(str):

@@ -12,6 +12,7 @@ import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pipelines.job.plan import ShardTask
 from transforms.stores import StoreConfig, get_store, split_url, writeback
 from transforms.stores import copy as store_copy
 from transforms.tfrecord import digests
@@ -295,26 +296,25 @@ def _sidecar(url: str, config: Optional[StoreConfig]) -> Optional[Dict[str, Any]
 
 
 def write_shard(
-    task: Dict[str, Any], config: Optional[StoreConfig] = None, dali_index: bool = False
+    task: ShardTask, config: Optional[StoreConfig] = None, dali_index: bool = False
 ) -> Dict[str, Any]:
     """Copy the task's byte ranges into its final name, atomically; return its manifest row.
-    ``task``: one of ``pipelines.job.plan.stream_plan``.
 
     The store copies the ranges itself where it can (``Store.assemble``: S3 part copies,
     GCS compose; locally ``copy_file_range``), with the CRC-32C of whole pieces taken from
     their sidecars; else they are read and written here."""
-    path = task["path"]
-    ranges = [(str(u), int(o), int(n)) for u, o, n in task["ranges"]]
+    path = task.path
+    ranges = [(str(u), int(o), int(n)) for u, o, n in task.ranges]
     crcs = piece_crcs(ranges, config) if store_copy.enabled() else [None] * len(ranges)
     if store_copy.enabled() and split_url(path)[0]:
         store = get_store(path, config)
         crc = store.assemble(path, ranges, crcs)
         if crc is not None:
             if dali_index:
-                store.write_bytes(path + ".idx", dali_index_bytes(task["sizes"]))
+                store.write_bytes(path + ".idx", dali_index_bytes(task.sizes))
             return {
                 "path": path,
-                "records": task["records"],
+                "records": task.records,
                 "bytes": sum(n for _, _, n in ranges),
                 "crc32c": crc,
             }
@@ -326,7 +326,7 @@ def write_shard(
     except BaseException as e:
         shard.abort(e)
         raise
-    shard.records = task["records"]
+    shard.records = task.records
     if dali_index:
-        shard.sizes = [int(s) for s in task["sizes"]]
+        shard.sizes = [int(s) for s in task.sizes]
     return shard.close()

@@ -283,6 +283,13 @@ def test_stop_ends_every_process_by_pid(session_cluster):
     procs = dict(c.procs)
     workers = c.sdk_workers()
     assert {"jobmanager", "pool"} <= set(procs) and sum(n.startswith("tm") for n in procs) >= 2
+    # each TaskManager keeps its blobs in this cluster's state, not in a /tmp directory
+    # that outlives it (where earlier clusters' artifacts slowed every start to minutes)
+    work = os.path.join(os.path.abspath(c.state), "work")
+    for name in (n for n in procs if n.startswith("tm")):
+        with open(os.path.join(c.state, "log", f"{name}.log")) as f:
+            assert f"WorkingDirectory({work}{os.sep}" in f.read(), name
+    assert os.listdir(work)
     p = subprocess.run(
         ["bash", os.path.join(ROOT, "launch", "flink-cluster.sh"), "--state", c.state, "stop"],
         capture_output=True,
@@ -299,3 +306,4 @@ def test_stop_ends_every_process_by_pid(session_cluster):
     ]
     assert c.job_servers() == []
     assert flink_jvm.overview(c.rest_port) is None
+    assert not os.path.exists(work) and os.path.isdir(os.path.join(c.state, "log"))

@@ -8,8 +8,9 @@ import pickle
 import pytest
 from support.pcr_fixtures import requires_jpegtran
 
+from launch.args import CLI_WORDS
 from pipelines.job.config import OutputExistsError
-from pipelines.job.refused import CLI_WORDS, OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")

@@ -26,9 +26,9 @@ def reference_plan(pieces, output, max_bytes, max_records):
         for pi, size in flat[a:b]:
             url = pieces[pi]["piece"]
             if ranges and ranges[-1][0] == url:
-                ranges[-1][2] += size
+                ranges[-1] = (url, ranges[-1][1], ranges[-1][2] + size)
             else:
-                ranges.append([url, offsets[pi], size])
+                ranges.append((url, offsets[pi], size))
             offsets[pi] += size
         tasks.append(
             {"index": n, "path": path, "ranges": ranges, "sizes": [s for _, s in flat[a:b]]}
@@ -64,11 +64,11 @@ def test_the_streamed_plan_is_the_plan_of_all_sizes_at_once(
     )
     want = reference_plan(pieces, output, max_bytes, max_records)
     assert [
-        {**t, "sizes": [int(s) for s in t["sizes"]]}
-        for t in ({k: v for k, v in t.items() if k not in ("records", "bytes")} for t in got)
+        {"index": t.index, "path": t.path, "ranges": t.ranges, "sizes": t.sizes.tolist()}
+        for t in got
     ] == want
     for t in got:
-        assert t["records"] == len(t["sizes"]) and t["bytes"] == sum(t["sizes"])
+        assert t.records == len(t.sizes) and t.bytes == sum(t.sizes)
 
 
 def test_the_streamed_plan_holds_one_piece_of_sizes_at_a_time():
@@ -83,7 +83,7 @@ def test_the_streamed_plan_holds_one_piece_of_sizes_at_a_time():
 
     plan = stream_plan(pieces, "o/t-{}.rec", 25, None, sizes_of=sizes_of)
     first = next(plan)
-    assert first["ranges"] == [["w/piece-000000.tfrecord", 0, 20]] and asked == [0]
+    assert first.ranges == [("w/piece-000000.tfrecord", 0, 20)] and asked == [0]
     rest = list(plan)
     assert asked == list(range(6)) and len(rest) == 14
 

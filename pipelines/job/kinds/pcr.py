@@ -79,12 +79,14 @@ class PcrKind(Kind):
         out = job.cfg.output
         replace.begin(manifest_path(out), job.cfg.store, also_delete=[join(out, fmt.INDEX_NAME)])
 
-    def convert_unit(self, cfg: PcrConfig, work: str, unit, stages):
+    def convert_unit(self, cfg: PcrConfig, work: str, unit, stages, convert=None):
         blob = pc.unit_blob(work, unit)
         info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
         if info is not None and info.get("unit") != pc.unit_id(unit):
             info = None  # the blob of another unit: the input changed since that run
         reused = info is not None
+        if convert is not None and not reused:
+            return convert(unit), False
         if not reused:
             info = pc.convert_unit(
                 unit,

@@ -37,6 +37,7 @@ from pipelines.job.config import ConvertConfig
 from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.piece import convert_to_piece, load_verified_piece, without_sizes
+from pipelines.job.plan import ShardTask
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
@@ -90,11 +91,13 @@ class TFRecordKind(Kind):
     def stages(self, cfg: ConvertConfig):
         return cfg.stages()
 
-    def convert_unit(self, cfg: ConvertConfig, work: str, unit, stages):
+    def convert_unit(self, cfg: ConvertConfig, work: str, unit, stages, convert=None):
         index, url = unit
         info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
         if info is not None:
             return info, True
+        if convert is not None:
+            return convert(unit), False
         # its summary only: the sizes stay in its record file
         return without_sizes(convert_to_piece(index, url, work, cfg, stages)), False
 
@@ -104,7 +107,10 @@ class TFRecordKind(Kind):
     def plan(self, summaries, cfg: ConvertConfig):
         return plan_shards(summaries, cfg)
 
-    def write(self, task: Dict[str, Any], cfg: ConvertConfig) -> Dict[str, Any]:
+    def task_index(self, task: ShardTask) -> int:
+        return task.index
+
+    def write(self, task: ShardTask, cfg: ConvertConfig) -> Dict[str, Any]:
         # a TFRecord file, or an ArrayRecord file of the same Examples (``format``)
         return arrayrecordfile.shard_writer(cfg.format)(task, cfg.store, cfg.dali_index)
 
@@ -303,7 +309,8 @@ def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertCon
     added = ", ".join(f"{n}:{t}" for n, t in sorted(types.items()) if n not in given)
     log.warning(
         "features with values of several types across records; converting again with the type "
-        "of the first record that has each (as --type-map %s); values that do not fit are rejected",
+        "of the first record that has each (as if the type map gave %s); values that do not fit "
+        "are rejected",
         added,
     )
     return dataclasses.replace(cfg, type_map=types, overwrite=True, resume=False)
