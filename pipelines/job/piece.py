@@ -36,6 +36,10 @@ class _PieceOut:
         self.frames: Optional[List[bytes]] = []
         self.held = 0
         self.digest = digests.new("crc32c")
+        # the piece's CRC-32C after each frame written to its file (4 bytes, big-endian):
+        # with them, a final shard takes any run of records of this piece without reading
+        # it back (pipelines.job.shardfile.piece_crcs)
+        self.ends: List[bytes] = []
         self._cm = self.f = None
         if not hold:
             self._spill()
@@ -50,6 +54,7 @@ class _PieceOut:
         for fr in self.frames:
             self.f.write(fr)
             self.digest.update(fr)
+            self.ends.append(self.digest.digest())
         self.frames = None
 
     def write(self, data: bytes) -> None:
@@ -61,6 +66,7 @@ class _PieceOut:
         else:
             self.f.write(data)
             self.digest.update(data)
+            self.ends.append(self.digest.digest())
 
     def close(self) -> None:
         if self._cm is not None:
@@ -73,6 +79,7 @@ class _PieceOut:
     def empty(self) -> None:
         """Drop everything written (a shard found corrupt after its records were read)."""
         self.digest = digests.new("crc32c")
+        self.ends = []
         if self.on_disk:
             self.store.write_bytes(self.piece, b"")
         else:
@@ -151,7 +158,9 @@ def convert_to_piece(
     info.update(schema=schema, first_types=first_types)
     # the record file before the sidecar: a sidecar vouches for both (pipelines.job.piecefiles)
     info["recs_crc32c"] = piecefiles.write(
-        piece, piecefiles.encode(sizes, keys, rejects, sort), cfg.store
+        piece,
+        piecefiles.encode(sizes, keys, rejects, sort, out.ends if out.on_disk else None),
+        cfg.store,
     )
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)

@@ -11,7 +11,9 @@ What a converted input shard tells the rest of the job is split by how it grows:
   written record, its framed size (``sizes``, int64), a 128-bit hash of its
   key (``hashes``: what the duplicate-key check compares), its key's bytes (``keys``,
   NUL-separated: a tar member name holds no NUL), with ``--shuffle`` its sort key
-  (``sort``), and the piece's rejects as JSON lines (``rejects``).
+  (``sort``), the piece's rejects as JSON lines (``rejects``), and for a piece written
+  to its file, the file's CRC-32C up to the end of each record (``ends``: the CRC of
+  any run of its records, without reading them).
 
 The plan, the duplicate-key check, the shuffle and the rejects file read record files one
 piece at a time (:func:`load`).  The file is written before the sidecar, which is written
@@ -49,6 +51,7 @@ SIZES_DESCR = "<i8"
 BYTES_DESCR = "|u1"
 HASH_DESCR = [["h0", ">u8"], ["h1", ">u8"]]  # big-endian: numeric order = byte order
 SORT_DESCR = [["k0", ">u8"], ["k1", ">u4"]]  # the shuffle's 12-byte sort key
+ENDS_DESCR = ">u4"  # a CRC-32C as google-crc32c's digest() gives it
 
 
 def __getattr__(name: str):
@@ -90,6 +93,7 @@ def encode(
     keys: List[str],
     rejects: List[Dict[str, Any]],
     sort: Optional[List[bytes]] = None,
+    ends: Optional[List[bytes]] = None,
 ) -> bytes:
     """The record file's bytes (without numpy: this runs in every shard worker)."""
     raw = [key_bytes(k) for k in keys]
@@ -108,6 +112,8 @@ def encode(
     ]
     if sort is not None:
         members.append(("sort", SORT_DESCR, b"".join(sort)))
+    if ends is not None:
+        members.append(("ends", ENDS_DESCR, b"".join(ends)))
     return _pack(members)
 
 
@@ -216,6 +222,22 @@ def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> "np.
 
         return np.zeros(0, dtype=SIZES_DESCR)
     return member(summary, "sizes", config)
+
+
+def record_ends(
+    summary: Dict[str, Any], config: Optional[StoreConfig] = None
+) -> "Optional[Tuple[np.ndarray, np.ndarray]]":
+    """Where each written record ends in the piece's file, and the file's CRC-32C up to
+    there; None when the record file has no ``ends`` (a piece held in memory, or written by
+    an earlier version) or cannot be read."""
+    import numpy as np
+
+    try:
+        crcs = member(summary, "ends", config)
+        offsets = np.cumsum(member(summary, "sizes", config), dtype=np.int64)
+    except (KeyError, OSError, ValueError):
+        return None
+    return (offsets, crcs) if len(offsets) == len(crcs) else None
 
 
 def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:

@@ -262,27 +262,75 @@ def dali_index_bytes(sizes: Sequence[int]) -> bytes:
     return "".join(lines).encode()
 
 
+# A range that is a run of a piece's records but not the whole piece gets its CRC-32C
+# from the piece's record file when that file is small beside the range: reading it costs
+# about this many bytes a record (sizes and ends; a bucket's whole record file, keys too)
+RECORD_FILE_BYTES_PER_RECORD = 64
+
+
 def piece_crcs(
     ranges: Sequence[Tuple[str, int, int]], config: Optional[StoreConfig] = None
 ) -> List[Optional[int]]:
-    """Each range's CRC-32C where it is a whole piece: its sidecar's (the piece writer
-    hashed those bytes as it wrote them), so a copy the store or the kernel makes need
-    not read them back.  None for a part of a piece, or a piece without a sidecar."""
+    """Each range's CRC-32C, from what the piece writer hashed as it wrote the bytes, so
+    that a copy the store or the kernel makes need not read them back: a whole piece's
+    from its sidecar; a run of its records' from its record file, which holds the piece's
+    CRC-32C at the end of each record (crc(run) = crc(up to its end) xor crc(up to its
+    start) carried over the run's length).  None where neither is known (a piece without
+    sidecar, a record file without ``ends``), or where the record file would cost more to
+    read than the range (records much smaller than their keys)."""
     out: List[Optional[int]] = []
-    seen: Dict[str, Optional[Dict[str, Any]]] = {}
+    sidecars: Dict[str, Optional[Dict[str, Any]]] = {}
+    ends: Dict[str, Any] = {}
     for url, offset, length in ranges:
+        if url not in sidecars:
+            sidecars[url] = _sidecar(url, config)
+        info = sidecars[url]
         crc = None
-        if offset == 0:
-            if url not in seen:
-                seen[url] = _sidecar(url, config)
-            info = seen[url]
-            if info is not None and info.get("bytes") == length and "crc32c" in info:
-                try:
-                    crc = int(info["crc32c"], 16)
-                except (TypeError, ValueError):
-                    crc = None
+        try:
+            whole = int(info["crc32c"], 16) if info is not None else None
+        except (KeyError, TypeError, ValueError):
+            whole = None
+        if whole is not None and offset == 0 and info.get("bytes") == length:
+            crc = whole
+        elif whole is not None and length >= RECORD_FILE_BYTES_PER_RECORD * int(
+            info.get("records") or 0
+        ):
+            if url not in ends:
+                ends[url] = _checked_ends(url, info, whole, config)
+            if ends[url] is not None:
+                crc = _run_crc(*ends[url], offset, length)
         out.append(crc)
     return out
+
+
+def _checked_ends(url: str, info: Dict[str, Any], whole: int, config: Optional[StoreConfig]):
+    """The record file's ends when they agree with the sidecar (its bytes and CRC-32C)."""
+    from pipelines.job import piecefiles
+
+    got = piecefiles.record_ends({"piece": url, "records": info.get("records")}, config)
+    if got is None or not len(got[0]):
+        return None
+    offsets, crcs = got
+    if int(offsets[-1]) != info.get("bytes") or int(crcs[-1]) != whole:
+        return None
+    return got
+
+
+def _run_crc(offsets, crcs, offset: int, length: int) -> Optional[int]:
+    """The CRC-32C of the piece's bytes ``[offset, offset + length)`` when both ends are
+    record ends, from the piece's CRC-32C at each record end."""
+    import numpy as np
+
+    def at(pos: int) -> Optional[int]:
+        if pos == 0:
+            return 0
+        i = int(np.searchsorted(offsets, pos))
+        return int(crcs[i]) if i < len(offsets) and int(offsets[i]) == pos else None
+
+    head, end = at(offset), at(offset + length)
+    if head is None or end is None:
+        return None
+    return end ^ digests.crc32c_combine(head, 0, length)
 
 
 def _sidecar(url: str, config: Optional[StoreConfig]) -> Optional[Dict[str, Any]]:

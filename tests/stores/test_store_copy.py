@@ -17,6 +17,8 @@ import random
 import google_crc32c
 import pytest
 
+from pipelines.job import piecefiles
+from pipelines.job.plan import ShardTask
 from pipelines.job.shardfile import write_shard
 from pipelines.job.workfiles import write_sidecar
 from transforms.stores import StoreConfig, get_store, traffic
@@ -49,17 +51,30 @@ def counted(tmp_path, monkeypatch):
     traffic.reset()
 
 
-def _make_pieces(root: str, sizes, config=None, sidecars=True):
+def _make_pieces(root: str, sizes, config=None, sidecars=True, record=None):
     """Pieces of random bytes under ``root`` (a directory URL), each with the sidecar a
-    piece writer leaves (its bytes and CRC-32C); their URLs and bytes."""
+    piece writer leaves (its bytes and CRC-32C); their URLs and bytes.  With ``record``
+    (bytes), the piece is records of that size, and its record file holds each one's
+    size and the piece's CRC-32C at its end, as the piece writer leaves them."""
     rng = random.Random(7)
     out = []
     for i, n in enumerate(sizes):
         url = f"{root.rstrip('/')}/piece-{i:06d}.tfrecord"
         data = rng.randbytes(n)
         get_store(url, config).write_bytes(url, data)
+        records = 1
+        if record:
+            rec_sizes = [min(record, n - at) for at in range(0, n, record)]
+            ends, running, at = [], google_crc32c.Checksum(), 0
+            for size in rec_sizes:
+                running.update(data[at : at + size])
+                at += size
+                ends.append(running.digest())
+            keys = [f"k{r}" for r in range(len(rec_sizes))]
+            piecefiles.write(url, piecefiles.encode(rec_sizes, keys, [], None, ends), config)
+            records = len(rec_sizes)
         if sidecars:
-            write_sidecar(url, {"bytes": n, "crc32c": _crc(data), "records": 1}, config)
+            write_sidecar(url, {"bytes": n, "crc32c": _crc(data), "records": records}, config)
         out.append((url, data))
     return out
 
@@ -70,9 +85,9 @@ def _task(path, pieces, spec):
     for i, off, n in spec:
         url, data = pieces[i]
         n = len(data) - off if n is None else n
-        ranges.append([url, off, n])
+        ranges.append((url, off, n))
         expect += data[off : off + n]
-    return {"path": path, "ranges": ranges, "records": len(ranges), "bytes": len(expect)}, expect
+    return ShardTask(0, path, ranges, len(ranges), len(expect)), expect
 
 
 # piece sizes and a shard of: the tail of a piece (6 MiB, not whole), a whole 6 MiB piece,
@@ -154,6 +169,29 @@ def test_local_kernel_copy_same_bytes_no_userspace_write(tmp_path, counted, monk
     assert off.get("local.write") == len(expect) and "local.copy" not in off
 
 
+def test_local_kernel_copy_reads_no_run_of_records(tmp_path, counted, monkeypatch):
+    """Parts of pieces get their CRC-32C from the record files: nothing of the pieces is
+    read, only the small record files; a record file that disagrees with its sidecar is
+    not trusted (the part is read and hashed, and the CRC-32C stays right)."""
+    monkeypatch.setenv("TAR2TF_KERNEL_COPY", "1")
+    pieces = _make_pieces(str(tmp_path / "work"), SIZES, record=MIB)
+    counted()
+    task, expect = _task(str(tmp_path / "out" / "a.record"), pieces, SPEC)
+    row = write_shard(task)
+    got = counted()
+    assert (tmp_path / "out" / "a.record").read_bytes() == expect
+    assert row["crc32c"] == _crc(expect) and got.get("local.copy") == len(expect)
+    assert got.get("local.read", 0) <= 4 * SIDECARS
+
+    url, data = pieces[2]  # its record file now says another CRC-32C at each record's end
+    n = len(data) // MIB + 1
+    sizes = [MIB] * (n - 1) + [len(data) - (n - 1) * MIB]
+    piecefiles.write(url, piecefiles.encode(sizes, ["k"] * n, [], None, [b"\0" * 4] * n))
+    task, _ = _task(str(tmp_path / "out" / "b.record"), pieces, SPEC)
+    assert write_shard(task)["crc32c"] == _crc(expect)
+    assert counted().get("local.read", 0) >= len(data) - MIB
+
+
 def test_local_kernel_copy_without_sidecars_hashes_the_bytes(tmp_path, counted, monkeypatch):
     monkeypatch.setenv("TAR2TF_KERNEL_COPY", "1")
     pieces = _make_pieces(str(tmp_path / "work"), SIZES, sidecars=False)
@@ -194,6 +232,21 @@ def test_s3_part_copies_download_no_whole_piece(s3, counted, monkeypatch):
     assert server.get(bucket, "out/b.record") == expect
     assert {**row2, "path": None} == {**row, "path": None}
     assert off.get("s3.read") == len(expect) and off.get("s3.write") == len(expect)
+
+
+def test_s3_part_copies_download_no_run_of_records(s3, counted):
+    """With record files, the 6 MiB tail of a piece is copied by the server and its
+    CRC-32C computed from the record file: only the two small ranges that go up as an
+    ordinary part are downloaded."""
+    server, bucket, cfg = s3
+    pieces = _make_pieces(f"s3://{bucket}/work", SIZES, cfg, record=MIB)
+    counted()
+    task, expect = _task(f"s3://{bucket}/out/a.record", pieces, SPEC)
+    row = write_shard(task, cfg)
+    got = counted()
+    assert server.get(bucket, "out/a.record") == expect and row["crc32c"] == _crc(expect)
+    assert got.get("s3.copy") == 12 * MIB
+    assert got.get("s3.read", 0) <= 100_000 + 2 * MIB + 4 * SIDECARS
 
 
 def test_s3_whole_piece_after_a_small_range_is_not_downloaded(s3, counted):
