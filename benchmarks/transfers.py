@@ -8,7 +8,7 @@ FnApiRunner, 2 worker processes) over the first ``--shards`` shards of the bench
 dataset (``benchmarks.dataset``, 17.5 MB and 320 images each), from local disk to an
 output whose work directory sits beside it: on local disk, or in a bucket of a test
 server started here (moto's S3 server, fake-gcs-server, a one-target AIS cluster: the
-test suite's, ``tests/*_fixtures.py``; each started and stopped by its PID).
+test suite's, ``tests/support/*_fixtures.py``; each started and stopped by its PID).
 
 Each set-up runs twice: with the store's own copies (the default) and with
 ``TAR2TF_STORE_COPY=0`` (every range of a piece read and written by tar2tf); local disk
@@ -50,9 +50,7 @@ def _fixtures():
     """The test suite's server classes (one definition of how each server starts)."""
     if TESTS not in sys.path:
         sys.path.insert(0, TESTS)
-    import ais_fixtures
-    import gcs_fixtures
-    import s3_fixtures
+    from support import ais_fixtures, gcs_fixtures, s3_fixtures
 
     return ais_fixtures, gcs_fixtures, s3_fixtures
 
@@ -103,7 +101,7 @@ def run_one(spec: Dict) -> Dict:
     from pipelines.beam.convert import convert
     from pipelines.job.config import ConvertConfig
 
-    data = dataset.build("full", spec.get("data_dir")).subset(spec["shards"])
+    data = dataset.build(spec.get("size", "full"), spec.get("data_dir")).subset(spec["shards"])
     cfg = ConvertConfig(
         sources=data.template(),
         output=spec["output"],
@@ -138,6 +136,7 @@ def measure(kind: str, root: str, env: Dict, copy: str, args) -> Dict:
         "output": f"{root}/{copy}/train-{{}}.record",
         "max_shard_size": args.max_shard_size,
         "data_dir": args.data_dir,
+        "size": args.size,
     }
     child_env = dict(os.environ, **env, **{traffic.ENV: counts})
     child_env["TAR2TF_STORE_COPY"] = "0" if copy == "off" else "1"
@@ -261,6 +260,9 @@ def local_copy(args) -> Dict[str, Dict[str, float]]:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", type=int, default=8, help="input shards (17.5 MB each)")
+    ap.add_argument(
+        "--size", default="full", help="benchmarks.dataset size (quick: the smoke test's)"
+    )
     ap.add_argument("--stores", default=",".join(STORES))
     ap.add_argument("--max-shard-size", default="100MB")
     ap.add_argument("--data-dir", default=None, help="dataset root (benchmarks.dataset)")
@@ -277,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     from benchmarks import dataset
 
-    dataset.build("full", args.data_dir)  # built and cached once, outside the timed runs
+    dataset.build(args.size, args.data_dir)  # built and cached once, outside the timed runs
     rows = []
     for kind in args.stores.split(","):
         with server(kind) as (env, root):

@@ -225,3 +225,23 @@ def test_pcr_levels_read_exactly_their_prefix(bench, quick_data):
     fractions = [lv["fraction"] for lv in levels]
     assert fractions == sorted(fractions) and fractions[0] < 0.2 and fractions[-1] == 1.0
     assert "**PCR** convert" in md
+
+
+def test_transfers_counts_each_way_and_the_kernel_copy_reads_nothing_back(quick_data):
+    """``benchmarks.transfers`` on local disk: the three ways write the same shards (it
+    fails otherwise), and with the kernel's copy the pieces are not read back, split ones
+    included (their runs of records take their CRC-32C from the record files)."""
+    root = os.path.dirname(os.path.dirname(quick_data.directory))
+    cmd = [sys.executable, "-m", "benchmarks.transfers", "--size", "quick", "--shards", "4"]
+    cmd += ["--stores", "local", "--max-shard-size", "1MB", "--data-dir", root]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {r["store_copy"]: r for r in map(json.loads, proc.stdout.splitlines()[:3])}
+    assert set(runs) == {"off", "on", "kernel"}
+    kernel = runs["kernel"]
+    out = kernel["bytes_out"]
+    assert out > 2 << 20 and kernel["counts"]["local.copy"] == out  # several shards, copied
+    # beyond the input tars, only sidecars and record files are read (a few KB)
+    assert kernel["counts"]["local.read"] - kernel["bytes_in"] < 0.02 * out
+    # the copy through tar2tf reads every piece back
+    assert runs["off"]["counts"]["local.read"] - runs["off"]["bytes_in"] >= out
