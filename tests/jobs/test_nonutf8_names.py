@@ -92,21 +92,13 @@ def _check(out_dir, src_dir):
     assert raw.isascii() and b"lnk\\udce9" in raw  # escaped in the JSON text, never raw bytes
 
 
+# the labels typed, and the one record whose member is a link rejected
+TYPED = ("--type-map", "cls:int64", "--max-rejects", "1", "--no-progress")
+
+
 def test_beam_and_in_process(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
-    p = cli(
-        "convert",
-        shards,
-        "-o",
-        out,
-        "--type-map",
-        "cls:int64",
-        "--max-rejects",
-        "1",
-        "--no-progress",
-        "--runner",
-        "beam",
-    )
+    p = cli("convert", shards, "-o", out, *TYPED, "--runner", "beam")
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     _check(str(tmp_path / "o"), str(tmp_path / "in"))
@@ -146,20 +138,7 @@ def test_beam_and_in_process(shards, tmp_path):
 def test_shuffled(shards, tmp_path):
     out = str(tmp_path / "o" / "t-{}.record")
     p = cli(
-        "convert",
-        shards,
-        "-o",
-        out,
-        "--type-map",
-        "cls:int64",
-        "--max-rejects",
-        "1",
-        "--no-progress",
-        "--shuffle",
-        "--seed",
-        "3",
-        "--records-per-shard",
-        "4",
+        "convert", shards, "-o", out, *TYPED, "--shuffle", "--seed", "3", "--records-per-shard", "4"
     )
     assert p.returncode == 0, p.stderr
     assert sorted(_written(str(tmp_path / "o"))) == sorted(_expected())
@@ -178,13 +157,9 @@ def test_resume_after_kill(shards, tmp_path):
         work,
         "--records-per-shard",
         "2",
-        "--type-map",
-        "cls:int64",
-        "--max-rejects",
-        "1",
+        *TYPED,
         "--ops",
         "support.slow_ops:slow_ops",
-        "--no-progress",
         "--runner",  # the in-process driver journals its final shards: where --resume goes on
         "local",
         "--processes",

@@ -6,14 +6,13 @@ hub that redirects (and serves within its own origin) and a ``RangeServer`` behi
 
 from __future__ import annotations
 
-import http.server
 import os
 
 import pytest
 from support import shardgen
 from support.cli_fixtures import cli
 from support.faultproxy import FaultProxy
-from support.range_server import Loopback, RangeServer
+from support.range_server import Loopback, QuietHandler, RangeServer
 
 from transforms.stores import StoreConfig
 from transforms.stores.http import CROSS_ORIGIN_ENV, HEADERS_ENV, HTTPStore
@@ -37,9 +36,7 @@ class _Hub:
         self.headers = []
         hub = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_GET(self):
                 hub.headers.append((self.path, dict(self.headers.items())))
                 kind, _, name = self.path.lstrip("/").partition("/")
@@ -50,15 +47,7 @@ class _Hub:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                with open(os.path.join(hub.root, os.path.basename(name)), "rb") as f:
-                    data = f.read()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
+                self.wfile.write(self.send_file_head(hub.root))
 
         self.server = Loopback(Handler)
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
@@ -21,7 +20,7 @@ import time
 import pytest
 from support import background, shardgen
 from support.cli_fixtures import cli
-from support.range_server import Loopback
+from support.range_server import Loopback, QuietHandler
 
 from transforms.stores.retry import ResumableReader, RetryPolicy, SlowReadError
 
@@ -36,17 +35,11 @@ class _Trickle:
         self.root, self.gets = root, []
         owner = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_GET(self):
                 owner.gets.append(self.path)
-                kind, _, name = self.path.lstrip("/").partition("/")
-                with open(os.path.join(owner.root, os.path.basename(name)), "rb") as f:
-                    data = f.read()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
+                kind = self.path.lstrip("/").partition("/")[0]
+                data = self.send_file_head(owner.root)
                 try:
                     if kind == "fast":
                         self.wfile.write(data)
@@ -57,9 +50,6 @@ class _Trickle:
                         time.sleep(TRICKLE_S)
                 except OSError:
                     pass  # the client gave up
-
-            def log_message(self, *a):
-                pass
 
         self.server = Loopback(Handler)
 

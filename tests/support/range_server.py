@@ -37,6 +37,25 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A test's own handler: HTTP/1.1, and no access log on the test's stderr."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def send_file_head(self, root: str) -> bytes:
+        """The 200 head for the file under ``root`` named by the path's last part; its
+        bytes, for the caller to send as it likes."""
+        with open(os.path.join(root, os.path.basename(self.path)), "rb") as f:
+            data = f.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        return data
+
+
 class Loopback:
     """A threaded HTTP server for a test's own handler class, on a free loopback port,
     serving until :meth:`stop`."""
