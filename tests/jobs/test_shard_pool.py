@@ -3,12 +3,11 @@
 
 import hashlib
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 from support.pool_spy import pool_starts
+from support.scripts import run_script_file
 
 from pipelines.inprocess.driver import convert_in_process
 from pipelines.job.config import ConvertConfig
@@ -242,8 +241,8 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
     """Two threads, one worker that crashes on a late shard: the thread waiting for
     the worker gets the error too instead of waiting forever (run in a subprocess with a
     timeout, so a hang fails the test instead of the suite)."""
-    script = tmp_path / "job.py"
-    script.write_text(
+    p = run_script_file(
+        tmp_path,
         "import os\n"
         "from pipelines.job.config import ConvertConfig\n"
         "from pipelines.inprocess.driver import convert_in_process\n"
@@ -257,15 +256,8 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path
         "                       sample_stages=(Func(crash_on_20),), progress=False, processes=1),\n"
         "                       num_workers=2)  # two threads share the one worker\n"
         "except Exception as e:\n"
-        "    print('FAILED:', type(e).__name__, str(e)[-400:])\n"
-    )
-    p = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
+        "    print('FAILED:', type(e).__name__, str(e)[-400:])\n",
         timeout=240,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        cwd=str(tmp_path),
     )
     assert "FAILED:" in p.stdout and "died with exit code 9" in p.stdout, (
         p.stdout,
@@ -296,21 +288,13 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
 
 def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     """Workers are not started through multiprocessing's spawn, which would re-run it."""
-    script = tmp_path / "job.py"
-    script.write_text(
+    p = run_script_file(
+        tmp_path,
         "from pipelines.job.config import ConvertConfig\n"
         "from pipelines.inprocess.driver import convert_in_process\n"
         f"res = convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
         "progress=False, processes=2), num_workers=2)\n"
-        "print('WRITTEN', res.totals['records_written'])\n"
-    )
-    p = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        cwd=str(tmp_path),
+        "print('WRITTEN', res.totals['records_written'])\n",
     )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("WRITTEN 24") == 1

@@ -26,6 +26,22 @@ def run_python(
     )
 
 
+def run_script_file(directory, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``code`` written to ``job.py`` in ``directory`` and run from there as a user runs a
+    script (its own file is ``__main__``; tar2tf importable through ``PYTHONPATH``)."""
+    script = os.path.join(str(directory), "job.py")
+    with open(script, "w") as f:
+        f.write(code)
+    return subprocess.run(
+        [sys.executable, script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=str(directory),
+    )
+
+
 def launch_script(
     name: str,
     *args: str,
