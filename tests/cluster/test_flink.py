@@ -151,6 +151,31 @@ def test_flink_output_equals_local_runner(flink, demo_output, tmp_path):
 
 @pytest.mark.flink
 @pytest.mark.slow
+def test_flink_array_record_equals_in_process(flink, tmp_path):
+    """ArrayRecord shards written on Flink's workers are the in-process driver's bytes."""
+    args = ("--max-shard-size", "200KB", "--type-map", "cls:int64")
+    out = str(tmp_path / "f" / "demo-{}.array_record")
+    _on_flink(flink, DEMO_SOURCES, "--output", out, *args)
+    p = cli(
+        "convert",
+        DEMO_SOURCES,
+        "-o",
+        str(tmp_path / "l" / "demo-{}.array_record"),
+        *args,
+        "--runner",
+        "local",
+        "--no-progress",
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    got, want = output_digest(str(tmp_path / "f")), output_digest(str(tmp_path / "l"))
+    assert len([n for n in want if n.endswith(".array_record")]) > 1
+    assert {k: v for k, v in got.items() if not k.endswith(".json")} == {
+        k: v for k, v in want.items() if not k.endswith(".json")
+    }
+
+
+@pytest.mark.flink
+@pytest.mark.slow
 def test_flink_shuffle_equals_local_runner(flink, tmp_path):
     """--shuffle moves records through the runner's GroupByKey: Flink's shuffle must give
     the local runner's bytes, and a different order than no shuffle."""
