@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-import test_golden_digests as golden
+from support import golden
 
 PILLOW = "@pillow"
 IMAGE_JOBS = ("ops-encode", "ops-resize")  # the golden jobs whose bytes depend on the codec
@@ -18,8 +18,8 @@ IMAGE_JOBS = ("ops-encode", "ops-resize")  # the golden jobs whose bytes depend 
 @pytest.mark.parametrize("job,runner", [(j, r) for j in IMAGE_JOBS for r in sorted(golden.RUNNERS)])
 def test_pillow_codec_bytes_are_pinned(job, runner, tmp_path, monkeypatch):
     monkeypatch.setenv("TAR2TF_IMAGE_CODEC", "pillow")  # the CLI's environment
-    golden._tar2tf(golden.JOBS[job], str(tmp_path), golden.RUNNERS[runner])
-    golden._check(job + PILLOW, golden._digests(str(tmp_path)))
+    golden.tar2tf(golden.JOBS[job], str(tmp_path), golden.RUNNERS[runner])
+    golden.check(job + PILLOW, golden.digests(str(tmp_path)))
 
 
 def test_pillow_in_memory_load_is_pinned(monkeypatch):
@@ -35,15 +35,15 @@ def test_pillow_in_memory_load_is_pinned(monkeypatch):
         ["jpg", "cls"],
     )
     got = {
-        "elements": golden._element_digest(
+        "elements": golden.element_digest(
             ds.load(os.path.basename(golden.DEMO), num_workers=2, remote_exec=False)
         )
     }
-    golden._check("in-memory-load" + PILLOW, got)
+    golden.check("in-memory-load" + PILLOW, got)
 
 
 def test_the_codecs_write_different_bytes():
     """The default codec's digests are not the Pillow codec's: the switch is real."""
-    gold = golden._golden()
+    gold = golden.pinned()
     for job in IMAGE_JOBS + ("in-memory-load",):
         assert gold[job] != gold[job + PILLOW], job

@@ -188,36 +188,8 @@ def test_compat_matches_go_tfdata_output(compat_dir, tmp_path):
     assert ours == theirs and len(ours) == 3
 
 
-def _bad_inputs(d):
-    os.makedirs(d, exist_ok=True)
-    shardgen.write_tar(f"{d}/s-0.tar", shardgen.sample_members(0, 5))  # good
-    open(f"{d}/s-1.tar", "wb").write(b"not a tar" * 100)  # not a tar
-    full = open(shardgen.write_tar(f"{d}/full.tar", shardgen.sample_members(5, 5)), "rb").read()
-    open(f"{d}/s-2.tar", "wb").write(full[: len(full) - 3000])  # truncated
-    gz = open(
-        shardgen.write_tar(f"{d}/full.tgz", shardgen.sample_members(10, 30), gz=True), "rb"
-    ).read()
-    open(f"{d}/s-3.tar.gz", "wb").write(gz[: len(gz) // 2])  # gzip cut short
-    shardgen.write_tar(
-        f"{d}/s-4.tar",
-        [
-            ("a.jpg", b"A"),
-            ("a.cls", b"1"),
-            ("b.jpg", b""),
-            ("b.cls", b"2"),
-            ("c.jpg", b"C" * 5000),
-            ("d.cls", b"4"),
-            ("d.cls", b"dup"),
-            ("e.cls", b"not-an-int"),
-        ],
-    )
-    os.unlink(f"{d}/full.tar")
-    os.unlink(f"{d}/full.tgz")
-    return f"{d}/s-{{0..5}}.tar", f"{d}/s-3.tar.gz"  # s-5 missing
-
-
 def test_bad_inputs_are_rejects_and_nothing_else_is_lost(tmp_path):
-    t1, t2 = _bad_inputs(str(tmp_path / "in"))
+    t1, t2 = shardgen.bad_inputs(str(tmp_path / "in"))
     res = convert(
         ConvertConfig(
             sources=[t1, t2],

@@ -15,6 +15,7 @@ from support.pcr_fixtures import (
     convert_local,
     decode,
     make_image_folder,
+    reference_classes,
     requires_jpegtran,
     sample_images,
 )
@@ -120,9 +121,7 @@ def test_the_script_is_recorded_in_index_manifest_and_images(runs):
     assert "scan_script" not in [f.name for f, _ in std_idx.ListFields()]
     assert json.load(open(std_res.manifest_path))["options"]["scan_script"] is None
     # a reader that knows only the reference schema still reads the index and the records
-    from test_pcr_proto import _reference_classes
-
-    ref = _reference_classes("proto3")
+    ref = reference_classes("proto3")
     ref_idx = ref["DatasetOffsetsIndex"].FromString(
         open(os.path.join(out, fmt.INDEX_NAME), "rb").read()
     )

@@ -109,9 +109,7 @@ def test_in_process_workers_failing_keep_journaled_shards_and_resume(tmp_path):
 def test_in_process_workers_and_threads_agree_on_bad_input(tmp_path):
     """Missing shard, broken tar, truncated and oversized members, duplicates, bad labels:
     the in-process API's placing workers reject and write exactly what its threads do."""
-    from test_convert import _bad_inputs
-
-    t1, t2 = _bad_inputs(str(tmp_path / "in"))
+    t1, t2 = shardgen.bad_inputs(str(tmp_path / "in"))
     res = {}
     for procs in (2, 0):
         res[procs] = convert_in_process(

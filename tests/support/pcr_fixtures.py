@@ -11,6 +11,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from PIL import Image
 
 JPEGTRAN_MISSING = shutil.which("jpegtran") is None
@@ -97,3 +98,39 @@ def convert_local(tmp_path, sources, out_name="out", **kw):
     kw.setdefault("max_rejects", 1000)
     res = convert_pcr(PcrConfig(sources=sources, output=out, **kw), ["--direct_num_workers=2"])
     return out, res
+
+
+def reference_classes(syntax: str):
+    """The reference PCR messages (``proto2`` or ``proto3``), built from their published
+    facts only: field names, numbers and types."""
+    fd = descriptor_pb2.FileDescriptorProto(
+        name=f"reference_pcr_{syntax}.proto", package=f"ref{syntax}", syntax=syntax
+    )
+    F = descriptor_pb2.FieldDescriptorProto
+    opt = F.LABEL_OPTIONAL
+    req = F.LABEL_REQUIRED if syntax == "proto2" else opt
+    meta = fd.message_type.add(name="MetadataRecord")
+    labels = meta.field.add(name="labels", number=1, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    if syntax == "proto2":
+        labels.options.packed = False
+    meta.field.add(name="progressive_levels", number=2, type=F.TYPE_INT32, label=req)
+    meta.field.add(name="version", number=3, type=F.TYPE_INT32, label=opt)
+    fd.message_type.add(name="ScanGroup").field.add(
+        name="image_bytes", number=1, type=F.TYPE_BYTES, label=F.LABEL_REPEATED
+    )
+    rec = fd.message_type.add(name="RecordOffsetsIndex")
+    rec.field.add(name="name", number=1, type=F.TYPE_STRING, label=opt)
+    rec.field.add(name="offsets", number=2, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    fd.message_type.add(name="DatasetOffsetsIndex").field.add(
+        name="records",
+        number=1,
+        type=F.TYPE_MESSAGE,
+        label=F.LABEL_REPEATED,
+        type_name=f".ref{syntax}.RecordOffsetsIndex",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return {
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"ref{syntax}.{n}"))
+        for n in ("MetadataRecord", "ScanGroup", "RecordOffsetsIndex", "DatasetOffsetsIndex")
+    }

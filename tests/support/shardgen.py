@@ -8,6 +8,7 @@ a pure function of its arguments (seeded), so tests are reproducible.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from typing import Iterable, List, Tuple
 
@@ -121,3 +122,31 @@ def make_shards(
         write_tar(p, sample_members(s * per_shard, per_shard, size), gz=gz)
         paths.append(p)
     return paths
+
+
+def bad_inputs(d: str):
+    """Input shards of every kind of damage beside a good one (a file that is no tar, a
+    truncated tar, a gzip cut short, bad members, a missing shard); their two sources."""
+    os.makedirs(d, exist_ok=True)
+    write_tar(f"{d}/s-0.tar", sample_members(0, 5))  # good
+    open(f"{d}/s-1.tar", "wb").write(b"not a tar" * 100)  # not a tar
+    full = open(write_tar(f"{d}/full.tar", sample_members(5, 5)), "rb").read()
+    open(f"{d}/s-2.tar", "wb").write(full[: len(full) - 3000])  # truncated
+    gz = open(write_tar(f"{d}/full.tgz", sample_members(10, 30), gz=True), "rb").read()
+    open(f"{d}/s-3.tar.gz", "wb").write(gz[: len(gz) // 2])  # gzip cut short
+    write_tar(
+        f"{d}/s-4.tar",
+        [
+            ("a.jpg", b"A"),
+            ("a.cls", b"1"),
+            ("b.jpg", b""),
+            ("b.cls", b"2"),
+            ("c.jpg", b"C" * 5000),
+            ("d.cls", b"4"),
+            ("d.cls", b"dup"),
+            ("e.cls", b"not-an-int"),
+        ],
+    )
+    os.unlink(f"{d}/full.tar")
+    os.unlink(f"{d}/full.tgz")
+    return f"{d}/s-{{0..5}}.tar", f"{d}/s-3.tar.gz"  # s-5 missing

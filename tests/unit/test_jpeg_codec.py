@@ -23,47 +23,13 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from support import shardgen
+from support.jpeg_cases import CASES, DRAFTS, jpeg, photo
 
 from transforms.ops import Encode, Resize, images, jpeg_codec
 from transforms.ops.stages import Stages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = pytest.mark.skipif(not jpeg_codec.available(), reason="simplejpeg not installed")
-
-
-def _jpeg(img: Image.Image, **kw) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", **kw)
-    return buf.getvalue()
-
-
-def _photo(w: int, h: int, n: int = 0) -> Image.Image:
-    return Image.fromarray(shardgen.image_array(n, (w, h)))
-
-
-def _cases():
-    """(name, jpeg bytes): the layouts camera and web JPEGs come in."""
-    out = []
-    for n, (w, h) in enumerate(((500, 375), (375, 500), (333, 251), (97, 61), (640, 427))):
-        img = _photo(w, h, n)
-        out += [
-            (f"{w}x{h}-420-q90", _jpeg(img, quality=90)),
-            (f"{w}x{h}-422-q75", _jpeg(img, quality=75, subsampling=1)),
-            (f"{w}x{h}-444-q95", _jpeg(img, quality=95, subsampling=0)),
-            (f"{w}x{h}-progressive", _jpeg(img, quality=85, progressive=True)),
-            (f"{w}x{h}-optimized", _jpeg(img, quality=80, optimize=True)),
-            (f"{w}x{h}-gray", _jpeg(img.convert("L"), quality=90)),
-        ]
-    exif = Image.Exif()
-    exif[274] = 6  # rotated 90 degrees: decode transposes to upright
-    out.append(("exif-rotated", _jpeg(_photo(320, 200, 7), quality=90, exif=exif.tobytes())))
-    restart = _photo(256, 192, 8)
-    out.append(("restart-markers", _jpeg(restart, quality=90, restart_marker_rows=2)))
-    return out
-
-
-CASES = _cases()
 
 
 @pytest.fixture(autouse=True)
@@ -104,10 +70,6 @@ def test_off_unless_asked_for():
         assert out == want, (value, out)
 
 
-# full size, and draft hints that make Pillow pick 1/2, 1/4 and 1/8 scale for 500x375
-DRAFTS = [None, (224, 168), (112, 84), (56, 42), (32, 32)]
-
-
 @pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize(
     "draft", DRAFTS, ids=lambda d: "full" if d is None else f"draft{d[0]}x{d[1]}"
@@ -130,7 +92,7 @@ def test_pixels_equal_pillows(name, data, draft, pillow_only):
     [c for c in CASES if not c[0].startswith("97x61")],
     ids=[c[0] for c in CASES if not c[0].startswith("97x61")],
 )
-def test_fast_path_takes_every_plain_jpeg(name, data):
+def test_fast_path_takes_every_plainjpeg(name, data):
     for draft in DRAFTS:
         img = Image.open(io.BytesIO(data))
         if draft:
@@ -156,12 +118,12 @@ def test_scaled_sizes_are_pillows_draft_sizes():
 
 
 def test_cmyk_and_tiny_and_damaged_fall_back_to_pillow(pillow_only):
-    cmyk = _jpeg(_photo(120, 80, 2).convert("CMYK"), quality=90)
+    cmyk = jpeg(photo(120, 80, 2).convert("CMYK"), quality=90)
     img = Image.open(io.BytesIO(cmyk))
     assert img.mode == "CMYK" and jpeg_codec.decode_like_pillow(img, cmyk) is None
     assert np.array_equal(images.decode(cmyk), pillow_only(lambda: images.decode(cmyk)))
 
-    tiny = _jpeg(_photo(12, 9, 3), quality=90)
+    tiny = jpeg(photo(12, 9, 3), quality=90)
     assert jpeg_codec.decode_like_pillow(Image.open(io.BytesIO(tiny)), tiny) is None
     assert np.array_equal(images.decode(tiny), pillow_only(lambda: images.decode(tiny)))
 

@@ -22,8 +22,8 @@ import sys
 
 import numpy as np
 import pytest
-import test_jpeg_codec as tj
 from PIL import Image
+from support import jpeg_cases as tj
 from support import shardgen
 
 from transforms.ops import Decode, Encode, Resize, image_limits, images, jpeg_codec, numpy_codec
@@ -87,17 +87,17 @@ def test_exif_orientation_reader_agrees_with_pillow(orientation):
     exif = Image.Exif()
     exif[274] = orientation
     exif[271] = "camera maker"  # another tag before it
-    data = tj._jpeg(tj._photo(64, 48, 1), quality=90, exif=exif.tobytes())
+    data = tj.jpeg(tj.photo(64, 48, 1), quality=90, exif=exif.tobytes())
     assert numpy_codec.exif_orientation(data) == orientation
     assert Image.open(io.BytesIO(data)).getexif()[274] == orientation
 
 
 def test_exif_orientation_reader_without_exif_or_tag():
-    plain = tj._jpeg(tj._photo(64, 48, 1), quality=90)
+    plain = tj.jpeg(tj.photo(64, 48, 1), quality=90)
     assert numpy_codec.exif_orientation(plain) == 1
     exif = Image.Exif()
     exif[271] = "no orientation"
-    assert numpy_codec.exif_orientation(tj._jpeg(tj._photo(64, 48, 1), exif=exif.tobytes())) == 1
+    assert numpy_codec.exif_orientation(tj.jpeg(tj.photo(64, 48, 1), exif=exif.tobytes())) == 1
     assert numpy_codec.exif_orientation(b"\xff\xd8\x00garbage") is None
 
 
@@ -109,8 +109,8 @@ def test_fallbacks_give_pillows_result():
         "png-rgba": shardgen.encode(rgba, "PNG"),
         "png-gray": shardgen.encode(photo[:, :, 0], "PNG"),
         "bmp": shardgen.encode(photo, "BMP"),
-        "cmyk": tj._jpeg(Image.fromarray(photo).convert("CMYK"), quality=90),
-        "tiny": tj._jpeg(tj._photo(12, 9, 3), quality=90),
+        "cmyk": tj.jpeg(Image.fromarray(photo).convert("CMYK"), quality=90),
+        "tiny": tj.jpeg(tj.photo(12, 9, 3), quality=90),
     }
     for name, data in cases.items():
         if name in ("cmyk", "tiny"):

@@ -10,8 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from support.pcr_fixtures import decode, encode, photo, requires_jpegtran
+from support.pcr_fixtures import decode, encode, photo, reference_classes, requires_jpegtran
 from support.protogen import assert_gencode_fresh
 
 from transforms.pcr import format as fmt
@@ -21,44 +20,10 @@ from transforms.pcr import reader as pcr_reader
 from transforms.pcr.verify import verify_pcr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-F = descriptor_pb2.FieldDescriptorProto
 
 
 def test_gencode_matches_proto(tmp_path):
     assert_gencode_fresh("transforms/pcr/pcr.proto", tmp_path)
-
-
-def _reference_classes(syntax: str):
-    fd = descriptor_pb2.FileDescriptorProto(
-        name=f"reference_pcr_{syntax}.proto", package=f"ref{syntax}", syntax=syntax
-    )
-    opt = F.LABEL_OPTIONAL
-    req = F.LABEL_REQUIRED if syntax == "proto2" else opt
-    meta = fd.message_type.add(name="MetadataRecord")
-    labels = meta.field.add(name="labels", number=1, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
-    if syntax == "proto2":
-        labels.options.packed = False
-    meta.field.add(name="progressive_levels", number=2, type=F.TYPE_INT32, label=req)
-    meta.field.add(name="version", number=3, type=F.TYPE_INT32, label=opt)
-    fd.message_type.add(name="ScanGroup").field.add(
-        name="image_bytes", number=1, type=F.TYPE_BYTES, label=F.LABEL_REPEATED
-    )
-    rec = fd.message_type.add(name="RecordOffsetsIndex")
-    rec.field.add(name="name", number=1, type=F.TYPE_STRING, label=opt)
-    rec.field.add(name="offsets", number=2, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
-    fd.message_type.add(name="DatasetOffsetsIndex").field.add(
-        name="records",
-        number=1,
-        type=F.TYPE_MESSAGE,
-        label=F.LABEL_REPEATED,
-        type_name=f".ref{syntax}.RecordOffsetsIndex",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return {
-        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"ref{syntax}.{n}"))
-        for n in ("MetadataRecord", "ScanGroup", "RecordOffsetsIndex", "DatasetOffsetsIndex")
-    }
 
 
 def _images():
@@ -109,7 +74,7 @@ def _write_reference_dataset(directory, ref, records, repeat_index=10):
 @requires_jpegtran
 @pytest.mark.parametrize("syntax", ["proto2", "proto3"])
 def test_we_read_reference_files(tmp_path, syntax):
-    ref = _reference_classes(syntax)
+    ref = reference_classes(syntax)
     srcs, grouped = _images()
     # record 0: three images with all 10 pieces; record 1: raw jpegtran scans, 6 for gray
     raw = [js.split_pieces(b"".join(g) + js.EOI) for g in grouped]
@@ -134,7 +99,7 @@ def test_we_read_reference_files(tmp_path, syntax):
 @requires_jpegtran
 @pytest.mark.parametrize("syntax", ["proto2", "proto3"])
 def test_reference_reads_our_files(tmp_path, syntax):
-    ref = _reference_classes(syntax)
+    ref = reference_classes(syntax)
     srcs, grouped = _images()
     images = [fmt.PcrImage(f"k{i}", 10 + i, g, "x") for i, g in enumerate(grouped)]
     entry = fmt.write_record(str(tmp_path / "PCR_0.db"), images)
