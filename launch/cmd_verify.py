@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pipelines.job.verify import NotAManifest, verify
+    from pipelines.verify import NotAManifest, verify
     from transforms.redact import one_line, printable
 
     try:

@@ -215,7 +215,7 @@ def test_staged_package_runs_from_a_clean_venv(demo_output, tmp_path):
             py,
             "-c",
             "import sys, launch.cli, launch.cmd_convert, launch.cmd_verify, "
-            "pipelines.beam.convert, pipelines.job.verify, pipelines.beam.shuffle, transforms.tfrecord.example; "
+            "pipelines.beam.convert, pipelines.verify, pipelines.beam.shuffle, transforms.tfrecord.example; "
             "print('\\n'.join(m.__file__ for n, m in sorted(sys.modules.items()) "
             "if n.split('.')[0] in ('launch', 'pipelines', 'transforms') and getattr(m, '__file__', None)))",
         ],

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from support.cli_fixtures import cli, copy_dataset
 
-from pipelines.job.verify import verify
+from pipelines.verify import verify
 from transforms.tfrecord.framing import frame, read_records, record_index
 
 
@@ -350,9 +350,9 @@ def test_decode_images_checks_pixel_arrays_as_arrays(tmp_path):
         bytes(payload)
     )
     ex_pb.features.feature["jpg"].bytes_list.value[0] = b"\0" * 100
-    from pipelines.job.verify import _decode_images
+    from pipelines.verify.examples import decode_image_features
 
-    done, bad = _decode_images(ex_pb.features.feature)
+    done, bad = decode_image_features(ex_pb.features.feature)
     assert done == 0 and bad == [
         "array feature 'jpg' (uint8, shape [32, 32, 3]) holds 100 bytes, its shape needs 3072"
     ]

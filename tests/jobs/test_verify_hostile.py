@@ -14,7 +14,7 @@ import struct
 import pytest
 from support.cli_fixtures import cli, copy_dataset
 
-from pipelines.job.verify import verify
+from pipelines.verify import verify
 from transforms.tfrecord.framing import masked_crc32c
 
 
