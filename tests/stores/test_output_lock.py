@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -69,6 +70,32 @@ def test_create_if_absent_local_and_s3(lock_place):
 
 def test_create_if_absent_ais_and_gcs(backend):
     _primitive(backend.url("o/out.tar2tf-lock"), backend.config())
+
+
+def test_a_local_replace_never_falls_between_another_writers_compare_and_write(tmp_path):
+    """While another process compares and writes (it holds the directory's flock), a
+    replace waits, then finds the object changed instead of overwriting the new one."""
+    url = str(tmp_path / "out.tar2tf-lock")
+    version = exclusive.create(url, b"ours", None)
+    outcome = []
+
+    def heartbeat():
+        try:
+            exclusive.replace(url, b"ours, refreshed", version, None)
+            outcome.append("replaced")
+        except FileExistsError:
+            outcome.append("changed")
+
+    with exclusive.local_guard(url):
+        t = threading.Thread(target=heartbeat)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not outcome  # waiting for the guard
+        with open(url + ".theirs", "wb") as f:
+            f.write(b"theirs")
+        os.replace(url + ".theirs", url)
+    t.join(10)
+    assert outcome == ["changed"] and open(url, "rb").read() == b"theirs"
 
 
 # -- the lock -------------------------------------------------------------------------------
@@ -154,8 +181,12 @@ def test_heartbeat_refreshes_and_notices_a_taken_lock(tmp_path, monkeypatch):
         time.sleep(0.02)
     assert json.loads(open(url).read())["heartbeat"] > first
     other = _lock_of(4242, host="elsewhere.example")
-    with open(url, "w") as f:  # another job took it (as a race on AIS could)
+    # another job took it (as a race on AIS could), written whole as every store write is,
+    # and between two of this lock's heartbeats, as another process's write would be
+    with open(url + ".other", "w") as f:
         json.dump(other, f)
+    with exclusive.local_guard(url):
+        os.replace(url + ".other", url)
     while lock.lost is None and time.time() < deadline:
         time.sleep(0.02)
     with pytest.raises(OutputLockedError, match="pid 4242 on host elsewhere.example"):

@@ -7,10 +7,10 @@ can check it in the same request where it can.
 ========  ===========================================  ==========================================
 store     create if absent                             replace / delete if unchanged
 ========  ===========================================  ==========================================
-local     a complete temporary file hard-linked onto   the lock renamed away (atomic), compared,
-          the name (``link`` fails if it exists), so   put back with ``link`` if it changed;
-          a reader never sees it half written; where   replaced with ``os.replace``
-          links are not supported, ``O_CREAT|O_EXCL``
+local     a complete temporary file hard-linked onto   under an ``flock`` of its directory:
+          the name (``link`` fails if it exists), so   read and compared, then replaced with
+          a reader never sees it half written; where   ``os.replace``; a delete renames it away,
+          links are not supported, ``O_CREAT|O_EXCL``  compares it, puts it back if it changed
 gs://     upload with ``ifGenerationMatch=0``          ``ifGenerationMatch=<generation>``
                                                        (a delete also names the generation)
 s3://     ``PutObject`` with ``If-None-Match: *``      ``If-Match: <ETag>`` on PutObject and
@@ -36,6 +36,11 @@ import os
 import time
 import uuid
 from typing import Any, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None
 
 from transforms.stores.base import StoreConfig, split_url
 from transforms.stores.retry import status_of
@@ -216,22 +221,50 @@ def replace(url: str, data: bytes, version: Any, config: Optional[StoreConfig] =
         if _precondition_failed(e):
             raise FileExistsError(errno.EEXIST, "changed", url) from None
         raise
+    if scheme == "":
+        return _local_replace(split_url(url)[2], data, version)
     if read(url, config)[0] != version:
         raise FileExistsError(errno.EEXIST, "changed", url)
-    if scheme == "":
-        path = split_url(url)[2]
-        tmp = os.path.join(
-            os.path.dirname(path) or ".", f".{os.path.basename(path)}.new-{uuid.uuid4().hex[:12]}"
-        )
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
+    store.write_bytes(url, data)
+    return data
+
+
+@contextlib.contextmanager
+def local_guard(path: str):
+    """An exclusive ``flock`` on the directory of the local object ``path``, held while a
+    replace or delete compares and then writes: no other process's replace or delete (a
+    takeover) can fall between the two, and overwrite a lock it did not read.  Readers
+    and creators need none: every write is a rename or a link, seen whole."""
+    if fcntl is None:  # no flock here (not POSIX): compare and write unguarded
+        yield
+        return
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the flock
+
+
+def _local_replace(path: str, data: bytes, version: bytes) -> bytes:
+    tmp = os.path.join(
+        os.path.dirname(path) or ".", f".{os.path.basename(path)}.new-{uuid.uuid4().hex[:12]}"
+    )
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        with local_guard(path):
+            try:
+                with open(path, "rb") as f:
+                    got = f.read()
+            except FileNotFoundError:
+                raise FileExistsError(errno.EEXIST, "gone", path) from None
+            if got != version:
+                raise FileExistsError(errno.EEXIST, "changed", path)
             os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    else:
-        store.write_bytes(url, data)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
     return data
 
 
@@ -289,6 +322,11 @@ def delete(url: str, version: Any, config: Optional[StoreConfig] = None) -> bool
 
 
 def _local_delete(path: str, version: bytes) -> bool:
+    with local_guard(path):
+        return _local_delete_guarded(path, version)
+
+
+def _local_delete_guarded(path: str, version: bytes) -> bool:
     aside = os.path.join(
         os.path.dirname(path) or ".", f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:12]}"
     )
