@@ -79,31 +79,9 @@ def verify(
     for row in rows:
         path = locate(row["path"], mpath, recorded)
         listed.add(path)
-        if array_record:
-            guarded(
-                report,
-                path,
-                verify_array_record_shard,
-                row,
-                path,
-                schema,
-                report,
-                config,
-                decode_images,
-            )
-            continue
-        guarded(
-            report,
-            path,
-            verify_shard,
-            row,
-            path,
-            schema,
-            report,
-            config,
-            decode_images,
-            dali,
-        )
+        # an ArrayRecord shard has no DALI index
+        check, extra = (verify_array_record_shard, ()) if array_record else (verify_shard, (dali,))
+        guarded(report, path, check, row, path, schema, report, config, decode_images, *extra)
     output = m.get("output", "")
     if output and output != "<generator>":
         # a shard name the output template makes that the manifest does not list: a stale
