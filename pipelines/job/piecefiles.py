@@ -2,7 +2,7 @@
 
 What a converted input shard tells the rest of the job is split by how it grows:
 
-* its *summary* (the dict ``convert_to_piece`` returns and its JSON sidecar holds): counts,
+* its *summary* (``pipelines.job.summary.PieceSummary``, which its JSON sidecar holds): counts,
   bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
   Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
   with the number of input shards, never with the number of records;
@@ -35,6 +35,8 @@ from transforms.tfrecord import digests
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from pipelines.job.summary import PieceSummary
 
 try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
     from _blake2 import blake2b
@@ -184,17 +186,17 @@ class Records:
         return [json.loads(line) for line in text.splitlines()]
 
 
-def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Records:
-    url = url_of(summary["piece"])
+def load(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> Records:
+    url = url_of(summary.piece)
     return Records(get_store(url, config).read_bytes(url))
 
 
 def member(
-    summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None
+    summary: "PieceSummary", name: str, config: Optional[StoreConfig] = None
 ) -> "np.ndarray":
     """One array of a piece's record file; from a local file, only that array is read
     (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
-    url = url_of(summary["piece"])
+    url = url_of(summary.piece)
     if split_url(url)[0] != "":
         return load(summary, config)[name]
     with open(url, "rb") as f:
@@ -209,21 +211,21 @@ def member(
     return np.frombuffer(data, dtype=_dtype(dt))
 
 
-def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> "np.ndarray":
+def sizes(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> "np.ndarray":
     """The framed sizes of a piece's written records (none read for an empty piece)."""
-    if not summary["records"]:
+    if not summary.records:
         import numpy as np
 
         return np.zeros(0, dtype=SIZES_DESCR)
     return member(summary, "sizes", config)
 
 
-def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:
+def verified(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> bool:
     """Whether the piece's record file is there with the CRC-32C its sidecar holds."""
-    want = summary.get("recs_crc32c")
+    want = summary.recs_crc32c
     if not want:
         return False
-    url = url_of(summary["piece"])
+    url = url_of(summary.piece)
     try:
         data = get_store(url, config).read_bytes(url)
     except (FileNotFoundError, OSError):
@@ -234,9 +236,9 @@ def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> b
 
 
 def rejects_of(
-    summaries: Iterable[Dict[str, Any]], config: Optional[StoreConfig] = None
+    summaries: Iterable["PieceSummary"], config: Optional[StoreConfig] = None
 ) -> Iterable[Dict[str, Any]]:
     """The rejects of the pieces, in input order, one piece's at a time."""
-    for s in sorted(summaries, key=lambda s: s["index"]):
-        if s.get("records_rejected", 0) or s.get("shards_rejected", 0):
+    for s in sorted(summaries, key=lambda s: s.index):
+        if s.records_rejected or s.shards_rejected:
             yield from load(s, config).rejects()
