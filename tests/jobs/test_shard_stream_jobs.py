@@ -64,7 +64,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     point = shard_journal.load(work)
     assert point is not None and 0 < point.next_piece < 4
     on_disk = {i for i in range(4) if os.path.exists(os.path.join(work, f"piece-{i:06d}.json"))}
-    assert 3 not in on_disk and not on_disk & {p["index"] for p in point.pieces}
+    assert 3 not in on_disk and not on_disk & {p.index for p in point.pieces}
     assert kept == [".tar2tf-work"] + [
         f"t-{i + 1}.record" for i in range(point.shards)
     ]  # no temp file, no manifest
