@@ -17,6 +17,7 @@ import random
 import google_crc32c
 import pytest
 
+from pipelines.job.plan import ShardTask
 from pipelines.job.shardfile import write_shard
 from pipelines.job.workfiles import write_sidecar
 from transforms.stores import StoreConfig, get_store, traffic
@@ -70,9 +71,9 @@ def _task(path, pieces, spec):
     for i, off, n in spec:
         url, data = pieces[i]
         n = len(data) - off if n is None else n
-        ranges.append([url, off, n])
+        ranges.append((url, off, n))
         expect += data[off : off + n]
-    return {"path": path, "ranges": ranges, "records": len(ranges), "bytes": len(expect)}, expect
+    return ShardTask(0, path, ranges, records=len(ranges), bytes=len(expect)), expect
 
 
 # piece sizes and a shard of: the tail of a piece (6 MiB, not whole), a whole 6 MiB piece,
