@@ -255,7 +255,7 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
     2 x threads pieces are converted ahead of the one the caller is writing, so the memory
     of held pieces stays bounded whatever one slow shard does.  Closing the generator
     cancels the conversions not started (and waits for the running ones)."""
-    futures: List[Future] = []
+    futures: List[Optional[Future]] = []  # None: taken by the caller
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
 
         def submit_until(n: int) -> None:
@@ -266,6 +266,7 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
             submit_until(2 * threads)
             for i in range(len(tasks)):
                 piece = futures[i].result()
+                futures[i] = None  # its held frames and sizes go once the caller wrote them
                 submit_until(i + 1 + 2 * threads)
                 yield piece
         except KeyboardInterrupt:
@@ -275,4 +276,5 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
             raise
         finally:
             for f in futures:
-                f.cancel()
+                if f is not None:
+                    f.cancel()

@@ -160,6 +160,8 @@ class Pool:
                                 converting = False
                                 fut.set_exception(failed(url, reply.trace))
                         held, task = sized, self._next_task() if more else None
+                        # settled tasks leave: their pieces (sizes) go once the caller took them
+                        taken = [f for f in taken if not f.done()]
                         if task is not None:
                             taken.append(task[2])
                 except WorkerDied:

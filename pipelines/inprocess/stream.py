@@ -376,6 +376,7 @@ class PieceFeed:
                     piece, place = self._pending.pop(self._next)
                     self._next += 1
                 self.stream.add(piece, place)
+                del piece, place  # written: its sizes (and held frames) go while this waits
                 if self._next == self._expect:  # every piece is in: close the last shard now
                     try:
                         self._rows = self.stream.finish()
