@@ -129,6 +129,7 @@ def _synthetic_work(work: str, records: int, shards: int) -> None:
     import numpy as np
 
     from pipelines.job import piecefiles
+    from transforms.tfrecord import digests
 
     done = os.path.join(work, "summaries.jsonl")
     if os.path.exists(done):
@@ -165,6 +166,8 @@ def _synthetic_work(work: str, records: int, shards: int) -> None:
             )
             with open(piecefiles.url_of(piece), "wb") as f:
                 f.write(data)
+            recs_digest = digests.new("crc32c")
+            recs_digest.update(data)
             summary = {
                 "index": i,
                 "shard": f"gs://corpus/shard-{i:06d}.tar",
@@ -185,6 +188,7 @@ def _synthetic_work(work: str, records: int, shards: int) -> None:
                     "jpg": {"dtype": "bytes", "shape": [1]},
                 },
                 "first_types": {"cls": "int64", "jpg": "bytes"},
+                "recs_crc32c": digests.hexdigest(recs_digest),
             }
             summaries.write(json.dumps(summary) + "\n")
     os.rename(done + ".tmp", done)
@@ -197,10 +201,11 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
     from pipelines.job import duplicates
     from pipelines.job.config import ConvertConfig
     from pipelines.job.kinds.tfrecord import finish, plan_shards
+    from pipelines.job.summary import PieceSummary
 
     t0 = time.time()
     with open(os.path.join(work, "summaries.jsonl")) as f:
-        pieces = [json.loads(line) for line in f]
+        pieces = [PieceSummary.from_json(json.loads(line)) for line in f]
     t1 = time.time()
     cfg = ConvertConfig(
         sources=[], output=os.path.join(out, "t.record"), max_shard_size=max_shard_size
@@ -219,7 +224,7 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
     dups = duplicates.duplicate_keys(pieces)
     t3 = time.time()
     # the job's end as it runs (its duplicate check included, so timed again there)
-    manifest = finish(rows, pieces, cfg, [], [p["shard"] for p in pieces])
+    manifest = finish(rows, pieces, cfg, [], [p.shard for p in pieces])
     t4 = time.time()
     print(
         json.dumps(

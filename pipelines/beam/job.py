@@ -36,7 +36,7 @@ from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
 from pipelines.job import lifecycle, progress
 from pipelines.job.counts import COUNTERS
-from pipelines.job.element_coding import Pickled
+from pipelines.job.element_coding import Pickled, carried
 from pipelines.job.lifecycle import ConvertResult, Job, Kind
 
 log = logging.getLogger("tar2tf")
@@ -61,7 +61,7 @@ class ConvertUnitFn(beam.DoFn):
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
         # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
-        yield Pickled(info)
+        yield carried(info)
 
 
 def _plan(summaries, kind: Kind, cfg):

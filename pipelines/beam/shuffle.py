@@ -31,6 +31,7 @@ import numpy as np
 from pipelines.job import external, names, piecefiles
 from pipelines.job.plan import Packing
 from pipelines.job.shardfile import ShardFile
+from pipelines.job.summary import PieceSummary
 from transforms.sizes import parse_size
 from transforms.stores import get_store
 from transforms.tfrecord.framing import frame, iter_frames
@@ -39,14 +40,14 @@ ROW = np.dtype([("k0", ">u8"), ("k1", ">u4"), ("p", "<i4"), ("r", "<i4"), ("s", 
 Position = Tuple[bytes, int, int]  # (sort key, piece index, record): a record's place
 
 
-def _rows(pieces: List[Dict[str, Any]], config) -> Iterator[np.ndarray]:
+def _rows(pieces: List[PieceSummary], config) -> Iterator[np.ndarray]:
     for p in pieces:
-        if not p["records"]:
+        if not p.records:
             continue
         sort, sizes = piecefiles.member(p, "sort", config), piecefiles.member(p, "sizes", config)
         rows = np.empty(len(sizes), dtype=ROW)
         rows["k0"], rows["k1"] = sort["k0"], sort["k1"]
-        rows["p"], rows["r"], rows["s"] = p["index"], np.arange(len(sizes)), sizes
+        rows["p"], rows["r"], rows["s"] = p.index, np.arange(len(sizes)), sizes
         yield rows
 
 
@@ -55,10 +56,10 @@ def _position(row) -> Position:
     return key, int(row["p"]), int(row["r"])
 
 
-def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:
+def assignment(pieces: List[PieceSummary], cfg) -> Dict[str, Any]:
     """Final shard names and the position of each shard's first record."""
-    pieces = sorted(pieces, key=lambda p: p["index"])
-    total = sum(p["records"] for p in pieces)
+    pieces = sorted(pieces, key=lambda p: p.index)
+    total = sum(p.records for p in pieces)
     packing = Packing(parse_size(cfg.max_shard_size), cfg.records_per_shard)
     firsts: List[Position] = []
     for rows in external.buckets(_rows(pieces, cfg.store), ROW, total):
@@ -67,14 +68,14 @@ def assignment(pieces: List[Dict[str, Any]], cfg) -> Dict[str, Any]:
     return {"names": names.shard_names(cfg.output, len(firsts)), "firsts": firsts}
 
 
-def _scatter(piece: Dict[str, Any], plan: Dict[str, Any], cfg):
-    if not piece["records"]:
+def _scatter(piece: PieceSummary, plan: Dict[str, Any], cfg):
+    if not piece.records:
         return
     sort = piecefiles.member(piece, "sort", cfg.store).tobytes()
     firsts = plan["firsts"]
-    with get_store(piece["piece"], cfg.store).open_read(piece["piece"]) as f:
+    with get_store(piece.piece, cfg.store).open_read(piece.piece) as f:
         for r, (_, payload) in enumerate(iter_frames(f)):
-            at = (sort[12 * r : 12 * r + 12], piece["index"], r)
+            at = (sort[12 * r : 12 * r + 12], piece.index, r)
             yield bisect.bisect_right(firsts, at) - 1, (at, payload)
 
 

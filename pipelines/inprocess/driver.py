@@ -30,7 +30,7 @@ from pipelines.job import lifecycle
 from pipelines.job.config import ConvertConfig
 from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
 from pipelines.job.lifecycle import ConvertResult, Job
-from pipelines.job.piece import HOLD_BYTES, convert_to_piece, without_sizes
+from pipelines.job.piece import HOLD_BYTES, ConvertedPiece, convert_to_piece
 from pipelines.job.progress import Progress
 from transforms.sizes import parse_size
 from transforms.stores import split_url
@@ -146,11 +146,12 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
             return workers.convert(*task)
         return convert_to_piece(*task, work, cfg, stages, hold)
 
-    def one(task):
-        info, was_reused = job.kind.convert_unit(cfg, work, task, stages, convert)
-        if was_reused:
+    def one(task) -> ConvertedPiece:
+        got, was_reused = job.kind.convert_unit(cfg, work, task, stages, convert)
+        if was_reused:  # a summary: its sizes are in its record file
             reused.append(task[0])
-        return info
+            return ConvertedPiece(got)
+        return got
 
     threads = max(1, int(num_workers), procs)
     # one thread writing to a local disk: convert on this thread between writes.  A second
@@ -164,11 +165,11 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
         pieces = list(resumed.pieces)
         try:
             for piece in converted:
-                pieces.append(piece)
-                bar.shard_done(piece["records"], piece["member_bytes"])
+                pieces.append(piece.summary)  # all the job keeps of it
+                bar.shard_done(piece.summary.records, piece.summary.member_bytes)
                 if stream is not None:
                     stream.add(piece)  # in input order, while later pieces convert
-                without_sizes(piece)  # its summary is all the job keeps
+                del piece  # its sizes and held frames go once written
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
@@ -207,8 +208,8 @@ def _placed(
     pool = shard_pool.Pool(blob, job.work, procs, tasks=tasks, place=feed.place)
     try:
         for index, url in tasks:
-            info = pool.convert(index, url)  # raises a worker's error
-            bar.shard_done(info["records"], info["member_bytes"])
+            summary = pool.convert(index, url).summary  # raises a worker's error
+            bar.shard_done(summary.records, summary.member_bytes)
         shards = feed.finish(len(job.urls))
     except BaseException as e:
         if not feed.settled:
@@ -225,7 +226,7 @@ def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
     the shards a resumed job's journal already holds."""
     bar = Progress(len(job.urls), job.cfg.progress)
     for piece in resumed.pieces:
-        bar.shard_done(piece["records"], piece["member_bytes"])
+        bar.shard_done(piece.records, piece.member_bytes)
     return bar
 
 
@@ -254,7 +255,7 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
     2 x threads pieces are converted ahead of the one the caller is writing, so the memory
     of held pieces stays bounded whatever one slow shard does.  Closing the generator
     cancels the conversions not started (and waits for the running ones)."""
-    futures: List[Future] = []
+    futures: List[Optional[Future]] = []  # None: taken by the caller
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tar2tf-convert") as pool:
 
         def submit_until(n: int) -> None:
@@ -265,6 +266,7 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
             submit_until(2 * threads)
             for i in range(len(tasks)):
                 piece = futures[i].result()
+                futures[i] = None  # its held frames and sizes go once the caller wrote them
                 submit_until(i + 1 + 2 * threads)
                 yield piece
         except KeyboardInterrupt:
@@ -274,4 +276,5 @@ def _threaded(one: Callable, tasks: Sequence, threads: int) -> Iterator:
             raise
         finally:
             for f in futures:
-                f.cancel()
+                if f is not None:
+                    f.cancel()

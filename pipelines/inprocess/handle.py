@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
 from pipelines.inprocess.messages import (
     NEXT,
@@ -27,6 +27,9 @@ from pipelines.inprocess.messages import (
     Written,
 )
 from pipelines.worker_python import launcher_path, python_c
+
+if TYPE_CHECKING:
+    from pipelines.job.piece import ConvertedPiece
 
 _BOOT = "from pipelines.inprocess.worker import serve; serve()"
 
@@ -83,7 +86,7 @@ class Worker:
         pickle.dump(obj, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         self.proc.stdin.flush()
 
-    def call(self, index: int, url: str) -> Dict[str, Any]:
+    def call(self, index: int, url: str) -> ConvertedPiece:
         """Convert one shard into a piece file (a placing pool's conversation, where the
         worker writes into the final shards, is :meth:`Pool._pipeline`'s); the worker's
         error raises here."""
@@ -91,17 +94,17 @@ class Worker:
         reply = self.recv(f"converting {url}")
         if isinstance(reply, Failed):
             raise failed(url, reply.trace)
-        return reply.info
+        return reply.piece
 
     def send_runs(
-        self, info: Dict[str, Any], place: Callable, doing: str
+        self, piece: ConvertedPiece, place: Callable, doing: str
     ) -> Tuple[list, Optional[BaseException]]:
         """Wait for ``place`` to settle where the piece the worker holds goes, and send the
         worker its runs (none if ``place`` raised: the worker drops the piece); the runs,
         and what ``place`` raised.  The worker's answer is :meth:`report_written`'s.
         ``doing``: what the worker is busy with, for the message if it is found dead."""
         try:
-            runs, error = place(info) or [], None
+            runs, error = place(piece) or [], None
         except BaseException as e:
             runs, error = [], e
         try:

@@ -26,7 +26,7 @@ A worker's life, in messages (→: to the worker, ←: to the parent):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 # (what, reject) as given to a streamed shard's ``note`` callback: the counts of
 # ``transforms.shard_elements.shard_elements``.  Plain tuples: there is one per record.
@@ -106,17 +106,19 @@ STOP = Stop()
 
 
 class Converted(NamedTuple):
-    """← A :class:`ConvertTask` without ``place`` done: ``info``, the piece's info
-    (``pipelines.job.piece.convert_to_piece``), its piece file written."""
+    """← A :class:`ConvertTask` without ``place`` done: ``piece``, what
+    ``pipelines.job.piece.convert_to_piece`` returned (a ``ConvertedPiece``: its summary and
+    sizes), its piece file written."""
 
-    info: Dict[str, Any]
+    piece: Any
 
 
 class Sized(NamedTuple):
-    """← A :class:`ConvertTask` with ``place`` done: ``info``, the piece's info (sizes of its
-    records, no frames); the worker holds the frames until its :class:`Runs` come."""
+    """← A :class:`ConvertTask` with ``place`` done: ``piece``, the ``ConvertedPiece``
+    (its summary and sizes, no frames); the worker holds the frames until its
+    :class:`Runs` come."""
 
-    info: Dict[str, Any]
+    piece: Any
 
 
 class Failed(NamedTuple):

@@ -30,7 +30,7 @@ written once; otherwise each worker writes a piece file that the shards are copi
 * Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
   Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
   :class:`~pipelines.inprocess.messages.ConvertTask` tasks on stdin; it answers each with the
-  piece's info on stdout.
+  piece (``pipelines.job.piece.ConvertedPiece``) on stdout.
 * The streamed ``tf.data.Dataset`` of ``Dataset.load(template)`` borrows a worker per
   shard too (:meth:`Pool.elements`): the worker sends the shard's elements back in chunks
   and converts the next chunk while the caller takes these.
@@ -49,10 +49,13 @@ import queue
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pipelines.inprocess.handle import Worker, WorkerDied, cancel, failed
 from pipelines.inprocess.messages import ConvertTask, Sized, WriteFailed, Written
+
+if TYPE_CHECKING:
+    from pipelines.job.piece import ConvertedPiece
 
 __all__ = ["Pool", "WorkerDied", "pack"]
 
@@ -113,11 +116,11 @@ class Pool:
         while task is not None:
             index, url, fut = task
             try:
-                info = self._run(index, url)
+                piece = self._run(index, url)
             except BaseException as e:
                 fut.set_exception(e)
             else:
-                fut.set_result(info)
+                fut.set_result(piece)
             task = self._next_task()
 
     def _pipeline(self, task: Tuple[int, str, Future], more: bool = True) -> None:
@@ -129,7 +132,7 @@ class Pool:
         idled).  The worker writes the runs as soon as they
         come, so the two answers (the next piece sized, the held one written) come in
         either order; it holds at most two pieces."""
-        held: Optional[Tuple[str, Future, Dict[str, Any]]] = None  # sized, runs not sent yet
+        held: Optional[Tuple[str, Future, ConvertedPiece]] = None  # sized, runs not sent yet
         sent: Optional[Tuple[list, Optional[BaseException]]] = None  # held's runs, not answered
         taken: List[Future] = [task[2]]  # the tasks taken, not all settled yet
         try:
@@ -152,11 +155,13 @@ class Pool:
                                 answered, sent = sent, None
                                 self._finish(w, held, answered, reply)
                             elif isinstance(reply, Sized):
-                                sized, converting = (url, fut, reply.info), False
+                                sized, converting = (url, fut, reply.piece), False
                             else:  # Failed: its conversion raised; the worker goes on
                                 converting = False
                                 fut.set_exception(failed(url, reply.trace))
                         held, task = sized, self._next_task() if more else None
+                        # settled tasks leave: their pieces (sizes) go once the caller took them
+                        taken = [f for f in taken if not f.done()]
                         if task is not None:
                             taken.append(task[2])
                 except WorkerDied:
@@ -171,17 +176,17 @@ class Pool:
                 if not fut.done():
                     fut.set_exception(e)
 
-    def _finish(self, w: "Worker", held: Tuple[str, Future, Dict[str, Any]], sent, reply) -> None:
+    def _finish(self, w: "Worker", held: Tuple[str, Future, ConvertedPiece], sent, reply) -> None:
         """The held piece's runs written (or its error): its task's result."""
-        url, fut, info = held
+        url, fut, piece = held
         try:
             w.report_written(url, *sent, reply)
         except BaseException as e:
             fut.set_exception(e)
         else:
-            fut.set_result(info)
+            fut.set_result(piece)
 
-    def convert(self, index: int, url: str) -> Dict[str, Any]:
+    def convert(self, index: int, url: str) -> ConvertedPiece:
         """Convert one shard in a worker (or take the dispatchers' result for it); waits
         without holding the GIL."""
         with self._lock:
@@ -196,7 +201,7 @@ class Pool:
         with self._borrow() as w:
             yield from w.elements(url, note, chunk)
 
-    def _run(self, index: int, url: str) -> Dict[str, Any]:
+    def _run(self, index: int, url: str) -> ConvertedPiece:
         """Convert one shard: a dispatcher's task, or one the pool was not given (a pool
         built without tasks converts every shard it is asked for this way)."""
         if self._place is not None:

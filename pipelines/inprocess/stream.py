@@ -25,7 +25,8 @@ job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LI
 1 GB) of finished shards wait, so the spool holds at most that plus the shard being written
 (a shard larger than the limit goes alone).  Once an upload has failed, or the job stops
 (:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A
-piece the in-process driver held in memory (``frames``) is written once, here.
+piece the in-process driver held in memory (``ConvertedPiece.frames``) is written once,
+here.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pipelines.job import journal as shard_journal
 from pipelines.job import piecefiles, workfiles
-from pipelines.job.piece import without_sizes
+from pipelines.job.piece import ConvertedPiece
 from pipelines.job.shardfile import ShardFile
+from pipelines.job.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
 
@@ -52,7 +54,8 @@ def can_stream(output: str) -> bool:
 
 
 class ShardStream:
-    """Feed pieces (their sidecar dicts) with :meth:`add` in input order, then
+    """Feed pieces (:class:`~pipelines.job.piece.ConvertedPiece`) with :meth:`add` in
+    input order, then
     :meth:`finish` for the manifest rows; :meth:`abort` on failure.
 
     ``journal``: the job's work directory.  Each shard, once durable, gets its journal
@@ -87,7 +90,7 @@ class ShardStream:
         self._before = list(resume.rows)  # journaled by a run before
         self.count = len(self._before)
         self._skip = (resume.next_piece, resume.skip)
-        self._ended: List[Dict[str, Any]] = []  # pieces finished while the current shard is open
+        self._ended: List[PieceSummary] = []  # pieces finished while the current shard is open
         self._last = self._skip[0] - 1  # index of the last piece added
         self._closing: List[Future] = []
         self._open: List[ShardFile] = []  # handed to the closer (it may wait for reserved ranges)
@@ -107,7 +110,7 @@ class ShardStream:
         record within the piece) is where the next shard starts.  ``wait``: first wait
         for room in the spool (:meth:`_make_room`)."""
         if self.current is not None:
-            entry = {"pieces": self._ended, "next": list(position)}
+            entry = (self._ended, list(position))  # the journal's, once the shard is durable
             self.current.park()  # it may wait long (for the closer, for workers' ranges)
             if wait:
                 self._make_room(self.current.bytes)
@@ -147,7 +150,7 @@ class ShardStream:
             if self._stopped is not None:
                 raise self._stopped
 
-    def _close(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+    def _close(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
         try:
             with self._cv:
                 failed, stopped = self._close_error, self._stopped
@@ -179,16 +182,17 @@ class ShardStream:
                 self._waiting -= shard.bytes
                 self._cv.notify_all()
 
-    def _close_shard(self, shard: ShardFile, n: int, entry: Dict[str, Any]) -> Dict[str, Any]:
+    def _close_shard(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
         row = shard.close()
         self._open.remove(shard)
         if self.journal is not None:
-            shard_journal.write(self.journal, n, dict(entry, row=row), self.config)
-            for piece in entry["pieces"]:  # wholly inside journaled shards: not needed again
-                if "crc32c" in piece:  # a piece file (a piece held in memory has none)
-                    store = get_store(piece["piece"], self.config)
-                    store.delete(piece["piece"])
-                    store.delete(workfiles.sidecar_of(piece["piece"]))
+            pieces, position = entry
+            shard_journal.write(self.journal, n, row, pieces, position, self.config)
+            for piece in pieces:  # wholly inside journaled shards: not needed again
+                if piece.crc32c is not None:  # a piece file (a piece held in memory has none)
+                    store = get_store(piece.piece, self.config)
+                    store.delete(piece.piece)
+                    store.delete(workfiles.sidecar_of(piece.piece))
         return row
 
     def _runs(self, index: int, sizes: List[int], skip: int):
@@ -212,13 +216,15 @@ class ShardStream:
         if len(sizes) > lo:
             yield lo, len(sizes)
 
-    def add(self, piece: Dict[str, Any]) -> None:
-        index = piece["index"]
-        sizes = piece.get("sizes")  # only this piece's: what is kept is its summary
+    def add(self, piece: ConvertedPiece, place: Optional[Future] = None) -> None:
+        """Write ``piece``'s records into the final shards.  ``place``: a worker process
+        holds its frames (:meth:`PieceFeed.place`): the future gets the runs it writes."""
+        summary = piece.summary
+        index = summary.index
+        sizes = piece.sizes  # only this piece's: what is kept is its summary
         if sizes is None:  # a piece an interrupted run left: its record file has them
-            sizes = piecefiles.sizes(piece, self.config).tolist()
-        frames = piece.pop("frames", None)  # a piece kept in memory: written once, here
-        place = piece.pop("place", None)  # a worker process holds the frames (PieceFeed.place)
+            sizes = piecefiles.sizes(summary, self.config).tolist()
+        frames = piece.frames  # a piece kept in memory: written once, here
         skip = self._skip[1] if index == self._skip[0] else 0  # already in journaled shards
         self._last = index
         if place is not None:
@@ -235,14 +241,14 @@ class ShardStream:
             for lo, hi in self._runs(index, sizes, skip):
                 self.current.write(frames[lo:hi], sizes[lo:hi])
         elif len(sizes) > skip:
-            url = piece["piece"]
+            url = summary.piece
             ends = list(
                 itertools.accumulate(sizes, initial=0)
             )  # record r is bytes [ends[r], ends[r + 1])
             with get_store(url, self.config).open_read(url) as src:
                 for lo, hi in self._runs(index, sizes, skip):
                     self.current.copy(src, ends[lo], ends[hi] - ends[lo], sizes[lo:hi])
-        self._ended.append(without_sizes(dict(piece)))
+        self._ended.append(summary)
 
     def finish(self) -> List[Dict[str, Any]]:
         self.done = True
@@ -311,36 +317,38 @@ class PieceFeed:
         self._finish_error: Optional[BaseException] = None
         self.settled = False  # finish() returned the rows, or cleaned up after its error
         self._cv = threading.Condition()
-        self._pending: Dict[int, Dict[str, Any]] = {}
-        self._offered: Dict[int, Dict[str, Any]] = {}
+        # index -> the piece, and the future of its PieceFeed.place (None: offered)
+        self._pending: Dict[int, Tuple[ConvertedPiece, Optional[Future]]] = {}
+        self._offered: Dict[int, PieceSummary] = {}
         self._next = first  # a resumed job's stream starts after its journaled pieces
         self._closed = False
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
         self._thread.start()
 
-    def offer(self, piece: Dict[str, Any]) -> None:
+    def offer(self, piece: ConvertedPiece) -> None:
+        index = piece.summary.index
         with self._cv:
-            if piece["index"] >= self._next:  # a piece already written is not taken again
-                self._pending[piece["index"]] = piece
-                self._offered[piece["index"]] = piece
+            if index >= self._next:  # a piece already written is not taken again
+                self._pending[index] = (piece, None)
+                self._offered[index] = piece.summary
                 self._cv.notify()
 
-    def place(self, piece: Dict[str, Any]) -> Optional[List[Tuple[ShardFile, int, int, int]]]:
+    def place(self, piece: ConvertedPiece) -> Optional[List[Tuple[ShardFile, int, int, int]]]:
         """Offer a piece whose frames a worker process holds, and wait for the stream to
         reach it: returns its runs ``(shard, offset, lo, hi)`` -- records ``lo..hi-1``
         go at ``offset`` of ``shard.local_path``, and the writer reports each run with
         ``shard.filled(offset, crc)`` -- or None if the piece was written before (a retried
         bundle's second conversion).  Raises if the stream stopped first."""
         fut: Future = Future()
+        index = piece.summary.index
         with self._cv:
-            if piece["index"] < self._next or piece["index"] in self._offered:
+            if index < self._next or index in self._offered:
                 return None
             if self._closed:
                 raise RuntimeError("the shard stream was stopped")
-            piece["place"] = fut
-            self._pending[piece["index"]] = piece
-            self._offered[piece["index"]] = piece
+            self._pending[index] = (piece, fut)
+            self._offered[index] = piece.summary
             self._cv.notify()
         return fut.result()
 
@@ -348,13 +356,12 @@ class PieceFeed:
         """Pieces offered but never added: their :meth:`place` calls raise ``exc``."""
         with self._cv:
             self._closed = True
-            for index in [i for i, p in self._pending.items() if "place" in p]:
-                self._pending.pop(index)["place"].set_exception(exc)
+            for index in [i for i, (_, fut) in self._pending.items() if fut is not None]:
+                self._pending.pop(index)[1].set_exception(exc)
             self._cv.notify()
 
-    def pieces(self) -> List[Dict[str, Any]]:
-        """The infos of the pieces offered so far, in input order (without held frames,
-        which the stream takes)."""
+    def pieces(self) -> List[PieceSummary]:
+        """The summaries of the pieces offered so far, in input order."""
         with self._cv:
             return [self._offered[i] for i in sorted(self._offered)]
 
@@ -366,10 +373,10 @@ class PieceFeed:
                         self._cv.wait()
                     if self._next not in self._pending:
                         return
-                    piece = self._pending.pop(self._next)
+                    piece, place = self._pending.pop(self._next)
                     self._next += 1
-                self.stream.add(piece)
-                without_sizes(piece)  # what the job keeps of it: its summary
+                self.stream.add(piece, place)
+                del piece, place  # written: its sizes (and held frames) go while this waits
                 if self._next == self._expect:  # every piece is in: close the last shard now
                     try:
                         self._rows = self.stream.finish()

@@ -4,7 +4,7 @@ Started as ``python -P -c "from pipelines.inprocess.worker import serve; serve()
 (:mod:`pipelines.worker_python`: nothing imported from the current directory).  The
 messages are those of :mod:`pipelines.inprocess.messages`: it reads the :class:`Job` and then
 :class:`ConvertTask` tasks from stdin, and answers each with :class:`Converted` (the piece's
-info) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
+piece) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
 :class:`Stream` task streams the shard's elements for ``Dataset.load(template)`` instead
 (:func:`_stream_elements`).
 
@@ -34,6 +34,7 @@ import sys
 
 def _task_loop(inp, out) -> None:
     import collections
+    import dataclasses
     import gc
     import threading
     import traceback
@@ -72,7 +73,7 @@ def _task_loop(inp, out) -> None:
             except (BrokenPipeError, ConnectionResetError):
                 os._exit(0)  # the parent is gone: nobody reads the answer (and no traceback)
 
-    held = collections.deque()  # (frames, info) of sized pieces, oldest first, awaiting runs
+    held = collections.deque()  # sized pieces (with their frames), oldest first, awaiting runs
     inbox = collections.deque()  # the other messages, for this thread; None: input closed
     arrived = threading.Condition()
     idle = [False]  # the task loop is waiting for a message
@@ -86,9 +87,9 @@ def _task_loop(inp, out) -> None:
             except (EOFError, OSError, pickle.UnpicklingError):
                 msg = None
             if isinstance(msg, Runs):  # the runs of the oldest piece held
-                frames, info = held.popleft()
+                piece = held.popleft()
                 try:
-                    send(Written(write_runs(msg.runs, frames, info, cfg.store)))
+                    send(Written(write_runs(msg.runs, piece, cfg.store)))
                 except Exception:
                     send(WriteFailed(traceback.format_exc()))
                 continue
@@ -123,15 +124,15 @@ def _task_loop(inp, out) -> None:
             continue
         try:
             hold = HOLD_BYTES if task.place else 0
-            info = convert_to_piece(task.index, task.url, work, cfg, stages, hold)
+            piece = convert_to_piece(task.index, task.url, work, cfg, stages, hold)
         except Exception:
             send(Failed(traceback.format_exc()))
             continue
         if not task.place:
-            send(Converted(info))
+            send(Converted(piece))
             continue
-        held.append((info.pop("frames", None), info))  # frames None: spilled to its piece file
-        send(Sized(info))
+        held.append(piece)  # its frames None: spilled to its piece file
+        send(Sized(dataclasses.replace(piece, frames=None)))  # the frames stay here
 
 
 def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
@@ -169,23 +170,21 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
     return True
 
 
-def write_runs(runs, frames, info, config=None) -> list:
-    """Write records ``lo..hi-1`` of the piece at ``offset`` of ``path`` for each run
-    (a :class:`~pipelines.inprocess.messages.Run` or a plain tuple);
-    the CRC-32C of each run.  ``frames``: the piece's frames, or None to copy them from its
-    piece file (in the store of ``config``; a piece over ``HOLD_BYTES``)."""
+def write_runs(runs, piece, config=None) -> list:
+    """Write records ``lo..hi-1`` of ``piece`` (a ``pipelines.job.piece.ConvertedPiece``)
+    at ``offset`` of ``path`` for each run (a :class:`~pipelines.inprocess.messages.Run`
+    or a plain tuple); the CRC-32C of each run.  Its frames come from ``piece.frames``, or,
+    when None, from its piece file (in the store of ``config``; a piece over
+    ``HOLD_BYTES``)."""
     import itertools
 
     from transforms.stores import get_store, writeback
     from transforms.tfrecord import digests
 
-    ends = list(itertools.accumulate(info["sizes"], initial=0))
+    frames, url = piece.frames, piece.summary.piece
+    ends = list(itertools.accumulate(piece.sizes, initial=0))
     crcs = []
-    src = (
-        get_store(info["piece"], config).open_read(info["piece"])
-        if frames is None and runs
-        else None
-    )
+    src = get_store(url, config).open_read(url) if frames is None and runs else None
     try:
         for path, offset, lo, hi in runs:
             digest = digests.new("crc32c")

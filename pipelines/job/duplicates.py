@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from pipelines.job import external, piecefiles
+from pipelines.job.summary import PieceSummary
 from transforms.stores import StoreConfig
 
 EXAMPLES = 5
@@ -26,10 +27,10 @@ ROW = np.dtype([("h0", ">u8"), ("h1", ">u8"), ("p", "<i4"), ("r", "<i4")])
 
 
 def _rows(
-    pieces: Sequence[Dict[str, Any]], hashes_of: Callable[[Dict[str, Any]], np.ndarray]
+    pieces: Sequence[PieceSummary], hashes_of: Callable[[PieceSummary], np.ndarray]
 ) -> Iterator[np.ndarray]:
     for pos, p in enumerate(pieces):
-        if not p["records"]:
+        if not p.records:
             continue
         h = hashes_of(p)
         rows = np.empty(len(h), dtype=ROW)
@@ -39,10 +40,10 @@ def _rows(
 
 
 def duplicate_keys(
-    pieces: Sequence[Dict[str, Any]],
+    pieces: Sequence[PieceSummary],
     config: Optional[StoreConfig] = None,
-    hashes_of: Optional[Callable[[Dict[str, Any]], np.ndarray]] = None,
-    key_of: Optional[Callable[[Dict[str, Any], int], str]] = None,
+    hashes_of: Optional[Callable[[PieceSummary], np.ndarray]] = None,
+    key_of: Optional[Callable[[PieceSummary, int], str]] = None,
     per_bucket: int = external.BUCKET_ROWS,
 ) -> Dict[str, Any]:
     """``{"count", "examples": [{"key", "first", "again"}]}`` over the pieces' summaries;
@@ -50,12 +51,12 @@ def duplicate_keys(
     record file)."""
     hashes_of = hashes_of or (lambda p: piecefiles.member(p, "hashes", config))
     key_of = key_of or (lambda p, r: piecefiles.load(p, config).key(r))
-    pieces = sorted(pieces, key=lambda p: p["index"])
+    pieces = sorted(pieces, key=lambda p: p.index)
     # pieces of one shard URL (an input listed twice) share an id: "another shard" is
     # another URL, as the manifest has always counted
     ids: Dict[str, int] = {}
-    shard_id = np.array([ids.setdefault(p["shard"], len(ids)) for p in pieces], dtype=np.int64)
-    total = sum(p["records"] for p in pieces)
+    shard_id = np.array([ids.setdefault(p.shard, len(ids)) for p in pieces], dtype=np.int64)
+    total = sum(p.records for p in pieces)
     count = 0
     found: List[tuple] = []  # (piece, record, first piece) of the earliest duplicates
     for rows in external.buckets(_rows(pieces, hashes_of), ROW, total, per_bucket):
@@ -75,7 +76,7 @@ def duplicate_keys(
         found.extend((int(rows["p"][i]), int(rows["r"][i]), int(rows["p"][first[i]])) for i in at)
     found.sort()
     examples = [
-        {"key": key_of(pieces[p], r), "first": pieces[f]["shard"], "again": pieces[p]["shard"]}
+        {"key": key_of(pieces[p], r), "first": pieces[f].shard, "again": pieces[p].shard}
         for p, r, f in found[:EXAMPLES]
     ]
     return {"count": count, "examples": examples}

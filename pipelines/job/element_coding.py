@@ -7,7 +7,9 @@ its exact bytes as lone surrogates (byte ``0xE9`` -> ``U+DCE9``) and
 description (its keys, its rejects' keys and reasons) and in the manifest.  Beam's default
 coder encodes a ``str`` as strict UTF-8 and fails on them, so these dicts travel as
 :class:`Pickled`: the coder sends a type it does not know through its pickling fallback,
-and pickle keeps lone surrogates.  Nothing written to the outputs depends on the coder.
+and pickle keeps lone surrogates.  Objects of other classes (a TFRecord piece's
+``PieceSummary``) take that fallback as they are.  Nothing written to the outputs depends
+on the coder.
 """
 
 from __future__ import annotations
@@ -19,3 +21,9 @@ class Pickled(dict):
 
     def __reduce__(self):
         return Pickled, (dict(self),)
+
+
+def carried(value):
+    """``value`` as it crosses a Beam step: a dict as :class:`Pickled`; an object of
+    another class as it is (the coder pickles what it does not know)."""
+    return Pickled(value) if isinstance(value, dict) else value

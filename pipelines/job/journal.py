@@ -5,7 +5,8 @@ time one is durable under its final name, an entry ``journal-NNNNNN.json`` goes 
 job's work directory (one object per entry: object stores cannot append) holding
 
 * ``row``: the shard's manifest row (path, records, bytes, crc32c);
-* ``pieces``: the descriptions (sidecar dicts, without frames) of the input shards whose
+* ``pieces``: the summaries (:class:`~pipelines.job.summary.PieceSummary`, in their
+  sidecars' JSON form) of the input shards whose
   last record went into this shard, or that had none while it was open;
 * ``next``: ``[piece, record]``, where the next shard starts: record ``record`` of input
   shard ``piece``.
@@ -26,6 +27,7 @@ import json
 import logging
 from typing import Any, Dict, List, Optional
 
+from pipelines.job.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tfrecord import digests
 
@@ -38,7 +40,17 @@ def entry_url(work: str, n: int) -> str:
     return join(work, f"journal-{n:06d}.json")
 
 
-def write(work: str, n: int, entry: Dict[str, Any], config: Optional[StoreConfig] = None) -> None:
+def write(
+    work: str,
+    n: int,
+    row: Dict[str, Any],
+    pieces: List[PieceSummary],
+    position: List[int],
+    config: Optional[StoreConfig] = None,
+) -> None:
+    """The entry of final shard ``n``: its manifest ``row``, the ``pieces`` it ended and
+    the ``position`` where the next shard starts (see the module docstring)."""
+    entry = {"row": row, "pieces": [p.to_json() for p in pieces], "next": list(position)}
     get_store(work, config).write_bytes(
         entry_url(work, n), json.dumps(entry, sort_keys=True).encode()
     )
@@ -51,7 +63,7 @@ class ResumePoint:
     done yet (a job that starts from its first input shard)."""
 
     rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
-    pieces: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    pieces: List[PieceSummary] = dataclasses.field(default_factory=list)
     next_piece: int = 0
     skip: int = 0  # records of ``next_piece`` already in the journaled shards
 
@@ -90,7 +102,7 @@ def load(
     file, outside the output -- is not trusted from that entry on."""
     store = get_store(work, config)
     rows: List[Dict[str, Any]] = []
-    pieces: List[Dict[str, Any]] = []
+    pieces: List[PieceSummary] = []
     nxt = None
     n = 1
     while True:
@@ -107,6 +119,7 @@ def load(
             ):
                 raise ValueError(url)
             int(position[0]), int(position[1])
+            more = [PieceSummary.from_json(p) for p in more]
         except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
             break
         if output is not None and row["path"] != output.replace("{}", str(n)):

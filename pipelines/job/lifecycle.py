@@ -70,22 +70,23 @@ class Kind:
 
     def convert_unit(
         self, cfg, work: str, unit, stages, convert: Optional[Callable] = None
-    ) -> Tuple[Dict[str, Any], bool]:
+    ) -> Tuple[Any, bool]:
         """``(summary, reused)``: with ``resume``, the verified work an interrupted run
         left (``reused``); else the unit converted into the work directory, by
         ``convert(unit)`` when given, whose result is returned as it is (the in-process
-        driver's: its worker processes, or a piece that keeps its sizes for its stream)."""
+        driver's: its worker processes, or a ``ConvertedPiece`` that keeps its sizes for its
+        stream).  A summary is a TFRecord piece's ``PieceSummary`` or a PCR unit's dict."""
         raise NotImplementedError
 
     def stages(self, cfg):
         """What :meth:`convert_unit` needs built once per worker (ops), or None."""
         return None
 
-    def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
+    def counts(self, summary) -> Dict[str, int]:
         """What one converted unit adds to the job's counters."""
         raise NotImplementedError
 
-    def plan(self, summaries: Sequence[Dict[str, Any]], cfg) -> Iterator[Any]:
+    def plan(self, summaries: Sequence[Any], cfg) -> Iterator[Any]:
         """The write tasks, once every unit is converted (streamed)."""
         raise NotImplementedError
 

@@ -8,17 +8,23 @@ the units' summaries (counts, never one entry per record) and the final shards' 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from pipelines.job.counts import TOTALS, rejected
 from pipelines.job.names import companion
+from pipelines.job.summary import PieceSummary
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store
 
+Summary = Union[PieceSummary, Dict[str, Any]]  # a TFRecord piece's, or a PCR unit's dict
 
-def reject_counts(info: Dict[str, Any]) -> List[Tuple[str, str, int]]:
+
+def reject_counts(info: Summary) -> List[Tuple[str, str, int]]:
     """``(stage, kind, count)`` of a piece's rejects: its summary's ``reject_counts`` (a
-    TFRecord piece), or counted from its ``rejects`` (a PCR unit's info)."""
+    TFRecord piece, a PCR unit's summary), or counted from its ``rejects`` (a PCR unit's
+    info)."""
+    if isinstance(info, PieceSummary):
+        return [tuple(x) for x in info.reject_counts]
     if "reject_counts" in info:
         return [tuple(x) for x in info["reject_counts"]]
     by: Dict[Tuple[str, str], int] = {}
@@ -28,9 +34,11 @@ def reject_counts(info: Dict[str, Any]) -> List[Tuple[str, str, int]]:
     return [(st, kind, n) for (st, kind), n in sorted(by.items())]
 
 
-def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
+def piece_counts(info: Summary) -> Dict[str, int]:
     """What one converted input shard (its piece summary) adds to the job's counts:
     the Beam counters of the ``tar2tf`` namespace, ``reject:<stage>:<kind>`` included."""
+    if isinstance(info, PieceSummary):
+        info = info.to_json()  # the same counts as its sidecar's, counted once, below
     c = {
         "shards_read": 1,
         "records_read": info["records_read"],
@@ -57,7 +65,7 @@ def piece_counts(info: Dict[str, Any]) -> Dict[str, int]:
 
 
 def totals_of(
-    pieces: Sequence[Dict[str, Any]],
+    pieces: Sequence[Summary],
     list_rejects: Sequence[Reject],
     shards: Sequence[Dict[str, Any]],
 ) -> Dict[str, int]:
@@ -86,7 +94,7 @@ def all_rejects(
 
 
 def reasons_of(
-    pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]
+    pieces: Sequence[Summary], list_rejects: Sequence[Reject]
 ) -> Tuple[int, Dict[str, int]]:
     """The number of rejects and ``"<stage>: <kind>" -> count`` (sorted by reason: the
     manifest's), from the pieces' summaries and the listing's rejects."""

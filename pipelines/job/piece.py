@@ -8,10 +8,12 @@ run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process dri
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 from pipelines.job import counts, piecefiles, workfiles
 from pipelines.job.config import ConvertConfig
+from pipelines.job.summary import PieceSummary
 from transforms.ops.stages import FILTERED, Stages
 from transforms.record_types import Reject, is_reject
 from transforms.sizes import parse_size
@@ -25,6 +27,18 @@ from transforms.tfrecord.framing import frame_parts
 # A piece kept in memory (``hold``) spills to its scratch file beyond this many bytes, so
 # memory stays bounded by (threads + pieces waiting for their turn) x HOLD_BYTES.
 HOLD_BYTES = 32 << 20
+
+
+@dataclasses.dataclass
+class ConvertedPiece:
+    """A piece just converted: its :class:`PieceSummary` (what the job keeps), and what
+    whoever writes it next needs besides (never in its sidecar, never kept past its write):
+    its records' framed ``sizes`` (None: read them from its record file) and, for a piece
+    held in memory, its ``frames`` (None: they are in its piece file)."""
+
+    summary: PieceSummary
+    sizes: Optional[List[int]] = None
+    frames: Optional[List[bytes]] = None
 
 
 class _PieceOut:
@@ -88,11 +102,11 @@ class _PieceOut:
 
 def convert_to_piece(
     index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages, hold: int = 0
-) -> Dict[str, Any]:
+) -> ConvertedPiece:
     """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.
 
     ``hold`` > 0 (the in-process driver, when the job does not ask for ``resume``): keep
-    the frames in memory, in ``info["frames"]``, unless they exceed ``hold`` bytes; such a
+    the frames in memory, in ``frames``, unless they exceed ``hold`` bytes; such a
     piece has no file and no sidecar, and its bytes are written once, into the final
     shards, instead of twice."""
     piece = join(work, f"piece-{index:06d}.tfrecord")
@@ -154,21 +168,19 @@ def convert_to_piece(
         sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
     sort = [piecefiles.sort_key(cfg.seed, index, k) for k in keys] if cfg.shuffle else None
-    info = summary(index, url, piece, sizes, rejects, read, filtered, stats)
-    info.update(schema=schema, first_types=first_types)
     # the record file before the sidecar: a sidecar vouches for both (pipelines.job.piecefiles)
-    info["recs_crc32c"] = piecefiles.write(
+    recs_crc32c = piecefiles.write(
         piece,
         piecefiles.encode(sizes, keys, rejects, sort, out.ends if out.on_disk else None),
         cfg.store,
     )
+    info = summary(index, url, piece, sizes, rejects, read, filtered, stats)
+    info.update(schema=schema, first_types=first_types, recs_crc32c=recs_crc32c)
     if out.on_disk:
         info["crc32c"] = digests.hexdigest(out.digest)
         workfiles.write_sidecar(piece, info, cfg.store)
-    else:
-        info["frames"] = out.frames  # taken (and dropped) by the shard stream
-    info["sizes"] = sizes  # this piece's, for whoever writes it next; never in a sidecar
-    return info
+    # its sizes and held frames, for whoever writes it next
+    return ConvertedPiece(PieceSummary.from_json(info), sizes, out.frames)
 
 
 def summary(
@@ -181,8 +193,9 @@ def summary(
     filtered: int,
     stats: TarStats,
 ) -> Dict[str, Any]:
-    """What the job's global steps learn of a converted input shard: counts, never one
-    entry per record (those stay in its record file)."""
+    """The counts of a converted input shard's summary (``PieceSummary``'s JSON form but
+    its schema, first types and digests): never one entry per record (those stay in its
+    record file)."""
     by_kind: Dict[Tuple[str, str], int] = {}
     rejected = counts.rejected(rejects)
     for r in rejects:
@@ -205,17 +218,14 @@ def summary(
     }
 
 
-def without_sizes(info: Dict[str, Any]) -> Dict[str, Any]:
-    """The piece's summary: what may cross the job (its sizes and held frames dropped)."""
-    info.pop("sizes", None)
-    info.pop("frames", None)
-    return info
-
-
-def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[Dict[str, Any]]:
+def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[PieceSummary]:
     """A finished piece from an earlier run, if its sidecar exists and the bytes of both
-    the piece and its record file match it (a summary: no sizes)."""
+    the piece and its record file match it."""
     info = workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
-    if info is None or "records" not in info or not piecefiles.verified(info, config):
+    try:
+        summary = PieceSummary.from_json(info) if info is not None else None
+    except (ValueError, TypeError):
         return None
-    return info
+    if summary is None or not piecefiles.verified(summary, config):
+        return None
+    return summary

@@ -2,7 +2,7 @@
 
 What a converted input shard tells the rest of the job is split by how it grows:
 
-* its *summary* (the dict ``convert_to_piece`` returns and its JSON sidecar holds): counts,
+* its *summary* (``pipelines.job.summary.PieceSummary``, which its JSON sidecar holds): counts,
   bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
   Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
   with the number of input shards, never with the number of records;
@@ -37,6 +37,8 @@ from transforms.tfrecord import digests
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from pipelines.job.summary import PieceSummary
 
 try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
     from _blake2 import blake2b
@@ -190,19 +192,27 @@ class Records:
         return [json.loads(line) for line in text.splitlines()]
 
 
-def load(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> Records:
-    url = url_of(summary["piece"])
+def load(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> Records:
+    return _load(summary.piece, config)
+
+
+def _load(piece_url: str, config: Optional[StoreConfig]) -> Records:
+    url = url_of(piece_url)
     return Records(get_store(url, config).read_bytes(url))
 
 
 def member(
-    summary: Dict[str, Any], name: str, config: Optional[StoreConfig] = None
+    summary: "PieceSummary", name: str, config: Optional[StoreConfig] = None
 ) -> "np.ndarray":
     """One array of a piece's record file; from a local file, only that array is read
     (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
-    url = url_of(summary["piece"])
+    return _member(summary.piece, name, config)
+
+
+def _member(piece_url: str, name: str, config: Optional[StoreConfig]) -> "np.ndarray":
+    url = url_of(piece_url)
     if split_url(url)[0] != "":
-        return load(summary, config)[name]
+        return _load(piece_url, config)[name]
     with open(url, "rb") as f:
         members, base = _header(f)
         off, n, dt = members[name]
@@ -215,9 +225,9 @@ def member(
     return np.frombuffer(data, dtype=_dtype(dt))
 
 
-def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> "np.ndarray":
+def sizes(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> "np.ndarray":
     """The framed sizes of a piece's written records (none read for an empty piece)."""
-    if not summary["records"]:
+    if not summary.records:
         import numpy as np
 
         return np.zeros(0, dtype=SIZES_DESCR)
@@ -225,7 +235,7 @@ def sizes(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> "np.
 
 
 def record_ends(
-    summary: Dict[str, Any], config: Optional[StoreConfig] = None
+    piece_url: str, config: Optional[StoreConfig] = None
 ) -> "Optional[Tuple[np.ndarray, np.ndarray]]":
     """Where each written record ends in the piece's file, and the file's CRC-32C up to
     there; None when the record file has no ``ends`` (a piece held in memory, or written by
@@ -233,19 +243,19 @@ def record_ends(
     import numpy as np
 
     try:
-        crcs = member(summary, "ends", config)
-        offsets = np.cumsum(member(summary, "sizes", config), dtype=np.int64)
+        crcs = _member(piece_url, "ends", config)
+        offsets = np.cumsum(_member(piece_url, "sizes", config), dtype=np.int64)
     except (KeyError, OSError, ValueError):
         return None
     return (offsets, crcs) if len(offsets) == len(crcs) else None
 
 
-def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> bool:
+def verified(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> bool:
     """Whether the piece's record file is there with the CRC-32C its sidecar holds."""
-    want = summary.get("recs_crc32c")
+    want = summary.recs_crc32c
     if not want:
         return False
-    url = url_of(summary["piece"])
+    url = url_of(summary.piece)
     try:
         data = get_store(url, config).read_bytes(url)
     except (FileNotFoundError, OSError):
@@ -256,9 +266,9 @@ def verified(summary: Dict[str, Any], config: Optional[StoreConfig] = None) -> b
 
 
 def rejects_of(
-    summaries: Iterable[Dict[str, Any]], config: Optional[StoreConfig] = None
+    summaries: Iterable["PieceSummary"], config: Optional[StoreConfig] = None
 ) -> Iterable[Dict[str, Any]]:
     """The rejects of the pieces, in input order, one piece's at a time."""
-    for s in sorted(summaries, key=lambda s: s["index"]):
-        if s.get("records_rejected", 0) or s.get("shards_rejected", 0):
+    for s in sorted(summaries, key=lambda s: s.index):
+        if s.records_rejected or s.shards_rejected:
             yield from load(s, config).rejects()

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pipelines.job import names, piecefiles
+from pipelines.job.summary import PieceSummary
 from transforms.stores import StoreConfig
 
 log = logging.getLogger("tar2tf")
@@ -79,29 +80,29 @@ class Packing:
 
 
 def count_shards(
-    pieces: Sequence[Dict[str, Any]],
+    pieces: Sequence[PieceSummary],
     max_bytes: Optional[int],
     max_records: Optional[int],
-    sizes_of: Callable[[Dict[str, Any]], np.ndarray],
+    sizes_of: Callable[[PieceSummary], np.ndarray],
 ) -> int:
     packing = Packing(max_bytes, max_records)
-    return sum(len(packing.starts(sizes_of(p))) for p in sorted(pieces, key=lambda p: p["index"]))
+    return sum(len(packing.starts(sizes_of(p))) for p in sorted(pieces, key=lambda p: p.index))
 
 
 def stream_plan(
-    pieces: Sequence[Dict[str, Any]],
+    pieces: Sequence[PieceSummary],
     output: str,
     max_bytes: Optional[int],
     max_records: Optional[int],
     config: Optional[StoreConfig] = None,
     dali_index: bool = False,
-    sizes_of: Optional[Callable[[Dict[str, Any]], np.ndarray]] = None,
+    sizes_of: Optional[Callable[[PieceSummary], np.ndarray]] = None,
 ) -> Iterator[ShardTask]:
     """The final shards' tasks, in order, each when its shard closes (with their records'
     ``sizes`` only for ``dali_index``).  ``pieces``: summaries (their ``records``);
     ``sizes_of``: a piece's sizes (default: its record file)."""
     sizes_of = sizes_of or (lambda p: piecefiles.sizes(p, config))
-    pieces = sorted(pieces, key=lambda p: p["index"])
+    pieces = sorted(pieces, key=lambda p: p.index)
     if names.streams_names(output):
         total = None
     else:
@@ -125,7 +126,7 @@ def stream_plan(
         return task
 
     for p in pieces:
-        if not p["records"]:
+        if not p.records:
             continue
         sizes = np.asarray(sizes_of(p), dtype=np.int64)
         starts = packing.starts(sizes)
@@ -141,7 +142,7 @@ def stream_plan(
                 n += 1
             if b > a:
                 length = int(ends[b] - ends[a])
-                cur.ranges.append((p["piece"], int(ends[a]), length))
+                cur.ranges.append((p.piece, int(ends[a]), length))
                 cur.records += b - a
                 cur.bytes += length
                 if dali_index:

@@ -307,7 +307,7 @@ def _checked_ends(url: str, info: Dict[str, Any], whole: int, config: Optional[S
     """The record file's ends when they agree with the sidecar (its bytes and CRC-32C)."""
     from pipelines.job import piecefiles
 
-    got = piecefiles.record_ends({"piece": url, "records": info.get("records")}, config)
+    got = piecefiles.record_ends(url, config)
     if got is None or not len(got[0]):
         return None
     offsets, crcs = got

@@ -332,7 +332,7 @@ def test_the_beam_graph_and_the_in_process_driver_write_the_same_shards(
     monkeypatch.setattr(
         shard_stream.ShardStream,
         "add",
-        lambda self, p: (added.append(p["index"]), real_add(self, p)),
+        lambda self, p, place=None: (added.append(p.summary.index), real_add(self, p, place)),
     )
 
     def cfg(name):

@@ -35,10 +35,10 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
     shards_out = [shardfile.ShardFile(str(tmp_path / "o" / f"t-{i}.record")) for i in (1, 2)]
     placed = []
 
-    def place(info):
+    def place(piece):
         shard = shards_out[len(placed)]
-        n = len(info["sizes"])
-        runs = [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, n)]
+        n = len(piece.sizes)
+        runs = [(shard, shard.reserve(sum(piece.sizes), piece.sizes), 0, n)]
         if not placed:
             os.unlink(shard.local_path)  # the worker's open() will fail
         placed.append(n)
@@ -53,10 +53,10 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
         with pytest.raises(RuntimeError, match="FileNotFoundError"):
             shards_out[0].close()  # cancelled: raises at once
         assert not (tmp_path / "o" / "t-1.record").exists()
-        info = pool.convert(1, url.replace("0000", "0001"))  # the worker goes on
-        assert len(info["sizes"]) == 6 and placed == [6, 6]
+        piece = pool.convert(1, url.replace("0000", "0001"))  # the worker goes on
+        assert len(piece.sizes) == 6 and placed == [6, 6]
         shards_out[1].close()
-        assert os.path.getsize(tmp_path / "o" / "t-2.record") == sum(info["sizes"])
+        assert os.path.getsize(tmp_path / "o" / "t-2.record") == sum(piece.sizes)
     finally:
         pool.close()
 
@@ -171,7 +171,7 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     files = {}
 
     def place(info):
-        if info["index"] == 0:
+        if info.summary.index == 0:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 got = open(log).read().split() if os.path.exists(log) else []
@@ -179,10 +179,10 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
                     break
                 time.sleep(0.01)
             waited[0] = got.count(os.path.basename(urls[1]))
-        shard = files[info["index"]] = shardfile.ShardFile(
-            str(tmp_path / "o" / f"t-{info['index']}.record")
+        shard = files[info.summary.index] = shardfile.ShardFile(
+            str(tmp_path / "o" / f"t-{info.summary.index}.record")
         )
-        return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
+        return [(shard, shard.reserve(sum(info.sizes), info.sizes), 0, len(info.sizes))]
 
     # one worker, one dispatcher: nothing else could convert shard 1 meanwhile
     pool = shard_pool.Pool(
@@ -195,10 +195,10 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     assert waited == {0: 6}
     for info in infos:
         files[
-            info["index"]
+            info.summary.index
         ].close()  # waits for the worker's CRC of its range: raises if never written
-        with open(tmp_path / "o" / f"t-{info['index']}.record", "rb") as f:
-            assert [len(p) + 16 for _, p in iter_frames(f)] == info["sizes"]
+        with open(tmp_path / "o" / f"t-{info.summary.index}.record", "rb") as f:
+            assert [len(p) + 16 for _, p in iter_frames(f)] == info.sizes
 
 
 def _exit_in(name, marker):
@@ -241,7 +241,7 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
     files, pools = {}, []
 
     def place(info):
-        if info["index"] == 2:
+        if info.summary.index == 2:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not (
                 os.path.exists(marker)
@@ -249,10 +249,10 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
                 else pools[0]._all[0].proc.poll() is not None
             ):
                 time.sleep(0.01)
-        shard = files[info["index"]] = shardfile.ShardFile(
-            str(tmp_path / "o" / f"t-{info['index']}.record")
+        shard = files[info.summary.index] = shardfile.ShardFile(
+            str(tmp_path / "o" / f"t-{info.summary.index}.record")
         )
-        return [(shard, shard.reserve(sum(info["sizes"]), info["sizes"]), 0, len(info["sizes"]))]
+        return [(shard, shard.reserve(sum(info.sizes), info.sizes), 0, len(info.sizes))]
 
     pools.append(
         shard_pool.Pool(
@@ -264,7 +264,7 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
     def ask():
         for i, url in list(enumerate(urls)) + [(9, urls[0])]:  # 9: not a task, needs a worker
             try:
-                outcome[i] = len(pools[0].convert(i, url)["sizes"])
+                outcome[i] = len(pools[0].convert(i, url).sizes)
             except Exception as e:
                 outcome[i] = type(e).__name__
 

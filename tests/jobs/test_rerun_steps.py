@@ -33,7 +33,9 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
     lifecycle.start(job)
     stages = cfg.stages()
     # ConvertShard, as the graph runs it (its results held by a surviving worker)
-    pieces = [convert_to_piece(i, url, job.work, cfg, stages) for i, url in enumerate(job.urls)]
+    pieces = [
+        convert_to_piece(i, url, job.work, cfg, stages).summary for i, url in enumerate(job.urls)
+    ]
 
     def last_steps():  # Plan -> WriteShard -> Manifest
         shards = [

@@ -384,8 +384,8 @@ def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
     assert started == [0, 1, 2, 3]  # each converted once, in input order
     for i, url in enumerate(urls):
         info = asked[i]
-        assert info["index"] == i and info["shard"] == url and len(info["sizes"]) == 6
-        assert os.path.getsize(info["piece"]) == sum(info["sizes"])
+        assert info.summary.index == i and info.summary.shard == url and len(info.sizes) == 6
+        assert os.path.getsize(info.summary.piece) == sum(info.sizes)
 
 
 def _pieces(work) -> int:

@@ -64,7 +64,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     point = shard_journal.load(work)
     assert point is not None and 0 < point.next_piece < 4
     on_disk = {i for i in range(4) if os.path.exists(os.path.join(work, f"piece-{i:06d}.json"))}
-    assert 3 not in on_disk and not on_disk & {p["index"] for p in point.pieces}
+    assert 3 not in on_disk and not on_disk & {p.index for p in point.pieces}
     assert kept == [".tar2tf-work"] + [
         f"t-{i + 1}.record" for i in range(point.shards)
     ]  # no temp file, no manifest
@@ -306,3 +306,48 @@ def test_many_small_shards_fit_in_a_small_descriptor_limit(tmp_path, processes):
     )
     assert p.returncode == 0, p.stderr[-1500:]
     assert len(os.listdir(tmp_path / "o")) == 600 + 2  # the shards, manifest and rejects
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_written_piece_holds_no_memory_while_later_pieces_convert(tmp_path, monkeypatch, workers):
+    """The summary is all the driver keeps of a piece once the stream wrote it: the frames
+    and sizes it held for the stream are freed before the next piece is written."""
+    import gc
+    import weakref
+
+    from pipelines.inprocess import driver as cv
+    from pipelines.inprocess import stream as shard_stream
+
+    shardgen.make_shards(str(tmp_path / "in"), 6, 5, size=(32, 32))
+    made = []
+    real = cv.convert_to_piece
+
+    def convert(*a):
+        piece = real(*a)
+        assert piece.frames  # held in memory: what must not outlive its write
+        made.append(weakref.ref(piece))
+        return piece
+
+    monkeypatch.setattr(cv, "convert_to_piece", convert)
+    alive = []
+    real_add = shard_stream.ShardStream.add
+
+    def add(self, piece, place=None):
+        gc.collect()
+        alive.append(sum(1 for r in made if r() is not None and r() is not piece and
+                         r().summary.index < piece.summary.index))  # fmt: skip
+        return real_add(self, piece, place)
+
+    monkeypatch.setattr(shard_stream.ShardStream, "add", add)
+    res = convert_in_process(
+        ConvertConfig(
+            sources=str(tmp_path / "in" / "train-{0000..0005}.tar"),
+            output=str(tmp_path / "o" / "t-{}.record"),
+            max_shard_size="6KB",
+            progress=False,
+            processes=0,
+        ),
+        num_workers=workers,
+    )
+    assert res.ok and len(made) == 6
+    assert alive == [0] * 6

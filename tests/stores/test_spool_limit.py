@@ -12,8 +12,10 @@ import threading
 import time
 
 import pytest
+from support.shard_stream_fixtures import piece_summary
 
 from pipelines.inprocess.stream import ShardStream
+from pipelines.job.piece import ConvertedPiece
 from transforms.stores import get_store
 from transforms.stores.upload import SPOOL_DIR_ENV
 
@@ -26,7 +28,7 @@ def _pieces(seed=0):
     rnd = random.Random(seed)
     for i in range(PIECES):
         frames = [rnd.randbytes(RECORD) for _ in range(PER_PIECE)]
-        yield {"index": i, "piece": None, "sizes": [RECORD] * PER_PIECE, "frames": frames}
+        yield ConvertedPiece(piece_summary(i, "", PER_PIECE), [RECORD] * PER_PIECE, frames)
 
 
 def _puts(backend):
@@ -111,9 +113,7 @@ def test_a_failed_upload_fails_the_writer_and_a_cancel_frees_it(backend, tmp_pat
     cfg = backend.config()
     big = ShardStream(backend.url("big/t-{}.record"), None, 1, cfg)  # one record a shard
     for i in range(3):
-        big.add(
-            {"index": i, "piece": None, "sizes": [4 * LIMIT], "frames": [bytes([i]) * (4 * LIMIT)]}
-        )
+        big.add(ConvertedPiece(piece_summary(i, "", 1), [4 * LIMIT], [bytes([i]) * (4 * LIMIT)]))
     assert [r["bytes"] for r in big.finish()] == [4 * LIMIT] * 3
 
     backend.front.add(

@@ -1,49 +1,88 @@
 """Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
-files of random records with their sidecar dicts, and the shards the planned path
-(``pipelines.job.plan``) and the stream (``pipelines.inprocess.stream``) make of them."""
+files of random records as the converter returns them (``ConvertedPiece``: summary and
+sizes), and the shards the planned path (``pipelines.job.plan``) and the stream
+(``pipelines.inprocess.stream``) make of them."""
 
+import dataclasses
 import os
 import random
 import time
 
 from pipelines.inprocess.stream import ShardStream
 from pipelines.job import shardfile
+from pipelines.job.piece import ConvertedPiece
 from pipelines.job.plan import stream_plan
+from pipelines.job.summary import PieceSummary
+
+
+def piece_summary(index, piece="", records=0, **fields):
+    """A piece's summary with the given fields, and zero counts for the others."""
+    base = dict(
+        index=index,
+        shard=f"in-{index}.tar",
+        piece=piece,
+        records=records,
+        bytes=0,
+        records_read=records,
+        filtered=0,
+        records_rejected=0,
+        shards_rejected=0,
+        reject_counts=[],
+        members=0,
+        skipped_members=0,
+        duplicate_members=0,
+        member_bytes=0,
+        schema={},
+        first_types={},
+        recs_crc32c="",
+    )
+    return PieceSummary(**dict(base, **fields))
 
 
 def _pieces(d, layout, seed=0):
-    """Piece files of random bytes with the given record sizes, and their sidecar dicts."""
+    """Piece files of random bytes with the given record sizes, as converted pieces."""
     rnd = random.Random(seed)
     out = []
     for i, sizes in enumerate(layout):
         path = os.path.join(d, f"piece-{i:06d}.tfrecord")
         with open(path, "wb") as f:
             f.write(rnd.randbytes(sum(sizes)))
-        out.append({"index": i, "piece": path, "sizes": list(sizes), "records": len(sizes)})
+        summary = piece_summary(i, path, len(sizes), bytes=sum(sizes))
+        out.append(ConvertedPiece(summary, list(sizes)))
     return out
 
 
 def _planned(pieces, output, max_bytes, max_records, dali):
+    sizes = {p.summary.index: p.sizes for p in pieces}
     tasks = stream_plan(
-        pieces, output, max_bytes, max_records, None, dali, sizes_of=lambda p: p["sizes"]
+        [p.summary for p in pieces],
+        output,
+        max_bytes,
+        max_records,
+        None,
+        dali,
+        sizes_of=lambda s: sizes[s.index],
     )
     return [shardfile.write_shard(t, None, dali) for t in tasks]
 
 
 def _frames_of(p):
-    data, frames, pos = open(p["piece"], "rb").read(), [], 0
-    for size in p["sizes"]:
+    data, frames, pos = open(p.summary.piece, "rb").read(), [], 0
+    for size in p.sizes:
         frames.append(data[pos : pos + size])
         pos += size
     return frames
 
 
+def _held(p):
+    """``p`` as the in-process driver hands it over: the frames in memory, no file."""
+    return ConvertedPiece(dataclasses.replace(p.summary, piece=""), p.sizes, _frames_of(p))
+
+
 def _streamed(pieces, output, max_bytes, max_records, dali, held=False):
     s = ShardStream(output, max_bytes, max_records, None, dali)
     for p in pieces:
-        if held:  # as the in-process driver hands them over: the frames in memory, no file
-            p = dict(p, piece=None, frames=_frames_of(p))
-        s.add(p)
+        s.add(_held(p) if held else p)
     return s.finish()
 
 
@@ -52,20 +91,13 @@ def _files(d):
 
 
 def _info(p):
-    """A piece dict as convert_to_piece returns it (no rejects), with its digest."""
+    """``p`` with its piece file's digest (a piece file: what a journaled stream deletes)."""
     from transforms.tfrecord import digests
 
     d = digests.new("crc32c")
-    d.update(open(p["piece"], "rb").read())
-    return dict(
-        p,
-        shard=f"in-{p['index']}.tar",
-        records_read=len(p["sizes"]),
-        filtered=0,
-        rejects=[],
-        schema={},
-        keys=[f"k{i}" for i in range(len(p["sizes"]))],
-        crc32c=digests.hexdigest(d),
+    d.update(open(p.summary.piece, "rb").read())
+    return dataclasses.replace(
+        p, summary=dataclasses.replace(p.summary, crc32c=digests.hexdigest(d))
     )
 
 

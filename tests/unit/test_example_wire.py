@@ -89,8 +89,8 @@ def _worker_run(out, stages, shown, pre=""):
         "from transforms.ops import Encode, Resize; "
         f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
         f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "
-        f"info = convert_to_piece(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()); "
-        "assert info['records'] == 24 and not info['records_rejected'], info; "
+        f"info = convert_to_piece(0, 'launch/demo/shards/demo-0.tar', {str(out)!r}, cfg, cfg.stages()).summary; "
+        "assert info.records == 24 and not info.records_rejected, info; "
         f"print({shown})"
     )
     p = run_python(code)

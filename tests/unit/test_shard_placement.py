@@ -1,6 +1,7 @@
 """Pieces a worker process writes itself, into byte ranges the shard stream reserves in
 the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/inprocess/worker.py)."""
 
+import dataclasses
 import os
 import tempfile
 
@@ -29,11 +30,10 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
 
     def worker(p, kind):
         try:
-            runs = feed.place(dict(p)) or []
+            runs = feed.place(p) or []
             crcs = write_runs(
                 [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
-                _frames_of(p) if kind == "held" else None,
-                p,
+                dataclasses.replace(p, frames=_frames_of(p) if kind == "held" else None),
             )
             for (sh, off, _, _), crc in zip(runs, crcs):
                 sh.filled(off, crc)
@@ -43,7 +43,7 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
     threads = []
     for i in order:
         if how[i] == "file":
-            feed.offer(dict(pieces[i]))
+            feed.offer(pieces[i])
         else:
             threads.append(threading.Thread(target=worker, args=(pieces[i], how[i])))
             threads[-1].start()
@@ -102,14 +102,12 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     pieces = _pieces(str(tmp_path), [[300] * 4] * 4)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = _feed(cfg, expect=2 if all_in else 4)
-    runs = feed.place(dict(pieces[0]))  # placed; its "worker" dies before writing
+    runs = feed.place(pieces[0])  # placed; its "worker" dies before writing
     assert [r[1:] for r in runs] == [(0, 0, 3), (0, 3, 4)]
-    feed.offer(dict(pieces[1]))
+    feed.offer(pieces[1])
     late = []
     if not all_in:  # waits for piece 2, which never comes
-        t = threading.Thread(
-            target=lambda: late.append(_raises(lambda: feed.place(dict(pieces[3]))))
-        )
+        t = threading.Thread(target=lambda: late.append(_raises(lambda: feed.place(pieces[3]))))
         t.start()
     _wait_for(lambda: os.path.isdir(tmp_path / "s") and os.listdir(tmp_path / "s"))
     stopper = threading.Thread(target=feed.abort)
@@ -121,7 +119,7 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
         assert late == [True]
     assert os.listdir(tmp_path / "s") == []  # the shards waiting for piece 0 too: nothing left
     with pytest.raises(RuntimeError, match="stopped"):
-        feed.place(dict(pieces[2]))
+        feed.place(pieces[2])
 
 
 def _feed(cfg, expect):
@@ -152,15 +150,16 @@ def test_a_piece_placed_twice_is_written_once(tmp_path):
     feed = _feed(cfg, expect=2)
     try:
         for p in pieces:
-            runs = feed.place(dict(p))
+            runs = feed.place(p)
             for (sh, off, _, _), crc in zip(
                 runs,
                 write_runs(
-                    [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs], _frames_of(p), p
+                    [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+                    dataclasses.replace(p, frames=_frames_of(p)),
                 ),
             ):
                 sh.filled(off, crc)
-            assert feed.place(dict(p)) is None
+            assert feed.place(p) is None
         rows = feed.finish(2)
     finally:
         if not feed.settled:

@@ -75,17 +75,15 @@ def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consume
     pieces = [_info(p) for p in _pieces(work, [[100] * 5, [100] * 5, [100] * 5])]
     out = tmp_path / "o"
     s = ShardStream(str(out / "t-{}.rec"), 250, None, None, False, journal=work)
-    s.add(dict(pieces[0]))
-    s.add(
-        dict(pieces[1])
-    )  # 2 records per shard: shards 1-4 finished, 5 open (records 3-4 of piece 1)
+    s.add(pieces[0])
+    s.add(pieces[1])  # 2 records per shard: shards 1-4 finished, 5 open (records 3-4 of piece 1)
     s.abort(RuntimeError("conversion failed"))
     assert sorted(os.listdir(out)) == ["t-1.rec", "t-2.rec", "t-3.rec", "t-4.rec"]
     point = shard_journal.load(work)
     assert point.shards == 4 and (point.next_piece, point.skip) == (1, 3)
-    assert [p["index"] for p in point.pieces] == [0]
-    assert not os.path.exists(pieces[0]["piece"])  # wholly in journaled shards: deleted
-    assert os.path.exists(pieces[1]["piece"]) and os.path.exists(pieces[2]["piece"])
+    assert [p.index for p in point.pieces] == [0]
+    assert not os.path.exists(pieces[0].summary.piece)  # wholly in journaled shards: deleted
+    assert os.path.exists(pieces[1].summary.piece) and os.path.exists(pieces[2].summary.piece)
 
 
 @settings(max_examples=25, deadline=None)
@@ -109,7 +107,7 @@ def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
             os.path.join(d, "o", "t-{}.rec"), max_bytes, max_records, None, False, journal=work
         )
         for p in pieces:
-            first.add(dict(p))
+            first.add(p)
         rows = first.finish()
         assert _rows(rows, os.path.join(d, "o")) == _rows(full, os.path.join(d, "full"))
         # as if killed after `cut` shards were journaled: later entries and shards never happened
@@ -129,12 +127,12 @@ def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
             resume=point,
         )
         for p in pieces[point.next_piece if point else 0 :]:
-            again.add(dict(p))
+            again.add(p)
         assert again.finish() == rows
         if rows:
             assert _files(os.path.join(d, "o")) == _files(os.path.join(d, "full"))
         if point is not None:
-            assert [p["index"] for p in point.pieces] == list(range(len(point.pieces)))
+            assert [p.index for p in point.pieces] == list(range(len(point.pieces)))
 
 
 def test_stale_temporaries_of_a_killed_run_are_found(tmp_path):
@@ -164,7 +162,7 @@ def _work_pieces(tmp_path, layout):
     os.makedirs(work)
     pieces = [_info(p) for p in _pieces(work, layout)]
     for p in pieces:
-        workfiles.write_sidecar(p["piece"], p, None)
+        workfiles.write_sidecar(p.summary.piece, p.summary.to_json(), None)
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     return work, pieces, ref, cfg

@@ -5,6 +5,7 @@ check (``pipelines.job.duplicates``) and the bucketed grouping (``pipelines.job.
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support.shard_stream_fixtures import piece_summary
 
 from pipelines.job import external, piecefiles
 from pipelines.job.duplicates import duplicate_keys
@@ -13,10 +14,10 @@ from pipelines.job.plan import stream_plan
 from transforms.tfrecord.framing import pack
 
 
-def reference_plan(pieces, output, max_bytes, max_records):
+def reference_plan(pieces, sizes, output, max_bytes, max_records):
     """The plan as it was: every record's size in one list, packed at once."""
-    pieces = sorted(pieces, key=lambda p: p["index"])
-    flat = [(pi, s) for pi, p in enumerate(pieces) for s in p["sizes"]]
+    pieces = sorted(pieces, key=lambda p: p.index)
+    flat = [(pi, s) for pi, p in enumerate(pieces) for s in sizes[p.index]]
     spans = pack([s for _, s in flat], max_bytes, max_records)
     names = shard_names(output, len(spans))
     offsets = [0] * len(pieces)
@@ -24,7 +25,7 @@ def reference_plan(pieces, output, max_bytes, max_records):
     for n, ((a, b), path) in enumerate(zip(spans, names)):
         ranges = []
         for pi, size in flat[a:b]:
-            url = pieces[pi]["piece"]
+            url = pieces[pi].piece
             if ranges and ranges[-1][0] == url:
                 ranges[-1] = (url, ranges[-1][1], ranges[-1][2] + size)
             else:
@@ -38,8 +39,7 @@ def reference_plan(pieces, output, max_bytes, max_records):
 
 def _pieces(layout):
     return [
-        {"index": i, "piece": f"w/piece-{i:06d}.tfrecord", "sizes": sizes, "records": len(sizes)}
-        for i, sizes in enumerate(layout)
+        piece_summary(i, f"w/piece-{i:06d}.tfrecord", len(sizes)) for i, sizes in enumerate(layout)
     ]
 
 
@@ -59,10 +59,15 @@ def test_the_streamed_plan_is_the_plan_of_all_sizes_at_once(
     output = "o/t-{}.rec" if template else "o/t.rec"
     got = list(
         stream_plan(
-            pieces, output, max_bytes, max_records, dali_index=True, sizes_of=lambda p: p["sizes"]
+            pieces,
+            output,
+            max_bytes,
+            max_records,
+            dali_index=True,
+            sizes_of=lambda p: layout[p.index],
         )
     )
-    want = reference_plan(pieces, output, max_bytes, max_records)
+    want = reference_plan(pieces, layout, output, max_bytes, max_records)
     assert [
         {"index": t.index, "path": t.path, "ranges": t.ranges, "sizes": t.sizes.tolist()}
         for t in got
@@ -74,12 +79,13 @@ def test_the_streamed_plan_is_the_plan_of_all_sizes_at_once(
 def test_the_streamed_plan_holds_one_piece_of_sizes_at_a_time():
     """Each piece's sizes are asked for while the plan runs, one piece after another, and
     the first task is out before the last piece is read."""
-    pieces = _pieces([[10] * 5 for _ in range(6)])
+    layout = [[10] * 5 for _ in range(6)]
+    pieces = _pieces(layout)
     asked = []
 
     def sizes_of(p):
-        asked.append(p["index"])
-        return np.asarray(p["sizes"])
+        asked.append(p.index)
+        return np.asarray(layout[p.index])
 
     plan = stream_plan(pieces, "o/t-{}.rec", 25, None, sizes_of=sizes_of)
     first = next(plan)
@@ -90,13 +96,13 @@ def test_the_streamed_plan_holds_one_piece_of_sizes_at_a_time():
 
 def reference_duplicates(pieces, keys):
     first, count, examples = {}, 0, []
-    for p in sorted(pieces, key=lambda p: p["index"]):
-        for k in keys[p["index"]]:
-            seen = first.setdefault(k, p["shard"])
-            if seen != p["shard"]:
+    for p in sorted(pieces, key=lambda p: p.index):
+        for k in keys[p.index]:
+            seen = first.setdefault(k, p.shard)
+            if seen != p.shard:
                 count += 1
                 if len(examples) < 5:
-                    examples.append({"key": k, "first": seen, "again": p["shard"]})
+                    examples.append({"key": k, "first": seen, "again": p.shard})
     return {"count": count, "examples": examples}
 
 
@@ -113,17 +119,17 @@ def test_bucketed_duplicate_keys_are_the_old_count_and_examples(keys, shards, pe
     """Also in many buckets (``per_bucket`` rows each), and with an input listed twice
     (two pieces of one shard URL are no duplicates of each other)."""
     pieces = [
-        {"index": i, "shard": f"s{shards[i]}.tar", "records": len(k)} for i, k in enumerate(keys)
+        piece_summary(i, records=len(k), shard=f"s{shards[i]}.tar") for i, k in enumerate(keys)
     ]
 
     def hashes_of(p):
-        raw = b"".join(piecefiles.key_hash(piecefiles.key_bytes(k)) for k in keys[p["index"]])
+        raw = b"".join(piecefiles.key_hash(piecefiles.key_bytes(k)) for k in keys[p.index])
         return np.frombuffer(raw, dtype=piecefiles.HASH)
 
     got = duplicate_keys(
         pieces,
         hashes_of=hashes_of,
-        key_of=lambda p, r: keys[p["index"]][r],
+        key_of=lambda p, r: keys[p.index][r],
         per_bucket=per_bucket,
     )
     assert got == reference_duplicates(pieces, keys)
@@ -150,7 +156,7 @@ def test_a_record_file_round_trips_its_sizes_keys_and_rejects(tmp_path):
     piece = str(tmp_path / "piece-000003.tfrecord")
     rejects = [{"stage": "tar", "reason": "x", "key": "k\udcff", "url": "u"}]
     crc = piecefiles.write(piece, piecefiles.encode([5, 7], ["a", "b\udcff"], rejects))
-    summary = {"piece": piece, "records": 2, "recs_crc32c": crc}
+    summary = piece_summary(3, piece, 2, recs_crc32c=crc)
     recs = piecefiles.load(summary)
     assert recs["sizes"].tolist() == [5, 7] and recs.key(1) == "b\udcff"
     assert recs.rejects() == rejects

@@ -99,13 +99,16 @@ def test_a_local_shard_starts_writeback_of_each_chunk_it_appends(tmp_path, monke
 
 @pytest.mark.slow
 def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
+    from support.shard_stream_fixtures import piece_summary
+
     from pipelines.inprocess.worker import write_runs
+    from pipelines.job.piece import ConvertedPiece
 
     frames = _frames(6, 500)
     path = tmp_path / "shard.tmp"
     path.write_bytes(b"\0" * 4_000)
-    info = {"sizes": [500] * 6, "piece": str(tmp_path / "unused")}
-    crcs = write_runs([(str(path), 1_000, 0, 2), (str(path), 3_000, 4, 6)], frames, info)
+    piece = ConvertedPiece(piece_summary(0, str(tmp_path / "unused"), 6), [500] * 6, frames)
+    crcs = write_runs([(str(path), 1_000, 0, 2), (str(path), 3_000, 4, 6)], piece)
     assert [(o, n) for _, o, n, _ in calls] == [(1_000, 1_000), (3_000, 1_000)]
     assert crcs == [
         digests.crc32c_of(_crc(b"".join(frames[0:2]))),

@@ -15,7 +15,7 @@ Neither numpy nor TensorFlow is imported here, nor protobuf until an Example is 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, Iterable, List, Mapping, Union
 
 from transforms.record_types import KEY
 
@@ -122,15 +122,17 @@ def merge_schema(
     return dict(sorted(out.items()))
 
 
-def first_types(schema: Mapping[str, Mapping[str, Any]], pieces) -> Dict[str, str]:
+def first_types(
+    schema: Mapping[str, Mapping[str, Any]], firsts: Iterable[Mapping[str, str]]
+) -> Dict[str, str]:
     """For each feature the schema calls ``mixed``: the type of the first record in input
-    order that has it (each piece records its own first ones: ``first_types``; pieces are
-    ordered by ``index``, whichever worker finished them first)."""
+    order that has it.  ``firsts``: each piece's own first types (feature -> dtype), in
+    input order (by piece index, whichever worker finished them first)."""
     out: Dict[str, str] = {}
     mixed = [n for n, s in schema.items() if s.get("dtype") == "mixed"]
-    for p in sorted(pieces, key=lambda p: p["index"]):
+    for first in firsts:
         for name in mixed:
-            t = p.get("first_types", {}).get(name)
+            t = first.get(name)
             if name not in out and t in FEATURE_TYPES:
                 out[name] = t
     return out

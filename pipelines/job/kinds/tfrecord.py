@@ -36,9 +36,10 @@ from pipelines.job import plan as job_plan
 from pipelines.job.config import ConvertConfig
 from pipelines.job.duplicates import duplicate_keys
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
-from pipelines.job.piece import convert_to_piece, load_verified_piece, without_sizes
+from pipelines.job.piece import convert_to_piece, load_verified_piece
 from pipelines.job.plan import ShardTask
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.summary import PieceSummary
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
@@ -99,9 +100,9 @@ class TFRecordKind(Kind):
         if convert is not None:
             return convert(unit), False
         # its summary only: the sizes stay in its record file
-        return without_sizes(convert_to_piece(index, url, work, cfg, stages)), False
+        return convert_to_piece(index, url, work, cfg, stages).summary, False
 
-    def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
+    def counts(self, summary: PieceSummary) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
 
     def plan(self, summaries, cfg: ConvertConfig):
@@ -151,21 +152,24 @@ def plan_shards(pieces, cfg: ConvertConfig):
 
 
 def finish(
-    shards, pieces, cfg: ConvertConfig, list_rejects: List[Reject], inputs: List[str]
+    shards,
+    pieces: List[PieceSummary],
+    cfg: ConvertConfig,
+    list_rejects: List[Reject],
+    inputs: List[str],
 ) -> Dict[str, Any]:
     """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
     it writes the same manifest (the work directory is deleted by ``lifecycle.result_of``).
     ``pieces``: their summaries; the rejects and keys are read from their record files."""
-    # (a copy only of a piece that still carries its sizes: the caller's stays whole)
-    pieces = [without_sizes(dict(p)) if "sizes" in p or "frames" in p else p for p in pieces]
     shards = sorted(shards, key=lambda s: s["path"])
     order = {p: i for i, p in enumerate(names.shard_names(cfg.output, len(shards)))}
     shards.sort(key=lambda s: order.get(s["path"], 0))
     schema: Dict[str, Any] = {}
-    for p in sorted(pieces, key=lambda p: p["index"]):
-        if p["schema"]:
-            schema = exs.merge_schema(schema, p["schema"]) if schema else p["schema"]
-    for name, t in exs.first_types(schema, pieces).items():
+    in_order = sorted(pieces, key=lambda p: p.index)
+    for p in in_order:
+        if p.schema:
+            schema = exs.merge_schema(schema, p.schema) if schema else p.schema
+    for name, t in exs.first_types(schema, [p.first_types for p in in_order]).items():
         schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
