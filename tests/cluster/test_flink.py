@@ -134,7 +134,7 @@ def _on_flink(flink, *args, **env):
 @pytest.mark.slow
 def test_flink_output_equals_local_runner(flink, demo_output, tmp_path):
     summary = tmp_path / "summary.json"
-    _on_flink(
+    p = _on_flink(
         flink,
         DEMO_SOURCES,
         "--output",
@@ -145,7 +145,7 @@ def test_flink_output_equals_local_runner(flink, demo_output, tmp_path):
     )
     assert output_digest(str(tmp_path / "out")) == output_digest(demo_output[0])
     rep = json.load(open(summary))
-    assert rep["counters_reported"] and rep["counter_mismatches"] == []
+    assert rep["counters_reported"] and rep["counter_mismatches"] == [], (rep, p.stderr[-3000:])
     assert rep["counters"]["records_written"] == 96
 
 
