@@ -19,12 +19,17 @@ from transforms.stores import StoreConfig, get_store
 Summary = Union[PieceSummary, Dict[str, Any]]  # a TFRecord piece's, or a PCR unit's dict
 
 
+def _fields(info: Summary) -> Dict[str, Any]:
+    """A summary's fields by name: a TFRecord piece's in its sidecar's JSON form, a PCR
+    unit's dict as it is."""
+    return info.to_json() if isinstance(info, PieceSummary) else info
+
+
 def reject_counts(info: Summary) -> List[Tuple[str, str, int]]:
     """``(stage, kind, count)`` of a piece's rejects: its summary's ``reject_counts`` (a
     TFRecord piece, a PCR unit's summary), or counted from its ``rejects`` (a PCR unit's
     info)."""
-    if isinstance(info, PieceSummary):
-        return [tuple(x) for x in info.reject_counts]
+    info = _fields(info)
     if "reject_counts" in info:
         return [tuple(x) for x in info["reject_counts"]]
     by: Dict[Tuple[str, str], int] = {}
@@ -37,8 +42,7 @@ def reject_counts(info: Summary) -> List[Tuple[str, str, int]]:
 def piece_counts(info: Summary) -> Dict[str, int]:
     """What one converted input shard (its piece summary) adds to the job's counts:
     the Beam counters of the ``tar2tf`` namespace, ``reject:<stage>:<kind>`` included."""
-    if isinstance(info, PieceSummary):
-        info = info.to_json()  # the same counts as its sidecar's, counted once, below
+    info = _fields(info)
     c = {
         "shards_read": 1,
         "records_read": info["records_read"],
@@ -82,15 +86,6 @@ def totals_of(
         for k in TOTALS:
             t[k] += c[k]
     return t
-
-
-def all_rejects(
-    pieces: Sequence[Dict[str, Any]], list_rejects: Sequence[Reject]
-) -> List[Dict[str, Any]]:
-    out = [r.to_dict() for r in list_rejects]
-    for p in sorted(pieces, key=lambda p: p["index"]):
-        out.extend(p["rejects"])
-    return out
 
 
 def reasons_of(

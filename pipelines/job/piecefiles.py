@@ -30,7 +30,7 @@ import io
 import json
 import sys
 from array import array
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from transforms.stores import StoreConfig, get_store, split_url
 from transforms.tfrecord import digests
@@ -206,23 +206,31 @@ def member(
 ) -> "np.ndarray":
     """One array of a piece's record file; from a local file, only that array is read
     (the plan reads sizes, 8 bytes a record, not the keys beside them)."""
-    return _member(summary.piece, name, config)
+    return _members(summary.piece, [name], config)[0]
 
 
-def _member(piece_url: str, name: str, config: Optional[StoreConfig]) -> "np.ndarray":
+def _members(
+    piece_url: str, names: Sequence[str], config: Optional[StoreConfig]
+) -> "List[np.ndarray]":
+    """Arrays of a piece's record file, read at once: from a bucket the whole file once,
+    from a local file its header once and only those arrays."""
     url = url_of(piece_url)
     if split_url(url)[0] != "":
-        return _load(piece_url, config)[name]
-    with open(url, "rb") as f:
-        members, base = _header(f)
-        off, n, dt = members[name]
-        f.seek(base + off)
-        data = f.read(n)
-    if len(data) != n:
-        raise IOError(f"{url} is shorter than its header says")
+        recs = _load(piece_url, config)
+        return [recs[name] for name in names]
     import numpy as np
 
-    return np.frombuffer(data, dtype=_dtype(dt))
+    out = []
+    with open(url, "rb") as f:
+        members, base = _header(f)
+        for name in names:
+            off, n, dt = members[name]
+            f.seek(base + off)
+            data = f.read(n)
+            if len(data) != n:
+                raise IOError(f"{url} is shorter than its header says")
+            out.append(np.frombuffer(data, dtype=_dtype(dt)))
+    return out
 
 
 def sizes(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> "np.ndarray":
@@ -243,8 +251,8 @@ def record_ends(
     import numpy as np
 
     try:
-        crcs = _member(piece_url, "ends", config)
-        offsets = np.cumsum(_member(piece_url, "sizes", config), dtype=np.int64)
+        crcs, framed = _members(piece_url, ["ends", "sizes"], config)
+        offsets = np.cumsum(framed, dtype=np.int64)
     except (KeyError, OSError, ValueError):
         return None
     return (offsets, crcs) if len(offsets) == len(crcs) else None

@@ -12,6 +12,7 @@ import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pipelines.job import piecefiles
 from pipelines.job.plan import ShardTask
 from transforms.stores import StoreConfig, get_store, split_url, writeback
 from transforms.stores import copy as store_copy
@@ -305,8 +306,6 @@ def piece_crcs(
 
 def _checked_ends(url: str, info: Dict[str, Any], whole: int, config: Optional[StoreConfig]):
     """The record file's ends when they agree with the sidecar (its bytes and CRC-32C)."""
-    from pipelines.job import piecefiles
-
     got = piecefiles.record_ends(url, config)
     if got is None or not len(got[0]):
         return None

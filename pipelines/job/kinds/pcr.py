@@ -84,21 +84,21 @@ class PcrKind(Kind):
         info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
         if info is not None and info.get("unit") != pc.unit_id(unit):
             info = None  # the blob of another unit: the input changed since that run
-        reused = info is not None
-        if convert is not None and not reused:
+        if info is not None:
+            return records.summary_of(info), True
+        if convert is not None:
             return convert(unit), False
-        if not reused:
-            info = pc.convert_unit(
-                unit,
-                work,
-                cfg.store,
-                cfg.quality,
-                cfg.image_field,
-                cfg.label_field,
-                cfg.scan_script,
-            )
-            workfiles.write_sidecar(blob, info, cfg.store)
-        return records.summary_of(info), reused
+        info = pc.convert_unit(
+            unit,
+            work,
+            cfg.store,
+            cfg.quality,
+            cfg.image_field,
+            cfg.label_field,
+            cfg.scan_script,
+        )
+        workfiles.write_sidecar(blob, info, cfg.store)
+        return records.summary_of(info), False
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
