@@ -19,7 +19,7 @@ LOGGER = "FlinkJarJobServer"  # apache_beam.runners.portability.job_server: the 
 _SLF4J = re.compile(r"^\[.*\] (TRACE|DEBUG|INFO|WARN|ERROR) \S+ - ")
 # java.util.logging's first line: "Nov 25, 2026 6:37:43 AM class method" (or a 24-hour time)
 _JUL = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:\d{2}:\d{2}( [AP]M)? \S")
-# Records the server logs at WARN that say nothing to the user, passed at INFO (-v) instead.
+# Records the server logs at WARN that say nothing to the user: shown only with -v, at INFO.
 # Pekko's CoordinatedShutdown registers a JVM shutdown hook when its actor system starts;
 # when Beam stops the job server at the end of a job while that start is still under way,
 # the JVM refuses the hook ("Shutdown in progress"): a race of the server's own exit, seen
@@ -53,7 +53,9 @@ class JavaLogFilter(logging.Filter):
         if m:
             self._level = _LEVELS[m.group(1)]
             if self._level == logging.WARNING and _NOT_FOR_USERS.search(line):
-                self._level = logging.INFO
+                # gated as JVM output that is not the server's log: relabelling it INFO
+                # would not hide it, since the server's INFO records pass (FLINK_LOG_LEVEL)
+                self._level = None
         elif line.startswith("SLF4J: "):  # SLF4J's own diagnostics (no or several bindings)
             self._level = logging.WARNING
         elif _JUL.match(line):
