@@ -2,6 +2,8 @@
 caller, and the PCR kind's global steps, which see per-unit summaries and stream each
 image's description from the units' sidecars."""
 
+import collections
+import functools
 import os
 import pickle
 
@@ -53,7 +55,7 @@ def _old_plan(infos, cfg):
 @requires_jpegtran
 @pytest.mark.parametrize("seed", [None, 3])
 def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed, monkeypatch):
-    from pipelines.job import workfiles
+    from pipelines.job import external, workfiles
     from pipelines.job.kinds import pcr as kind
     from pipelines.job.kinds import pcr_records
     from pipelines.job.lifecycle import work_dir_for
@@ -72,10 +74,21 @@ def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed
     for s, info in zip(summaries, infos):
         assert "images" not in s and "rejects" not in s and "sizes" not in s
         assert s["records"] == len(info["images"]) > 0
-    monkeypatch.setattr(pcr_records, "UNITS_CACHED", 1)  # a unit's sidecar read again when needed
+    # buckets of 5 rows: the seeded order is sorted through bucket files, as at scale
+    monkeypatch.setattr(external, "buckets", functools.partial(external.buckets, per_bucket=5))
+    reads = collections.Counter()
+    unit_info = pcr_records._unit_info
+
+    def counted(unit, cfg):
+        reads[unit["index"]] += 1
+        return unit_info(unit, cfg)
+
+    monkeypatch.setattr(pcr_records, "_unit_info", counted)
     got = [dict(t) for t in pcr_records.plan_records(summaries, cfg)]
     assert got == _old_plan(infos, cfg)
     assert len(got) > 2 and len(got[-1]["images"]) <= 7
+    # each unit's sidecar is read once, however its images are spread over the records
+    assert reads == {s["index"]: 1 for s in summaries if s["records"]}
 
 
 def test_kept_work_is_said_by_the_cli_with_its_option(tmp_path, capsys):

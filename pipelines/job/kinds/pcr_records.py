@@ -13,10 +13,12 @@ options and the seed, never on bundling or worker count.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
+import os
+import pickle
+import tempfile
 from operator import itemgetter
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -34,8 +36,6 @@ from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join
 
 MANIFEST_STEM = "PCR"  # -> PCR.manifest.json, PCR.rejects.jsonl inside the output directory
-# sidecars of units kept while the seeded plan fills its records (each draws from anywhere)
-UNITS_CACHED = 256
 
 
 def manifest_path(output: str) -> str:
@@ -82,32 +82,43 @@ def _images(unit: Dict[str, Any], cfg: PcrConfig) -> List[Dict[str, Any]]:
     ]
 
 
-# the seeded plan's order of all images: (sort key, unit index, image) -- ties in input order
-_ROW = np.dtype([("k0", ">u8"), ("k1", ">u4"), ("u", "<i4"), ("i", "<i4")])
+# the seeded plan's order of all images: (sort key, where the image's description is in
+# the spill file, its length); the spill place is in input order, which breaks key ties
+_ROW = np.dtype([("k0", ">u8"), ("k1", ">u4"), ("at", "<u8"), ("n", "<u4")])
 
 
 def _shuffled(units: List[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str, Any]]:
     """The images of ``units`` in the seeded order, sorted in buckets of bounded size
-    (``pipelines.job.external``); an image's description is read from its unit's sidecar
-    (the last :data:`UNITS_CACHED` units' kept)."""
-    by_index = {u["index"]: u for u in units}
-
-    def rows():
-        for u in units:
-            if not u["records"]:
-                continue
-            keys = b"".join(sort_key(cfg.seed, u["index"], im["key"]) for im in _images(u, cfg))
-            k = np.frombuffer(keys, dtype=[("k0", ">u8"), ("k1", ">u4")])
-            r = np.empty(len(k), dtype=_ROW)
-            r["k0"], r["k1"], r["u"], r["i"] = k["k0"], k["k1"], u["index"], np.arange(len(k))
-            yield r
-
-    images_of = functools.lru_cache(maxsize=UNITS_CACHED)(lambda i: _images(by_index[i], cfg))
+    (``pipelines.job.external``).  Each unit's sidecar is read once: its images'
+    descriptions are pickled into a local temporary file as they pass, and the sorted rows
+    say where.  (Reading an image's description back from its unit's sidecar would read a
+    sidecar once per image at scale: a sorted bucket draws from every unit.)  Disk: one
+    copy of the descriptions; memory: one unit's, and one bucket's rows."""
     total = sum(u["records"] for u in units)
-    for bucket in external.buckets(rows(), _ROW, total):
-        bucket = bucket[np.lexsort((bucket["i"], bucket["u"], bucket["k1"], bucket["k0"]))]
-        for u, i in zip(bucket["u"].tolist(), bucket["i"].tolist()):
-            yield images_of(u)[i]
+    with tempfile.TemporaryFile(prefix="tar2tf-pcr-images-") as spill:
+
+        def rows():
+            at = 0
+            for u in units:
+                if not u["records"]:
+                    continue
+                images = _images(u, cfg)
+                keys = b"".join(sort_key(cfg.seed, u["index"], im["key"]) for im in images)
+                k = np.frombuffer(keys, dtype=[("k0", ">u8"), ("k1", ">u4")])
+                blobs = [pickle.dumps(im, protocol=pickle.HIGHEST_PROTOCOL) for im in images]
+                n = np.fromiter(map(len, blobs), dtype=np.uint64, count=len(blobs))
+                spill.write(b"".join(blobs))
+                r = np.empty(len(k), dtype=_ROW)
+                r["k0"], r["k1"], r["at"], r["n"] = k["k0"], k["k1"], at + np.cumsum(n) - n, n
+                at += int(n.sum())
+                yield r
+
+        for bucket in external.buckets(rows(), _ROW, total):
+            spill.flush()  # every row is written before the first bucket comes back
+            bucket = bucket[np.lexsort((bucket["at"], bucket["k1"], bucket["k0"]))]
+            fd = spill.fileno()
+            for at, n in zip(bucket["at"].tolist(), bucket["n"].tolist()):
+                yield pickle.loads(os.pread(fd, n, at))
 
 
 def plan_records(units: Sequence[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str, Any]]:
