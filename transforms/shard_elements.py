@@ -5,7 +5,7 @@ TensorFlow so that it runs on the caller's threads (``pipelines.tfdata``) and in
 local worker processes of ``pipelines.inprocess.pool`` alike.  Every count goes to
 ``note(what, reject=None)``: ``note("records_read")``, ``note("records_yielded")``,
 ``note("records_filtered")``, or ``note("", reject)`` for a rejected record or shard (a
-:class:`~transforms.tar.grouping.ShardCorrupt` included: the stream cannot take back what
+:class:`~transforms.tar.damage.ShardCorrupt` included: the stream cannot take back what
 it already yielded, so it only reports it).
 """
 
@@ -18,8 +18,8 @@ from transforms.ops.leaves import datapoint
 from transforms.ops.stages import FILTERED, Stages
 from transforms.record_types import ELEMENT, KEY, Reject, is_reject
 from transforms.stores import StoreConfig
+from transforms.tar.damage import ShardCorrupt
 from transforms.tar.fetch import read_shard
-from transforms.tar.grouping import ShardCorrupt
 
 Note = Callable[..., None]
 

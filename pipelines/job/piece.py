@@ -18,8 +18,9 @@ from transforms.ops.stages import FILTERED, Stages
 from transforms.record_types import Reject, is_reject
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig, get_store, join
+from transforms.tar.damage import ShardCorrupt
 from transforms.tar.fetch import read_shard
-from transforms.tar.grouping import ShardCorrupt, TarStats
+from transforms.tar.grouping import TarStats
 from transforms.tfrecord import digests
 from transforms.tfrecord import schema as exs
 from transforms.tfrecord.framing import frame_parts

@@ -14,12 +14,9 @@ from support.cli_fixtures import cli
 from support.range_server import Loopback
 
 from transforms.record_types import KEY, is_reject
-from transforms.tar.grouping import (
-    AFTER_END_COMPRESSED,
-    AFTER_END_LIMIT,
-    ShardCorrupt,
-    iter_records,
-)
+from transforms.tar.damage import ShardCorrupt
+from transforms.tar.grouping import iter_records
+from transforms.tar.trailer import AFTER_END_COMPRESSED, AFTER_END_LIMIT
 
 MEMBERS = [("a.txt", b"A"), ("a.cls", b"1"), ("b.txt", b"B"), ("b.cls", b"2")]
 

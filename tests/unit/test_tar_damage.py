@@ -12,7 +12,8 @@ import pytest
 from support import shardgen
 
 from transforms.record_types import Reject
-from transforms.tar.grouping import ShardCorrupt, TarStats, iter_records
+from transforms.tar.damage import ShardCorrupt
+from transforms.tar.grouping import TarStats, iter_records
 
 
 def _records(path, **kw):
@@ -103,7 +104,7 @@ def test_corrupt_gzip_keeps_earlier_records(tmp_path):
 
 def test_gzip_crc_mismatch_is_reported(tmp_path):
     """Damage deflate decodes without error is still caught by the gzip CRC trailer."""
-    from transforms.tar.grouping import ShardCorrupt
+    from transforms.tar.damage import ShardCorrupt
 
     p = shardgen.write_tar(str(tmp_path / "t.tar.gz"), shardgen.sample_members(0, 10), gz=True)
     data = bytearray(open(p, "rb").read())

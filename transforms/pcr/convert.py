@@ -28,8 +28,8 @@ from transforms.pcr.scan_script import local_file
 from transforms.record_types import KEY, Record, Reject, is_reject
 from transforms.stores import StoreConfig, get_store, join, split_url
 from transforms.stores.errors import FetchError
+from transforms.tar.damage import ShardCorrupt
 from transforms.tar.fetch import read_shard
-from transforms.tar.grouping import ShardCorrupt
 
 INT32 = range(-(2**31), 2**31)
 
