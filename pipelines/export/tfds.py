@@ -6,7 +6,8 @@ A job that writes ``DIR/<split>.tfrecord`` (or ``DIR/<split>.array_record``) lea
 ``features.json`` into ``DIR``, so that ``tfds.builder_from_directory(DIR)`` reads the split:
 its split info carries tar2tf's file-name template (:data:`FILE_TEMPLATE`) and the record
 count of every shard from the manifest, and its features are typed from the manifest's
-schema (:func:`feature_specs`; the mapping and its reasons are in docs/tfds.md).
+schema (:mod:`pipelines.export.tfds_features`; the mapping and its reasons are in
+docs/tfds.md).
 
 A second job writing another split into the same directory adds it: the update reads the
 metadata there, checks that the features agree, and rewrites it with both splits, under an
@@ -16,8 +17,9 @@ crash leaves no stale lock).  Each file is written under a temporary name and re
 directories only: object stores offer no such lock (:func:`check_output` says so before the
 job runs).
 
-TensorFlow and TFDS are imported only here and only when metadata is written: ``--tfds`` is
-optional, and a job without it never pays their import.
+TensorFlow and TFDS are imported only when metadata is written (here and in
+:func:`~pipelines.export.tfds_features.to_tfds`): ``--tfds`` is optional, and a job
+without it never pays their import.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
+from pipelines.export.tfds_features import TfdsError, feature_specs, nest, parse_image, to_tfds
 from transforms.stores import split_url
-from transforms.tfrecord.schema import BYTES, FLOAT, INT64, parse_type_map
+from transforms.tfrecord.schema import BYTES, parse_type_map
 
 log = logging.getLogger("tar2tf")
 
@@ -49,34 +52,6 @@ DEFAULT_VERSION = "1.0.0"
 # a TFDS split name ((\w|-)+ in its file-name regex), ASCII so that it is also a valid part
 # of a split expression such as "train[:10%]"; "all" is TFDS's name for every split together
 _SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
-#: channels of a --tfds-image feature, decoded as tf.image.decode_image does
-IMAGE_CHANNELS = (1, 3, 4)
-
-Spec = Tuple[Any, ...]  # ("image", channels) or ("tensor", dtype, shape)
-
-
-class TfdsError(ValueError):
-    """The output cannot be described for TFDS: one line that says why."""
-
-
-def parse_image(spec: Union[None, str, Sequence[str]]) -> Dict[str, int]:
-    """``"jpg,png:1"`` (or a list of such entries) -> feature name -> channels (default 3)."""
-    if not spec:
-        return {}
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    out: Dict[str, int] = {}
-    for item in items:
-        if not isinstance(item, str):
-            raise TfdsError(f"--tfds-image entries are feature names, not {item!r}")
-        name, sep, channels = item.strip().partition(":")
-        if not name:
-            continue
-        if sep and channels not in tuple(str(c) for c in IMAGE_CHANNELS):
-            raise TfdsError(
-                f"--tfds-image {item.strip()}: channels must be one of {IMAGE_CHANNELS}"
-            )
-        out[name] = int(channels) if sep else 3
-    return out
 
 
 def _local(output: str) -> str:
@@ -123,103 +98,6 @@ def check_output(
     if importlib.util.find_spec("tensorflow_datasets") is None:
         raise TfdsError("--tfds needs the tensorflow-datasets package: pip install 'tar2tf[tfds]'")
     return stem
-
-
-# -- features ---------------------------------------------------------------------------
-
-
-def feature_specs(
-    schema: Mapping[str, Mapping[str, Any]], image: Union[None, str, Sequence[str]] = None
-) -> Dict[str, Spec]:
-    """Manifest schema -> feature name -> ``("tensor", dtype, shape)`` or ``("image", channels)``.
-
-    One value in every record: a scalar, shape ``()``.  The same number n > 1 in every record:
-    shape ``(n,)``.  A number that varies, or a feature some records lack: shape ``(None,)``,
-    which TFDS reads as a variable-length vector, empty where the feature is missing (TFDS's
-    optional scalars would return a sentinel such as the smallest int64 instead).  Bytes
-    stay bytes (a ``tf.string`` tensor); the names in ``image`` become ``Image`` features.
-    """
-    images = parse_image(image)
-    names = set(schema)
-    for n in images:
-        s = schema.get(n)
-        if s is None:
-            raise TfdsError(
-                f"--tfds-image {n}: no such feature was written "
-                f"(written: {', '.join(sorted(names))})"
-            )
-        if s.get("dtype") != BYTES or s.get("shape") != [1] or s.get("optional"):
-            raise TfdsError(
-                f"--tfds-image {n}: TFDS Image needs one encoded image in every record; "
-                f"{n} is {s.get('dtype')} with shape {s.get('shape')}"
-                + (", missing from some records" if s.get("optional") else "")
-            )
-    arrays = sorted(n for n in names if f"{n}/shape" in names and f"{n}/dtype" in names)
-    if arrays:
-        n = arrays[0]
-        raise TfdsError(
-            f"--tfds: {n!r} is an array (raw bytes + {n}/shape + {n}/dtype), which TFDS "
-            f"features cannot describe; encode it to PNG or JPEG (an Encode op) and use "
-            f"--tfds-image {n}"
-        )
-    out: Dict[str, Spec] = {}
-    for name, s in sorted(schema.items()):
-        if name in images:
-            out[name] = ("image", images[name])
-            continue
-        dtype, shape = s.get("dtype"), list(s.get("shape") or [-1])
-        if dtype == "none":  # a feature with no value list in any record: nothing to read
-            log.warning("--tfds: feature %r holds no values; it is left out of the features", name)
-            continue
-        if dtype not in (BYTES, INT64, FLOAT):
-            raise TfdsError(f"--tfds: feature {name!r} has values of several types ({dtype})")
-        if s.get("optional") or shape in ([-1], [0]):
-            dims: Tuple[Optional[int], ...] = (None,)
-        elif shape == [1]:
-            dims = ()
-        else:
-            dims = (int(shape[0]),)
-        out[name] = ("tensor", dtype, dims)
-    return out
-
-
-def nest(flat: Mapping[str, Spec]) -> Dict[str, Any]:
-    """TFDS names nested features ``a/b`` in Examples: a flat name with ``/`` becomes nested;
-    a name that is both a feature and a prefix of another cannot be described."""
-    root: Dict[str, Any] = {}
-    for name in sorted(flat):  # "a" before "a/b"
-        parts = name.split("/")
-        node = root
-        for i, p in enumerate(parts):
-            clash = not p or (i < len(parts) - 1 and not isinstance(node.get(p, {}), dict))
-            if clash or (i == len(parts) - 1 and p in node):
-                raise TfdsError(
-                    f"--tfds: feature name {name!r} does not fit TFDS's nesting of names by '/'"
-                )
-            if i < len(parts) - 1:
-                node = node.setdefault(p, {})
-        node[parts[-1]] = flat[name]
-    return root
-
-
-def to_tfds(nested: Mapping[str, Any]):
-    """:func:`nest`'s dict -> a ``tfds.features.FeaturesDict``."""
-    import numpy as np
-    import tensorflow_datasets as tfds
-
-    dtypes = {BYTES: np.object_, INT64: np.int64, FLOAT: np.float32}
-
-    def one(v):
-        if isinstance(v, dict):
-            return tfds.features.FeaturesDict({k: one(x) for k, x in v.items()})
-        if v[0] == "image":
-            return tfds.features.Image(shape=(None, None, v[1]))
-        return tfds.features.Tensor(shape=v[2], dtype=dtypes[v[1]])
-
-    return one(dict(nested))
-
-
-# -- metadata ---------------------------------------------------------------------------
 
 
 def identity(directory: str) -> Tuple[str, str]:

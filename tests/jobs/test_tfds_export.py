@@ -19,6 +19,7 @@ from support import shardgen
 from support.cli_fixtures import ROOT, cli
 
 from pipelines.export import tfds as tx
+from pipelines.export import tfds_features as tf_features
 
 TYPE_MAP = "cls:int64,score:float,emb:int64,tags:int64"
 
@@ -377,7 +378,7 @@ def test_feature_specs_mapping():
         "img": {"dtype": "bytes", "shape": [1]},
         "value.a/x": {"dtype": "float", "shape": [1]},
     }
-    specs = tx.feature_specs(schema, "img:1")
+    specs = tf_features.feature_specs(schema, "img:1")
     assert specs == {
         "__key__": ("tensor", "bytes", ()),
         "cls": ("tensor", "int64", ()),
@@ -388,7 +389,7 @@ def test_feature_specs_mapping():
         "img": ("image", 1),
         "value.a/x": ("tensor", "float", ()),
     }
-    assert tx.nest(specs)["value.a"] == {"x": ("tensor", "float", ())}
+    assert tf_features.nest(specs)["value.a"] == {"x": ("tensor", "float", ())}
 
 
 @pytest.mark.parametrize(
@@ -411,14 +412,14 @@ def test_feature_specs_mapping():
 )
 def test_feature_specs_refusals(schema, image, said):
     with pytest.raises(tx.TfdsError, match=said):
-        tx.feature_specs(schema, image)
+        tf_features.feature_specs(schema, image)
 
 
 def test_nesting_clash():
     with pytest.raises(tx.TfdsError, match="nesting"):
-        tx.nest({"a": ("tensor", "bytes", ()), "a/b": ("tensor", "bytes", ())})
+        tf_features.nest({"a": ("tensor", "bytes", ()), "a/b": ("tensor", "bytes", ())})
     with pytest.raises(tx.TfdsError, match="nesting"):
-        tx.nest({"a//b": ("tensor", "bytes", ())})
+        tf_features.nest({"a//b": ("tensor", "bytes", ())})
 
 
 def test_split_names():
