@@ -13,23 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def pcr_out(tmp_path_factory):
-    from support.pcr_fixtures import (
-        JPEGTRAN_MISSING,
-        convert_local,
-        make_image_folder,
-        sample_images,
-    )
+    from support.pcr_fixtures import sample_output
 
-    if JPEGTRAN_MISSING:
-        pytest.skip(
-            "!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!"
-        )
-    tmp = tmp_path_factory.mktemp("pcr-words")
-    images = sample_images()
-    out, res = convert_local(
-        tmp, make_image_folder(str(tmp / "folder"), images), images_per_record=4
-    )
-    return out, res
+    return sample_output(tmp_path_factory.mktemp("pcr-words"))
 
 
 def test_verify_counts_record_files_and_images(pcr_out, capsys):

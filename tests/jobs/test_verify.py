@@ -6,7 +6,6 @@ import os
 import shutil
 
 import numpy as np
-import pytest
 from PIL import Image
 from support.cli_fixtures import cli, copy_dataset
 
@@ -197,22 +196,11 @@ def test_inspect_prints_schema_records_and_writes_contact_sheet(demo_output, tmp
 def test_verify_pcr_dataset_through_the_cli(tmp_path):
     """``tar2tf verify DIR`` on a PCR output directory: the record files against the
     manifest and, through the PCR verifier, against the index."""
-    from support.pcr_fixtures import (
-        JPEGTRAN_MISSING,
-        convert_local,
-        make_image_folder,
-        sample_images,
-    )
+    from support.pcr_fixtures import sample_output
 
-    if JPEGTRAN_MISSING:
-        pytest.skip(
-            "!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!"
-        )
     from launch.cli import main
 
-    out, res = convert_local(
-        tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()), images_per_record=4
-    )
+    out, res = sample_output(tmp_path)
     assert res.manifest["kind"] == "pcr"
     rep = verify(out)
     assert rep.ok and rep.kind == "pcr" and rep.shards_checked == 2, rep.text()
@@ -230,23 +218,12 @@ def test_verify_pcr_dataset_through_the_cli(tmp_path):
 def test_verify_pcr_index_edits_are_caught(tmp_path):
     """The index's int32 ``offsets`` (what readers of the reference schema use) must agree
     with ``offsets64``, and the index must be the one the manifest recorded."""
-    from support.pcr_fixtures import (
-        JPEGTRAN_MISSING,
-        convert_local,
-        make_image_folder,
-        sample_images,
-    )
+    from support.pcr_fixtures import sample_images, sample_output
 
-    if JPEGTRAN_MISSING:
-        pytest.skip(
-            "!!! jpegtran NOT FOUND: PCR conversion needs it (launch/setup.d/20-apt.sh) !!!"
-        )
     from transforms.pcr import pcr_pb2
     from transforms.pcr.format import INDEX_NAME
 
-    out, _ = convert_local(
-        tmp_path, make_image_folder(str(tmp_path / "folder"), sample_images()), images_per_record=4
-    )
+    out, _ = sample_output(tmp_path)
     rep = verify(out)
     assert rep.ok and rep.records_checked == len(sample_images()), rep.text()
     path = os.path.join(out, INDEX_NAME)

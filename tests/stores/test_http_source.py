@@ -312,12 +312,9 @@ def test_cli_http_headers_reach_the_server_and_no_artifact(shards, proxy, tmp_pa
 
 
 def test_pcr_from_http(tmp_path):
-    from support.pcr_fixtures import JPEGTRAN_MISSING, encode, make_tar, photo
+    from support.pcr_fixtures import encode, make_tar, need_jpegtran, photo
 
-    if JPEGTRAN_MISSING:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(
-            "jpegtran missing (launch/setup.d/20-apt.sh)"
-        )
+    need_jpegtran()
     from pipelines.beam.pcr import PcrConfig, convert_pcr
 
     www = tmp_path / "www"

@@ -213,12 +213,9 @@ def test_convert_from_s3_to_local_keeps_credentials_out_of_every_artifact(
 
 
 def test_pcr_from_s3(s3, tmp_path):
-    from support.pcr_fixtures import JPEGTRAN_MISSING, encode, make_tar, photo
+    from support.pcr_fixtures import encode, make_tar, need_jpegtran, photo
 
-    if JPEGTRAN_MISSING:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(
-            "jpegtran missing (launch/setup.d/20-apt.sh)"
-        )
+    need_jpegtran()
     from pipelines.beam.pcr import PcrConfig, convert_pcr
 
     server, bucket, proxy, cfg = s3

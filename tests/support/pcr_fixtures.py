@@ -15,11 +15,19 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from PIL import Image
 
 JPEGTRAN_MISSING = shutil.which("jpegtran") is None
-requires_jpegtran = pytest.mark.skipif(
-    JPEGTRAN_MISSING,
-    reason="!!! jpegtran NOT FOUND: PCR conversion needs it; run `bash launch/setup.d/20-apt.sh` "
-    "(apt-get install libjpeg-turbo-progs) !!!",
+# a skip for it fails the test in CI (tests/conftest.py), whose set-up installs jpegtran
+JPEGTRAN_REASON = (
+    "!!! jpegtran NOT FOUND: PCR conversion needs it; run `bash launch/setup.d/20-apt.sh` "
+    "(apt-get install libjpeg-turbo-progs) !!!"
 )
+requires_jpegtran = pytest.mark.skipif(JPEGTRAN_MISSING, reason=JPEGTRAN_REASON)
+
+
+def need_jpegtran() -> None:
+    """Skip the calling test (from inside it, or a fixture) when jpegtran is missing."""
+    if JPEGTRAN_MISSING:
+        pytest.skip(JPEGTRAN_REASON)
+
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry")
 
@@ -98,6 +106,13 @@ def convert_local(tmp_path, sources, out_name="out", **kw):
     kw.setdefault("max_rejects", 1000)
     res = convert_pcr(PcrConfig(sources=sources, output=out, **kw), ["--direct_num_workers=2"])
     return out, res
+
+
+def sample_output(tmp_path, images_per_record: int = 4):
+    """The sample images as an ImageFolder, converted to PCR under ``tmp_path``: (out, result)."""
+    need_jpegtran()
+    folder = make_image_folder(str(tmp_path / "folder"), sample_images())
+    return convert_local(tmp_path, folder, images_per_record=images_per_record)
 
 
 def reference_classes(syntax: str):
