@@ -65,7 +65,7 @@ def _invert(record):
 
 
 @pytest.mark.slow
-def test_seed000_conversions_in_memory_and_fit(data):
+def test_client_readme_conversions_in_memory_and_fit(data):
     """Dataset(BUCKET, PROXY, [Decode("jpg"), Resize("jpg", (32,32))], ["jpg", "cls"]) + model.fit."""
     import tensorflow as tf
 
@@ -340,7 +340,7 @@ def _check_reasons(reasons):
     )
 
 
-def test_seed001_aliases_and_dict_values(tmp_path):
+def test_docs_page_aliases_and_dict_values(tmp_path):
     import tensorflow as tf
 
     members = []

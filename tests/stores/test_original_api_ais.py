@@ -1,6 +1,7 @@
 """Every example of the original ``Dataset``/``AisDataset`` API that names BUCKET_NAME and
 PROXY_URL, run against the local AIS cluster (real aisnode) with shards this test uploads:
-train-{0..7}.tar.gz."""
+train-{0..7}.tar.gz.  ``test_client_readme_*``: the AIS tar2tf client's README;
+``test_docs_page_*``: AIStore's tar2tf documentation page."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ def _members(shard: int):
 
 
 @pytest.fixture(scope="module")
-def seed_env(ais_cluster, tmp_path_factory):
+def original_env(ais_cluster, tmp_path_factory):
     """(BUCKET_NAME, PROXY_URL) with train-{0..7}.tar.gz uploaded."""
-    bucket = ais_cluster.new_bucket("seed")
-    d = tmp_path_factory.mktemp("seed-shards")
+    bucket = ais_cluster.new_bucket("original-api")
+    d = tmp_path_factory.mktemp("original-api-shards")
     for s in range(8):
         p = shardgen.write_tar(str(d / f"train-{s}.tar.gz"), _members(s), gz=True)
         ais_cluster.put(bucket, f"train-{s}.tar.gz", open(p, "rb").read())
@@ -65,10 +66,10 @@ def _f(record):  # the original example's custom Func(f): here, invert the decod
     return dict(record, jpg=255 - record["jpg"])
 
 
-def test_seed000_conversions_remote_exec_and_fit(seed_env, tmp_path):
+def test_client_readme_conversions_remote_exec_and_fit(original_env, tmp_path):
     import tensorflow as tf
 
-    BUCKET_NAME, PROXY_URL = seed_env
+    BUCKET_NAME, PROXY_URL = original_env
     dataset = Dataset(
         BUCKET_NAME,
         PROXY_URL,
@@ -96,10 +97,12 @@ def test_seed000_conversions_remote_exec_and_fit(seed_env, tmp_path):
 
 
 @pytest.mark.slow
-def test_seed000_default_in_memory_num_workers_and_faults(seed_env, ais_cluster, ais_proxies):
+def test_client_readme_default_in_memory_num_workers_and_faults(
+    original_env, ais_cluster, ais_proxies
+):
     import tensorflow as tf
 
-    BUCKET_NAME, PROXY_URL = seed_env
+    BUCKET_NAME, PROXY_URL = original_env
     dataset = Dataset(BUCKET_NAME, PROXY_URL)
     train_dataset = dataset.load("train-{0..3}.tar.gz")
     assert train_dataset.element_spec == (
@@ -144,10 +147,10 @@ def test_seed000_default_in_memory_num_workers_and_faults(seed_env, ais_cluster,
     front.clear()
 
 
-def test_seed000_path_modes(seed_env, tmp_path, monkeypatch):
+def test_client_readme_path_modes(original_env, tmp_path, monkeypatch):
     import tensorflow as tf
 
-    BUCKET_NAME, PROXY_URL = seed_env
+    BUCKET_NAME, PROXY_URL = original_env
     monkeypatch.chdir(tmp_path)
     dataset = Dataset(BUCKET_NAME, PROXY_URL)
     records = dataset.load("train-{0..3}.tar.gz", path="train.record")
@@ -176,8 +179,8 @@ def test_seed000_path_modes(seed_env, tmp_path, monkeypatch):
     assert [store.read_bytes(u) for u in in_bucket] == [open(p, "rb").read() for p in small]
 
 
-def test_seed000_custom_func(seed_env):
-    BUCKET_NAME, PROXY_URL = seed_env
+def test_client_readme_custom_func(original_env):
+    BUCKET_NAME, PROXY_URL = original_env
     plain = Dataset(
         BUCKET_NAME, PROXY_URL, [Decode("jpg"), Resize("jpg", (32, 32))], ["jpg", "cls"]
     )
@@ -193,10 +196,10 @@ def test_seed000_custom_func(seed_env):
 
 
 @pytest.mark.slow
-def test_seed001_ais_dataset_examples(seed_env, tmp_path, monkeypatch):
+def test_docs_page_ais_dataset_examples(original_env, tmp_path, monkeypatch):
     import tensorflow as tf
 
-    BUCKET_NAME, PROXY_URL = seed_env
+    BUCKET_NAME, PROXY_URL = original_env
     monkeypatch.chdir(tmp_path)
     ais = AisDataset(BUCKET_NAME, PROXY_URL)
     train_dataset = ais.load_from_tar("train-{0..3}.tar.gz").shuffle(64).batch(BATCH_SIZE)
