@@ -235,27 +235,10 @@ def naive(data, workload: str, out: str) -> Dict:
     path = os.path.join(out, "naive.tfrecord")
     n = 0
     with tf.io.TFRecordWriter(path) as w:
-        for shard in data.shards:
-            with tarfile.open(shard, "r|*") as tar:
-                record: Dict[str, bytes] = {}
-                key = None
-                for m in tar:
-                    if not m.isfile():
-                        continue
-                    k, ext = m.name.split(".", 1)
-                    if k != key and record:
-                        n += _naive_write(w, key, record, op)
-                        record = {}
-                    key = k
-                    record[ext] = tar.extractfile(m).read()
-                if record:
-                    n += _naive_write(w, key, record, op)
+        for key, jpg, label in _tar_samples(data.shards):
+            w.write(make_example(key, op(jpg), label))
+            n += 1
     return {"images": n, "files": [path]}
-
-
-def _naive_write(w, key, record, op) -> int:
-    w.write(make_example(key, op(record["jpg"]), int(record["cls"])))
-    return 1
 
 
 # -- webdataset ----------------------------------------------------------------------------
@@ -290,7 +273,7 @@ def webdataset(data, workload: str, out: str) -> Dict:
 
 
 def _tar_samples(shards: List[str]):
-    """(key, jpeg bytes, label) per sample, members grouped by key as ``naive`` does."""
+    """(key, jpeg bytes, label) per sample: a plain tarfile loop, members grouped by key."""
     for shard in shards:
         with tarfile.open(shard, "r|*") as tar:
             record: Dict[str, bytes] = {}
