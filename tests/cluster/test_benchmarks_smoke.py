@@ -245,3 +245,15 @@ def test_transfers_counts_each_way_and_the_kernel_copy_reads_nothing_back(quick_
     assert kernel["counts"]["local.read"] - kernel["bytes_in"] < 0.02 * out
     # the copy through tar2tf reads every piece back
     assert runs["off"]["counts"]["local.read"] - runs["off"]["bytes_in"] >= out
+
+
+def test_pcr_scale_reads_each_sidecar_once(tmp_path):
+    """``benchmarks.pcr_scale``: the seeded plan over more units than any cache of them
+    draws every image once and reads each unit's sidecar once."""
+    cmd = [sys.executable, "-m", "benchmarks.pcr_scale", "--images", "3000", "--units", "300"]
+    cmd += ["--images-per-record", "64", "--dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["images"] == 3000 and got["record_tasks"] == -(-3000 // 64)
+    assert got["sidecar_bytes_read"] == got["sidecar_bytes"] > 0
