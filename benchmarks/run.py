@@ -27,9 +27,6 @@ from typing import Dict, List, Optional
 from benchmarks import dataset, pcr_bench, processes, report, variants
 from benchmarks.baselines import WORKLOADS
 
-# sub-second runs, where one scheduler hiccup on a shared machine moves a figure by 20 %:
-# each round runs them --short-repeat times (interleaved too), so their median is over more runs
-SHORT_WORKLOADS = ("passthrough",)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

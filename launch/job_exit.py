@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any, Callable, Optional, Tuple
+from typing import Optional
 
 from pipelines.job import exits
 from transforms.redact import one_line, redact
@@ -42,18 +42,6 @@ def exit_code(
         print(line(command, what, str(where)), file=sys.stderr)
     sys.stderr.flush()
     return code
-
-
-def run_job(command: str, job: Callable[[], Any], debug: bool = False) -> Tuple[Optional[Any], int]:
-    """``(job(), 0)``, or ``(None, exit code)`` once the failure is said (:func:`exit_code`);
-    Ctrl-C is left to the caller."""
-    exits.reset()  # a job of its own: set-up errors are usage errors again
-    try:
-        return job(), 0
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
-        return None, exit_code(command, e, debug)
 
 
 def rejects_exit(command: str, res, max_rejects: int) -> int:

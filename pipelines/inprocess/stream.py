@@ -1,15 +1,16 @@
 """Final TFRecord shards written while the input shards are still converting (the
 in-process driver's way to write them).
 
-The planned path (``pipelines.job.plan.stream_plan`` + ``write_shard``, which the Beam graph
-takes) waits for every piece, then copies byte ranges into final shards.  Here pieces are
-taken in input order as they finish (:class:`PieceFeed`: offered in any order, from any
-thread), and their frames go straight into the open final shard, under the same greedy
-rule (:class:`transforms.tfrecord.framing.Packer`, which depends only on the sizes seen so
-far) -- so the shards, their names and bytes are the same as the planned path's (tested),
-and the copy overlaps the conversion of later pieces.  The driver's worker processes do
-not hand their frames over at all: :meth:`PieceFeed.place` reserves each run's byte range
-in its final shard (:meth:`ShardFile.reserve <pipelines.job.shardfile.ShardFile.reserve>`),
+The planned path (``pipelines.job.plan.stream_plan`` + ``write_shard``, which the Beam
+graph takes) waits for every piece, then copies byte ranges into final shards.  Here
+pieces are taken in input order as they finish (from the driver's converting threads in
+that order, or through :class:`PieceFeed`: placed in any order, from any thread), and
+their frames go straight into the open final shard, under the same greedy rule
+(:class:`transforms.tfrecord.framing.Packer`, which depends only on the sizes seen so far)
+-- so the shards, their names and bytes are the same as the planned path's (tested), and
+the copy overlaps the conversion of later pieces.  The driver's worker processes do not
+hand their frames over at all: :meth:`PieceFeed.place` reserves each run's byte range in
+its final shard (:meth:`ShardFile.reserve <pipelines.job.shardfile.ShardFile.reserve>`),
 the worker writes it there, and the shard's CRC-32C is combined from the runs' CRCs when
 it closes.
 
@@ -300,9 +301,10 @@ class MissingPieces(RuntimeError):
 
 
 class PieceFeed:
-    """Pieces offered in any order, from any thread (the driver's converting threads); a writer
-    thread adds them to the :class:`ShardStream` in input order (piece ``index`` 0, 1,
-    2, ...) as soon as each one's predecessors are in.
+    """Pieces placed in any order, from any thread (the worker pool's threads, one per
+    worker process: :meth:`place`); a writer thread adds them to the :class:`ShardStream`
+    in input order (piece ``index`` 0, 1, 2, ...) as soon as each one's predecessors are
+    in.
 
     ``first``: the first piece index (a resumed job's first piece after its journal).
     ``expect``: the job's piece count.  When the last of them is in, the writer closes the
@@ -317,53 +319,46 @@ class PieceFeed:
         self._finish_error: Optional[BaseException] = None
         self.settled = False  # finish() returned the rows, or cleaned up after its error
         self._cv = threading.Condition()
-        # index -> the piece, and the future of its PieceFeed.place (None: offered)
-        self._pending: Dict[int, Tuple[ConvertedPiece, Optional[Future]]] = {}
-        self._offered: Dict[int, PieceSummary] = {}
+        # index -> the piece, and the future of its PieceFeed.place
+        self._pending: Dict[int, Tuple[ConvertedPiece, Future]] = {}
+        self._placed: Dict[int, PieceSummary] = {}
         self._next = first  # a resumed job's stream starts after its journaled pieces
         self._closed = False
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
         self._thread.start()
 
-    def offer(self, piece: ConvertedPiece) -> None:
-        index = piece.summary.index
-        with self._cv:
-            if index >= self._next:  # a piece already written is not taken again
-                self._pending[index] = (piece, None)
-                self._offered[index] = piece.summary
-                self._cv.notify()
-
     def place(self, piece: ConvertedPiece) -> Optional[List[Tuple[ShardFile, int, int, int]]]:
         """Offer a piece whose frames a worker process holds, and wait for the stream to
         reach it: returns its runs ``(shard, offset, lo, hi)`` -- records ``lo..hi-1``
         go at ``offset`` of ``shard.local_path``, and the writer reports each run with
-        ``shard.filled(offset, crc)`` -- or None if the piece was written before (a retried
-        bundle's second conversion).  Raises if the stream stopped first."""
+        ``shard.filled(offset, crc)`` -- or None if the piece was placed before (a second
+        conversion of a piece is never written twice).  Raises if the stream stopped first."""
         fut: Future = Future()
         index = piece.summary.index
         with self._cv:
-            if index < self._next or index in self._offered:
+            if index < self._next or index in self._placed:
                 return None
             if self._closed:
                 raise RuntimeError("the shard stream was stopped")
             self._pending[index] = (piece, fut)
-            self._offered[index] = piece.summary
+            self._placed[index] = piece.summary
             self._cv.notify()
         return fut.result()
 
     def _fail_pending(self, exc: BaseException) -> None:
-        """Pieces offered but never added: their :meth:`place` calls raise ``exc``."""
+        """Pieces placed but never added: their :meth:`place` calls raise ``exc``."""
         with self._cv:
             self._closed = True
-            for index in [i for i, (_, fut) in self._pending.items() if fut is not None]:
-                self._pending.pop(index)[1].set_exception(exc)
+            for _, fut in self._pending.values():
+                fut.set_exception(exc)
+            self._pending.clear()
             self._cv.notify()
 
     def pieces(self) -> List[PieceSummary]:
-        """The summaries of the pieces offered so far, in input order."""
+        """The summaries of the pieces placed so far, in input order."""
         with self._cv:
-            return [self._offered[i] for i in sorted(self._offered)]
+            return [self._placed[i] for i in sorted(self._placed)]
 
     def _run(self) -> None:
         try:

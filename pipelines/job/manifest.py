@@ -107,15 +107,6 @@ def reasons_of(
     return count, dict(sorted(out.items()))
 
 
-def rejects_by_reason(rejects: Sequence[Dict[str, Any]]) -> Dict[str, int]:
-    """``"<stage>: <kind>" -> count`` over reject dicts, sorted by reason (the manifest's)."""
-    out: Dict[str, int] = {}
-    for r in rejects:
-        k = f"{r['stage']}: {Reject.from_dict(r).kind}"
-        out[k] = out.get(k, 0) + 1
-    return dict(sorted(out.items()))
-
-
 def write_manifest(
     output: str,
     manifest: Dict[str, Any],

@@ -298,23 +298,18 @@ def test_cli_exit_codes(shards, tmp_path):
 
 
 def test_job_failures_map_to_exit_codes(capsys):
-    from launch.job_exit import run_job
+    from launch.job_exit import exit_code
     from pipelines.inprocess.pool import WorkerDied
+    from pipelines.job import exits
 
-    def fails(e):
-        def job():
-            raise e
-
-        return job
-
-    assert run_job("convert", lambda: 7) == (7, 0)
+    exits.reset()  # as the CLI does before a subcommand: set-up errors are usage errors
     for exc, code in (
         (OutputExistsError("exists"), 4),
         (ValueError("bad size"), 2),
         (ImportError("no module x"), 2),
         (WorkerDied("worker died with exit code -11"), 1),
     ):
-        assert run_job("convert", fails(exc)) == (None, code)
+        assert exit_code("convert", exc) == code
         assert capsys.readouterr().err.strip() == f"tar2tf convert: {exc}"
 
 

@@ -57,6 +57,13 @@ def decode(data: bytes) -> np.ndarray:
         return np.asarray(im)
 
 
+def jpeg_of(pieces) -> bytes:
+    """The JPEG a PCR reader gets from scan pieces 1..k: their concatenation, then EOI."""
+    from transforms.pcr.jpeg_scans import EOI
+
+    return b"".join(pieces) + EOI
+
+
 def make_image_folder(root: str, files: Dict[str, bytes]) -> str:
     """``files`` maps ``class/name`` to bytes."""
     for rel, data in files.items():

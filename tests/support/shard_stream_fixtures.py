@@ -6,6 +6,7 @@ sizes), and the shards the planned path (``pipelines.job.plan``) and the stream
 import dataclasses
 import os
 import random
+import threading
 import time
 
 from pipelines.inprocess.stream import ShardStream
@@ -110,3 +111,35 @@ def _wait_for(cond, timeout=30.0):
     while not cond():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.01)
+
+
+def _as_worker(feed, p, held=False, errors=None):
+    """What a worker process does with its piece (pipelines/inprocess/worker.py): place it
+    (``PieceFeed.place``, which waits for its predecessors), write its runs into the
+    final shards from memory (``held``) or from its piece file, and report each run."""
+    from pipelines.inprocess.messages import Run
+    from pipelines.inprocess.worker import write_runs
+
+    try:
+        runs = feed.place(p) or []
+        crcs = write_runs(
+            [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
+            dataclasses.replace(p, frames=_frames_of(p) if held else None),
+        )
+        for (sh, off, _, _), crc in zip(runs, crcs):
+            sh.filled(off, crc)
+    except BaseException as e:
+        if errors is None:
+            raise
+        errors.append(e)
+
+
+def _workers(feed, pieces, order=None, held=None, errors=None):
+    """One thread per piece doing :func:`_as_worker`, started in ``order``; the threads."""
+    threads = []
+    for i in order if order is not None else range(len(pieces)):
+        h = bool(held and held[i])
+        t = threading.Thread(target=_as_worker, args=(feed, pieces[i], h, errors), daemon=True)
+        t.start()
+        threads.append(t)
+    return threads

@@ -10,7 +10,14 @@ import subprocess
 
 import numpy as np
 import pytest
-from support.pcr_fixtures import decode, encode, photo, reference_classes, requires_jpegtran
+from support.pcr_fixtures import (
+    decode,
+    encode,
+    jpeg_of,
+    photo,
+    reference_classes,
+    requires_jpegtran,
+)
 from support.protogen import assert_gencode_fresh
 
 from transforms.pcr import format as fmt
@@ -85,7 +92,7 @@ def test_we_read_reference_files(tmp_path, syntax):
     for k in (1, 2, 6, 10, 40):
         ours = list(pcr_reader.iter_pcr(files, index, k))
         assert [label for _, label in ours] == [3, 1, 4, 5, 9]
-        expect = [js.join_pieces(g[:k]) for g in grouped] + [js.join_pieces(r[:k]) for r in raw[1:]]
+        expect = [jpeg_of(g[:k]) for g in grouped] + [jpeg_of(r[:k]) for r in raw[1:]]
         assert [j for j, _ in ours] == expect
         tf_items = list(
             pcr_reader.ProgressiveCompressedRecordDataset(files, index, k).as_numpy_iterator()
@@ -118,7 +125,7 @@ def test_reference_reads_our_files(tmp_path, syntax):
         off += n
     for i, s in enumerate(srcs):
         for k in (1, 5, 10):
-            assert b"".join(g[i] for g in groups[:k]) + js.EOI == js.join_pieces(grouped[i][:k])
+            assert b"".join(g[i] for g in groups[:k]) + js.EOI == jpeg_of(grouped[i][:k])
         assert np.array_equal(decode(b"".join(g[i] for g in groups) + js.EOI), decode(s))
     # and our own fields are there for our readers
     ours = pcr_pb2.MetadataRecord.FromString(data[: lengths[0]])

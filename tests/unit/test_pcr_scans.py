@@ -5,7 +5,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from support.pcr_fixtures import decode, encode, photo, requires_jpegtran
+from support.pcr_fixtures import decode, encode, jpeg_of, photo, requires_jpegtran
 
 from transforms.pcr import jpeg_scans as js
 from transforms.pcr.image import to_progressive
@@ -59,12 +59,12 @@ def test_every_prefix_decodes_and_full_is_identical():
     pieces, _, _ = js.group_pieces(data)
     previous = None
     for k in range(1, js.SCAN_GROUPS + 1):
-        img = decode(js.join_pieces(pieces[:k]))
+        img = decode(jpeg_of(pieces[:k]))
         assert img.shape == (56, 72, 3)
         if previous is not None and pieces[k - 1]:
             assert not np.array_equal(img, previous) or k == js.SCAN_GROUPS
         previous = img
-    assert np.array_equal(decode(js.join_pieces(pieces)), decode(src))
+    assert np.array_equal(decode(jpeg_of(pieces)), decode(src))
 
 
 def test_exif_thumbnail_with_sos_bytes_does_not_confuse_the_parser():
@@ -78,7 +78,7 @@ def test_exif_thumbnail_with_sos_bytes_does_not_confuse_the_parser():
     shift = len(fake) - len(main)
     assert [s.end + shift for s in plain.scans] == [s.end for s in with_app.scans]
     assert fake.find(b"\xff\xda") < with_app.scans[0].sos  # the naive answer is wrong
-    assert np.array_equal(decode(js.join_pieces(js.group_pieces(fake)[0])), decode(main))
+    assert np.array_equal(decode(jpeg_of(js.group_pieces(fake)[0])), decode(main))
 
 
 def test_restart_markers_and_fill_bytes_stay_inside_scans():
@@ -97,7 +97,7 @@ def test_restart_markers_and_fill_bytes_stay_inside_scans():
     cut = layout.scans[1].end
     padded = data[:cut] + b"\xff\xff\xff" + data[cut:]
     assert [s.signature for s in js.parse(padded).scans] == [s.signature for s in layout.scans]
-    assert np.array_equal(decode(js.join_pieces(js.group_pieces(padded)[0])), decode(data))
+    assert np.array_equal(decode(jpeg_of(js.group_pieces(padded)[0])), decode(data))
 
 
 def test_stuffed_bytes_are_data():
@@ -141,4 +141,4 @@ def test_unknown_script_uses_identity_map():
     pieces, smap, layout = js.group_pieces(data)
     assert smap.name == "identity" and len(layout.scans) == 4
     assert [bool(p) for p in pieces] == [True] * 4 + [False] * 6
-    assert np.array_equal(decode(js.join_pieces(pieces[:4])), decode(base))
+    assert np.array_equal(decode(jpeg_of(pieces[:4])), decode(base))

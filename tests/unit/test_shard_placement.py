@@ -1,53 +1,37 @@
 """Pieces a worker process writes itself, into byte ranges the shard stream reserves in
 the final shards (``PieceFeed.place``, ``ShardFile.reserve``; pipelines/inprocess/worker.py)."""
 
-import dataclasses
 import os
 import tempfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.shard_stream_fixtures import _files, _frames_of, _pieces, _planned, _rows, _wait_for
+from support.shard_stream_fixtures import (
+    _as_worker,
+    _files,
+    _pieces,
+    _planned,
+    _rows,
+    _wait_for,
+    _workers,
+)
 
 from pipelines.inprocess.stream import ShardStream
 from pipelines.job.config import ConvertConfig
 
 
 def _placed(pieces, output, max_bytes, max_records, dali, how, order):
-    """Through a PieceFeed as the local Beam job's worker pool uses it: pieces ``how[i]``
-    = "file" are offered (the stream copies them), the others placed (``PieceFeed.place``)
-    and written by a thread standing in for the worker process, from memory ("held") or
-    from the piece file ("spilled"); the threads start in ``order``."""
-    import threading
-
-    from pipelines.inprocess.messages import Run
+    """Through a PieceFeed as the in-process driver's worker pool uses it: every piece
+    placed (``PieceFeed.place``) and written by a thread standing in for its worker
+    process, from memory (``how[i]`` = "held") or from the piece file ("spilled"); the
+    threads start in ``order``."""
     from pipelines.inprocess.stream import PieceFeed
-    from pipelines.inprocess.worker import write_runs
 
     feed = PieceFeed(ShardStream(output, max_bytes, max_records, None, dali), expect=len(pieces))
     errors = []
-
-    def worker(p, kind):
-        try:
-            runs = feed.place(p) or []
-            crcs = write_runs(
-                [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
-                dataclasses.replace(p, frames=_frames_of(p) if kind == "held" else None),
-            )
-            for (sh, off, _, _), crc in zip(runs, crcs):
-                sh.filled(off, crc)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = []
-    for i in order:
-        if how[i] == "file":
-            feed.offer(pieces[i])
-        else:
-            threads.append(threading.Thread(target=worker, args=(pieces[i], how[i])))
-            threads[-1].start()
-    for t in threads:
+    held = [h == "held" for h in how]
+    for t in _workers(feed, pieces, order, held, errors):
         t.join(30)
     rows = feed.finish(len(pieces))
     assert not errors
@@ -60,7 +44,7 @@ def _placed(pieces, output, max_bytes, max_records, dali, how, order):
         lambda layout: st.tuples(
             st.just(layout),
             st.lists(
-                st.sampled_from(["held", "spilled", "file"]),
+                st.sampled_from(["held", "spilled"]),
                 min_size=len(layout),
                 max_size=len(layout),
             ),
@@ -75,8 +59,8 @@ def test_pieces_written_by_workers_where_the_stream_places_them_equal_planned_sh
     case, max_bytes, max_records, dali
 ):
     """Workers writing their frames into the final shards' reserved ranges, in any order,
-    mixed with pieces the stream copies itself: the planned path's bytes, names and rows
-    (the rows' CRC-32C combined from the ranges' CRCs)."""
+    from memory or from their piece files: the planned path's bytes, names and rows (the
+    rows' CRC-32C combined from the ranges' CRCs)."""
     layout, how, order = case
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "w"))
@@ -104,7 +88,8 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     feed = _feed(cfg, expect=2 if all_in else 4)
     runs = feed.place(pieces[0])  # placed; its "worker" dies before writing
     assert [r[1:] for r in runs] == [(0, 0, 3), (0, 3, 4)]
-    feed.offer(pieces[1])
+    errors = []  # what piece 1's worker meets once the job is stopped: not asserted
+    (second,) = _workers(feed, [pieces[1]], errors=errors)  # placed after piece 0, written
     late = []
     if not all_in:  # waits for piece 2, which never comes
         t = threading.Thread(target=lambda: late.append(_raises(lambda: feed.place(pieces[3]))))
@@ -117,6 +102,8 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     if not all_in:
         t.join(10)
         assert late == [True]
+    second.join(10)
+    assert not second.is_alive()
     assert os.listdir(tmp_path / "s") == []  # the shards waiting for piece 0 too: nothing left
     with pytest.raises(RuntimeError, match="stopped"):
         feed.place(pieces[2])
@@ -141,24 +128,13 @@ def _raises(fn):
 def test_a_piece_placed_twice_is_written_once(tmp_path):
     """A piece converted again (a retried task): the second placement gets None (the
     worker drops its frames) and the shards are those of one conversion."""
-    from pipelines.inprocess.messages import Run
-    from pipelines.inprocess.worker import write_runs
-
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 2])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = _feed(cfg, expect=2)
     try:
         for p in pieces:
-            runs = feed.place(p)
-            for (sh, off, _, _), crc in zip(
-                runs,
-                write_runs(
-                    [Run(sh.local_path, off, lo, hi) for sh, off, lo, hi in runs],
-                    dataclasses.replace(p, frames=_frames_of(p)),
-                ),
-            ):
-                sh.filled(off, crc)
+            _as_worker(feed, p, held=True)
             assert feed.place(p) is None
         rows = feed.finish(2)
     finally:

@@ -16,6 +16,7 @@ from support.shard_stream_fixtures import (
     _rows,
     _streamed,
     _wait_for,
+    _workers,
 )
 
 from pipelines.inprocess.stream import ShardStream, can_stream
@@ -179,14 +180,15 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = PieceFeed(new_stream(cfg), 3)
     try:
-        for i in (2, 0, 1):
-            feed.offer(pieces[i])
+        threads = _workers(feed, pieces, order=(2, 0, 1))
         final = sorted(os.listdir(tmp_path / "p"))
         _wait_for(
             lambda: os.path.isdir(tmp_path / "s") and sorted(os.listdir(tmp_path / "s")) == final
         )
         assert _files(str(tmp_path / "s")) == _files(str(tmp_path / "p"))  # every shard closed
         rows = feed.finish(3)
+        for t in threads:
+            t.join(10)
     finally:
         if not feed.settled:
             feed.abort()
@@ -201,13 +203,14 @@ def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
     feed = PieceFeed(new_stream(cfg), 2)
-    for p in pieces:
-        feed.offer(p)
+    threads = _workers(feed, pieces)
     _wait_for(
         lambda: (
             os.path.isdir(tmp_path / "s")
             and sorted(os.listdir(tmp_path / "s")) == ["t-1.rec", "t-2.rec", "t-3.rec"]
         )
     )
+    for t in threads:
+        t.join(10)
     feed.abort()  # the job failed afterwards: finish() was never reached
     assert os.listdir(tmp_path / "s") == []

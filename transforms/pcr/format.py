@@ -26,7 +26,6 @@ from transforms.pcr.jpeg_scans import EOI, SCAN_GROUPS, ScanGroupMap
 from transforms.stores import StoreConfig, basename, get_store, join, split_url
 
 INDEX_NAME = "PCR_index.pb"
-RECORD_EXTS = (".db", ".pcr")
 RECORD_RE = re.compile(r"PCR_(\d+)\.(db|pcr)\Z")
 VERSION = 1  # MetadataRecord.version: ScanGroup chunks are protobufs
 INT32_LIMIT = 2**31  # the reference reader sums int32 lengths

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 SCAN_GROUPS = 10
 EOI = b"\xff\xd9"
@@ -307,8 +307,3 @@ def group_pieces(
     for piece, g in zip(pieces, group_of_scans(smap, len(pieces), groups)):
         out[g - 1].append(piece)
     return [b"".join(p) for p in out], smap, layout
-
-
-def join_pieces(pieces: Sequence[bytes]) -> bytes:
-    """The JPEG a reader gets from pieces 1..k: their concatenation plus EOI."""
-    return b"".join(pieces) + EOI
