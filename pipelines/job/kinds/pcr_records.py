@@ -105,7 +105,14 @@ def _shuffled(units: List[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str,
                 images = _images(u, cfg)
                 keys = b"".join(sort_key(cfg.seed, u["index"], im["key"]) for im in images)
                 k = np.frombuffer(keys, dtype=[("k0", ">u8"), ("k1", ">u4")])
-                blobs = [pickle.dumps(im, protocol=pickle.HIGHEST_PROTOCOL) for im in images]
+                # the unit's blob URL, the same for all of its images, is not copied per image
+                blobs = [
+                    pickle.dumps(
+                        {f: v for f, v in im.items() if f != "blob"},
+                        protocol=pickle.HIGHEST_PROTOCOL,
+                    )
+                    for im in images
+                ]
                 n = np.fromiter(map(len, blobs), dtype=np.uint64, count=len(blobs))
                 spill.write(b"".join(blobs))
                 r = np.empty(len(k), dtype=_ROW)
@@ -113,12 +120,14 @@ def _shuffled(units: List[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str,
                 at += int(n.sum())
                 yield r
 
+        blob_of = {u["index"]: u["blob"] for u in units}
         for bucket in external.buckets(rows(), _ROW, total):
             spill.flush()  # every row is written before the first bucket comes back
             bucket = bucket[np.lexsort((bucket["at"], bucket["k1"], bucket["k0"]))]
             fd = spill.fileno()
             for at, n in zip(bucket["at"].tolist(), bucket["n"].tolist()):
-                yield pickle.loads(os.pread(fd, n, at))
+                im = pickle.loads(os.pread(fd, n, at))
+                yield dict(im, blob=blob_of[im["unit"]])
 
 
 def plan_records(units: Sequence[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str, Any]]:
