@@ -24,7 +24,6 @@ without it never pays their import.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import logging
@@ -32,10 +31,11 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from pipelines.export.tfds_features import TfdsError, feature_specs, nest, parse_image, to_tfds
 from transforms.stores import split_url
+from transforms.stores.exclusive import flocked
 from transforms.tfrecord.schema import BYTES, parse_type_map
 
 log = logging.getLogger("tar2tf")
@@ -115,17 +115,10 @@ def identity(directory: str) -> Tuple[str, str]:
     return name, version
 
 
-@contextlib.contextmanager
-def locked(directory: str) -> Iterator[None]:
-    """An exclusive lock on ``directory``'s TFDS metadata, held by this process until exit."""
-    import fcntl
-
-    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
+def locked(directory: str):
+    """An exclusive lock on ``directory``'s TFDS metadata (a context), held by this process
+    for the block."""
+    return flocked(os.path.join(directory, LOCK_NAME), create=True)
 
 
 def _check_shards(output: str, split: str, shards: Sequence[Mapping[str, Any]]) -> None:

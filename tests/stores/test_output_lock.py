@@ -98,6 +98,32 @@ def test_a_local_replace_never_falls_between_another_writers_compare_and_write(t
     assert outcome == ["changed"] and open(url, "rb").read() == b"theirs"
 
 
+def test_a_local_delete_never_falls_between_another_writers_compare_and_write(tmp_path):
+    """The same for a delete (a job releasing its lock): it waits for the guard, then finds
+    the other job's lock and leaves it where it is."""
+    url = str(tmp_path / "out.tar2tf-lock")
+    version = exclusive.create(url, b"ours", None)
+    outcome = []
+
+    def release():
+        try:
+            outcome.append(exclusive.delete(url, version, None))
+        except FileExistsError:
+            outcome.append("changed")
+
+    with exclusive.local_guard(url):
+        t = threading.Thread(target=release)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not outcome  # waiting for the guard
+        with open(url + ".theirs", "wb") as f:
+            f.write(b"theirs")
+        os.replace(url + ".theirs", url)
+    t.join(10)
+    assert outcome == ["changed"] and open(url, "rb").read() == b"theirs"
+    assert sorted(os.listdir(tmp_path)) == ["out.tar2tf-lock"]  # nothing left beside it
+
+
 # -- the lock -------------------------------------------------------------------------------
 
 

@@ -9,8 +9,8 @@ store     create if absent                             replace / delete if uncha
 ========  ===========================================  ==========================================
 local     a complete temporary file hard-linked onto   under an ``flock`` of its directory:
           the name (``link`` fails if it exists), so   read and compared, then replaced with
-          a reader never sees it half written; where   ``os.replace``; a delete renames it away,
-          links are not supported, ``O_CREAT|O_EXCL``  compares it, puts it back if it changed
+          a reader never sees it half written; where   ``os.replace`` or deleted
+          links are not supported, ``O_CREAT|O_EXCL``
 gs://     upload with ``ifGenerationMatch=0``          ``ifGenerationMatch=<generation>``
                                                        (a delete also names the generation)
 s3://     ``PutObject`` with ``If-None-Match: *``      ``If-Match: <ETag>`` on PutObject and
@@ -230,6 +230,21 @@ def replace(url: str, data: bytes, version: Any, config: Optional[StoreConfig] =
 
 
 @contextlib.contextmanager
+def flocked(path: str, create: bool = False):
+    """An exclusive ``flock`` of ``path`` (a directory, or a lock file made if ``create``),
+    held by this process for the block; the kernel releases it if the process dies, so a
+    crash leaves no stale lock."""
+    if fcntl is None:
+        raise OSError(errno.ENOSYS, "flock is not available on this system", path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the flock
+
+
+@contextlib.contextmanager
 def local_guard(path: str):
     """An exclusive ``flock`` on the directory of the local object ``path``, held while a
     replace or delete compares and then writes: no other process's replace or delete (a
@@ -238,12 +253,8 @@ def local_guard(path: str):
     if fcntl is None:  # no flock here (not POSIX): compare and write unguarded
         yield
         return
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(os.path.dirname(os.path.abspath(path))):
         yield
-    finally:
-        os.close(fd)  # and with it the flock
 
 
 def _local_replace(path: str, data: bytes, version: bytes) -> bytes:
@@ -254,11 +265,9 @@ def _local_replace(path: str, data: bytes, version: bytes) -> bytes:
         with open(tmp, "wb") as f:
             f.write(data)
         with local_guard(path):
-            try:
-                with open(path, "rb") as f:
-                    got = f.read()
-            except FileNotFoundError:
-                raise FileExistsError(errno.EEXIST, "gone", path) from None
+            got = _local_current(path)
+            if got is None:
+                raise FileExistsError(errno.EEXIST, "gone", path)
             if got != version:
                 raise FileExistsError(errno.EEXIST, "changed", path)
             os.replace(tmp, path)
@@ -322,25 +331,22 @@ def delete(url: str, version: Any, config: Optional[StoreConfig] = None) -> bool
 
 
 def _local_delete(path: str, version: bytes) -> bool:
+    # the file exists until the unlink, so no creator can slip in; every replace and
+    # delete of it waits for the guard
     with local_guard(path):
-        return _local_delete_guarded(path, version)
-
-
-def _local_delete_guarded(path: str, version: bytes) -> bool:
-    aside = os.path.join(
-        os.path.dirname(path) or ".", f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:12]}"
-    )
-    try:
-        os.rename(path, aside)  # atomic: from here no other process can take this one
-    except FileNotFoundError:
-        return False
-    try:
-        with open(aside, "rb") as f:
-            got = f.read()
-        if got != version:  # another job's lock, written since we read ours: put it back
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
+        got = _local_current(path)
+        if got is None:
+            return False
+        if got != version:
             raise FileExistsError(errno.EEXIST, "changed", path)
-    finally:
-        os.unlink(aside)
+        os.unlink(path)
     return True
+
+
+def _local_current(path: str) -> Optional[bytes]:
+    """The local object's bytes (read under :func:`local_guard`), None if it is absent."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
