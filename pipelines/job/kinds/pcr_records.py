@@ -102,15 +102,13 @@ def _shuffled(units: List[Dict[str, Any]], cfg: PcrConfig) -> Iterator[Dict[str,
             for u in units:
                 if not u["records"]:
                     continue
-                images = _images(u, cfg)
+                # as _images gives them, but the unit's blob URL, the same for all of its
+                # images, is added back as they come out instead of being copied per image
+                images = _unit_info(u, cfg)["images"]
                 keys = b"".join(sort_key(cfg.seed, u["index"], im["key"]) for im in images)
                 k = np.frombuffer(keys, dtype=[("k0", ">u8"), ("k1", ">u4")])
-                # the unit's blob URL, the same for all of its images, is not copied per image
                 blobs = [
-                    pickle.dumps(
-                        {f: v for f, v in im.items() if f != "blob"},
-                        protocol=pickle.HIGHEST_PROTOCOL,
-                    )
+                    pickle.dumps(dict(im, unit=u["index"]), protocol=pickle.HIGHEST_PROTOCOL)
                     for im in images
                 ]
                 n = np.fromiter(map(len, blobs), dtype=np.uint64, count=len(blobs))
