@@ -51,6 +51,11 @@ def counted(tmp_path, monkeypatch):
     traffic.reset()
 
 
+def _record_sizes(n: int, record: int):
+    """A piece of ``n`` bytes cut into records of ``record`` bytes (the last one shorter)."""
+    return [min(record, n - at) for at in range(0, n, record)]
+
+
 def _make_pieces(root: str, sizes, config=None, sidecars=True, record=None):
     """Pieces of random bytes under ``root`` (a directory URL), each with the sidecar a
     piece writer leaves (its bytes and CRC-32C); their URLs and bytes.  With ``record``
@@ -64,7 +69,7 @@ def _make_pieces(root: str, sizes, config=None, sidecars=True, record=None):
         get_store(url, config).write_bytes(url, data)
         records = 1
         if record:
-            rec_sizes = [min(record, n - at) for at in range(0, n, record)]
+            rec_sizes = _record_sizes(n, record)
             ends, running, at = [], google_crc32c.Checksum(), 0
             for size in rec_sizes:
                 running.update(data[at : at + size])
@@ -184,8 +189,8 @@ def test_local_kernel_copy_reads_no_run_of_records(tmp_path, counted, monkeypatc
     assert got.get("local.read", 0) <= 4 * SIDECARS
 
     url, data = pieces[2]  # its record file now says another CRC-32C at each record's end
-    n = len(data) // MIB + 1
-    sizes = [MIB] * (n - 1) + [len(data) - (n - 1) * MIB]
+    sizes = _record_sizes(len(data), MIB)
+    n = len(sizes)
     piecefiles.write(url, piecefiles.encode(sizes, ["k"] * n, [], None, [b"\0" * 4] * n))
     task, _ = _task(str(tmp_path / "out" / "b.record"), pieces, SPEC)
     assert write_shard(task)["crc32c"] == _crc(expect)
