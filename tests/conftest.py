@@ -88,6 +88,35 @@ def pytest_runtest_makereport(item, call):
     report.longrepr = f"skipped in CI (CI=true), which must not happen: {reason}"
 
 
+# A thread a failed test left hanging (or a worker pool never shut down) would keep the
+# interpreter from exiting after the summary, and turn a red run into a timed-out one: once
+# pytest is done, a watchdog gives the exit this long, then names the threads still alive,
+# prints their stacks and ends the process with the run's status (1 if the run passed).
+EXIT_GRACE = 120.0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._tar2tf_status = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    import faulthandler
+    import threading
+
+    status = getattr(config, "_tar2tf_status", 1)
+
+    def watchdog():
+        threading.Event().wait(EXIT_GRACE)
+        stuck = [t.name for t in threading.enumerate() if not t.daemon and t.is_alive()]
+        sys.stderr.write(f"tests/conftest.py: exit blocked {EXIT_GRACE:.0f} s by threads {stuck}\n")
+        faulthandler.dump_traceback(all_threads=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(status or 1)
+
+    threading.Thread(target=watchdog, daemon=True, name="tar2tf-exit-watchdog").start()
+
+
 @pytest.fixture(scope="session")
 def compat_dir():
     if not os.path.isdir(COMPAT):

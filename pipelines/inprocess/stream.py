@@ -115,20 +115,24 @@ class ShardStream:
             self.current.park()  # it may wait long (for the closer, for workers' ranges)
             if wait:
                 self._make_room(self.current.bytes)
-            with self._cv:
-                self._waiting += self.current.bytes
-            self._open.append(self.current)
-            self._closing.append(self._closer.submit(self._close, self.current, self.count, entry))
+            shard = self.current
+            with self._cv:  # one step for cancel(): the shard is open or current, never neither
+                self._waiting += shard.bytes
+                self._open.append(shard)
+                self.current = None
+            self._closing.append(self._closer.submit(self._close, shard, self.count, entry))
             self._ended = []
-            self.current = None
 
     def _next_shard(self, position: Tuple[int, int]) -> None:
         """Close the current shard and open the next, whose first record is ``position``."""
         self._close_current(position)
         self.count += 1
-        self.current = ShardFile(
-            self.output.replace("{}", str(self.count)), self.config, self.dali_index
-        )
+        shard = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
+        with self._cv:
+            self.current = shard
+            stopped = self._stopped
+        if stopped is not None:  # opened after cancel() looked: its ranges may never be filled
+            shard.cancel(stopped)
 
     def _make_room(self, size: int) -> None:
         """Before a finished shard of ``size`` bytes is handed to the closer of a remote
@@ -164,7 +168,8 @@ class ShardStream:
                 # (with a journal, resume converts their input shards again).  (A local
                 # shard may wait for ranges worker processes still write into its temp
                 # file: it is closed as before.)
-                self._open.remove(shard)
+                with self._cv:
+                    self._open.remove(shard)
                 why = (
                     f"an earlier shard failed ({failed})"
                     if failed is not None
@@ -185,7 +190,8 @@ class ShardStream:
 
     def _close_shard(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
         row = shard.close()
-        self._open.remove(shard)
+        with self._cv:
+            self._open.remove(shard)
         if self.journal is not None:
             pieces, position = entry
             shard_journal.write(self.journal, n, row, pieces, position, self.config)
@@ -283,7 +289,10 @@ class ShardStream:
         with self._cv:  # a writer waiting for room in the spool stops waiting
             self._stopped = self._stopped or exc
             self._cv.notify_all()
-        for shard in list(self._open) + ([self.current] if self.current is not None else []):
+            # under the lock the writer holds while a shard moves from current to open, so
+            # none is missed; one opened later is cancelled by the writer (_next_shard)
+            shards = list(self._open) + ([self.current] if self.current is not None else [])
+        for shard in shards:
             shard.cancel(exc)
 
     def _remove_finished(self) -> None:

@@ -92,10 +92,12 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     (second,) = _workers(feed, [pieces[1]], errors=errors)  # placed after piece 0, written
     late = []
     if not all_in:  # waits for piece 2, which never comes
-        t = threading.Thread(target=lambda: late.append(_raises(lambda: feed.place(pieces[3]))))
+        t = threading.Thread(
+            target=lambda: late.append(_raises(lambda: feed.place(pieces[3]))), daemon=True
+        )
         t.start()
     _wait_for(lambda: os.path.isdir(tmp_path / "s") and os.listdir(tmp_path / "s"))
-    stopper = threading.Thread(target=feed.abort)
+    stopper = threading.Thread(target=feed.abort, daemon=True)  # a hang fails, not blocks exit
     stopper.start()
     stopper.join(10)
     assert not stopper.is_alive()
@@ -107,6 +109,30 @@ def test_a_placed_range_never_written_fails_the_job_without_hanging(tmp_path, al
     assert os.listdir(tmp_path / "s") == []  # the shards waiting for piece 0 too: nothing left
     with pytest.raises(RuntimeError, match="stopped"):
         feed.place(pieces[2])
+
+
+def test_a_shard_opened_after_the_stream_was_stopped_never_waits(tmp_path):
+    """cancel() (a stopping job) reaches the shards open at the time; a shard the writer
+    opens after it (the writer was between two shards) is stopped too: its close raises
+    instead of waiting for ever for a range nobody will write."""
+    import threading
+    from concurrent.futures import Future
+
+    from pipelines.inprocess.driver import new_stream
+
+    (piece,) = _pieces(str(tmp_path), [[300] * 4])
+    cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
+    stream = new_stream(cfg)
+    stream.cancel(RuntimeError("stopped for the test"))
+    place = Future()
+    stream.add(piece, place)  # opens both shards after cancel(); nobody fills their ranges
+    assert len(place.result()) == 2
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(_raises(stream.finish)), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and errors == [True]
+    assert not os.path.exists(tmp_path / "s") or os.listdir(tmp_path / "s") == []
 
 
 def _feed(cfg, expect):
