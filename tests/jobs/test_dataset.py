@@ -1,12 +1,12 @@
-"""The original Dataset/AisDataset API: Dataset(...).load(...) in memory and with path=, remote_exec, aliases, Keras."""
+"""The original Dataset/AisDataset API: ``Dataset(...).load(...)`` written with ``path=``,
+in memory into Keras, with ``remote_exec``, aliases and rejects (its streamed load:
+test_dataset_streamed.py; the rules that need no job: unit/test_dataset_rules.py)."""
 
 import hashlib
 import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import warnings
 
 import numpy as np
@@ -15,20 +15,11 @@ from support import shardgen
 from support.cli_fixtures import crc32c_file
 
 from pipelines import AisDataset, Dataset, default_record_parser, make_record_parser
-from pipelines.tfdata.dataset import location
-from pipelines.tfdata.inmemory import ordered_stream
 from transforms.ops import Convert, Decode, Func, Resize, Rotate, Select, SelectDict, SelectJSON
 from transforms.tfrecord.framing import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEMPLATE = "train-{0000..0001}.tar"
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("shards")
-    shardgen.make_shards(str(d), 3, 6, size=(64, 48))
-    return str(d)
 
 
 def _sha(p):
@@ -51,25 +42,16 @@ def _tiny_model(shape, pool):
     return m
 
 
-def test_location_rules(tmp_path, monkeypatch):
-    monkeypatch.delenv("AIS_ENDPOINT", raising=False)
-    assert location("imagenet", "http://proxy:8080") == "ais://imagenet"
-    assert location("gs://bkt/", None) == "gs://bkt" and location("ais://b", None) == "ais://b"
-    assert location(str(tmp_path), None) == str(tmp_path)
-    with pytest.raises(ValueError, match="proxy_url"):
-        location("no-such-bucket-or-dir", None)
-
-
 def _invert(record):
     return dict(record, jpg=255 - record["jpg"])
 
 
 @pytest.mark.slow
-def test_client_readme_conversions_in_memory_and_fit(data):
+def test_client_readme_conversions_in_memory_and_fit(api_shards):
     """Dataset(BUCKET, PROXY, [Decode("jpg"), Resize("jpg", (32,32))], ["jpg", "cls"]) + model.fit."""
     import tensorflow as tf
 
-    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (32, 32))], ["jpg", "cls"])
+    dataset = Dataset(api_shards, None, [Decode("jpg"), Resize("jpg", (32, 32))], ["jpg", "cls"])
     train = dataset.load(TEMPLATE, num_workers=2)
     assert train.element_spec == (tf.TensorSpec((32, 32, 3), tf.uint8), tf.TensorSpec((), tf.int32))
     got = [(v.numpy(), int(l.numpy())) for v, l in train]
@@ -85,7 +67,7 @@ def test_client_readme_conversions_in_memory_and_fit(data):
     )
     # the same with Func(f) after the conversions (the original Dataset API's last example), num_workers=4
     with_f = Dataset(
-        data, None, [Decode("jpg"), Resize("jpg", (32, 32)), Func(_invert)], ["jpg", "cls"]
+        api_shards, None, [Decode("jpg"), Resize("jpg", (32, 32)), Func(_invert)], ["jpg", "cls"]
     )
     inverted = [
         v for v, _ in with_f.load(TEMPLATE, num_workers=4, remote_exec=False).as_numpy_iterator()
@@ -101,11 +83,11 @@ def test_client_readme_conversions_in_memory_and_fit(data):
 
 
 @pytest.mark.slow
-def test_default_dataset_path_mode_and_default_record_parser(data, tmp_path):
+def test_default_dataset_path_mode_and_default_record_parser(api_shards, tmp_path):
     """Dataset(BUCKET, PROXY).load(...) in memory == load(path=...) + default_record_parser."""
     import tensorflow as tf
 
-    dataset = Dataset(data)
+    dataset = Dataset(api_shards)
     mem = dataset.load(TEMPLATE, num_workers=2, remote_exec=False)
     assert mem.element_spec == (
         tf.TensorSpec((224, 224, 3), tf.float32),
@@ -136,10 +118,10 @@ def test_default_dataset_path_mode_and_default_record_parser(data, tmp_path):
     assert sum(1 for _ in tf.data.TFRecordDataset(many)) == 12
 
 
-def test_remote_exec_true_runs_beam_and_matches_local(data, tmp_path):
+def test_remote_exec_true_runs_beam_and_matches_local(api_shards, tmp_path):
     conv = [Decode("jpg"), Resize("jpg", (32, 32))]
-    local = Dataset(data, None, conv, ["jpg", "cls"], remote_exec=False)
-    remote = Dataset(data, None, conv, ["jpg", "cls"], remote_output=str(tmp_path / "r"))
+    local = Dataset(api_shards, None, conv, ["jpg", "cls"], remote_exec=False)
+    remote = Dataset(api_shards, None, conv, ["jpg", "cls"], remote_output=str(tmp_path / "r"))
     a = list(local.load(TEMPLATE).as_numpy_iterator())
     b = list(
         remote.load(TEMPLATE, remote_exec=True).as_numpy_iterator()
@@ -156,7 +138,7 @@ def test_remote_exec_true_runs_beam_and_matches_local(data, tmp_path):
 
 
 @pytest.mark.slow
-def test_remote_load_scratch_files_go_with_the_process(data, tmp_path):
+def test_remote_load_scratch_files_go_with_the_process(api_shards, tmp_path):
     """Without ``remote_output`` a remote in-memory load converts into a temporary directory,
     which the dataset reads for as long as the process lives, and which goes with it."""
     import subprocess
@@ -165,7 +147,7 @@ def test_remote_load_scratch_files_go_with_the_process(data, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = (
         "from pipelines import Dataset; from transforms.ops import Decode; "
-        f"d = Dataset({data!r}, None, [Decode('jpg')], ['jpg', 'cls']); "
+        f"d = Dataset({api_shards!r}, None, [Decode('jpg')], ['jpg', 'cls']); "
         f"ds = d.load({TEMPLATE!r}, remote_exec=True); "
         "assert sum(1 for _ in ds) == 12; print(d.last_result.paths[0])"
     )
@@ -181,13 +163,15 @@ def test_remote_load_scratch_files_go_with_the_process(data, tmp_path):
     assert os.path.basename(scratch).startswith("tar2tf-remote-") and not os.path.exists(scratch)
 
 
-def test_unpicklable_func_runs_locally_with_warning(data, tmp_path):
+def test_unpicklable_func_runs_locally_with_warning(api_shards, tmp_path):
     counter = (i for i in range(10**6))  # generators cannot be pickled: this op cannot be shipped
 
     def tag(record):
         return dict(record, n=next(counter) * 0)
 
-    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 8)), Func(tag)], ["jpg", "cls"])
+    dataset = Dataset(
+        api_shards, None, [Decode("jpg"), Resize("jpg", (8, 8)), Func(tag)], ["jpg", "cls"]
+    )
     with pytest.warns(RuntimeWarning, match=r"Func\(.*tag\) cannot be pickled"):
         ds = dataset.load(TEMPLATE, remote_exec=True)
     assert sum(1 for _ in ds) == 12
@@ -202,16 +186,16 @@ def test_unpicklable_func_runs_locally_with_warning(data, tmp_path):
     assert sum(1 for p in paths for _ in read_records(p)) == 12
 
 
-def test_in_process_and_beam_paths_identical_across_processes(data, tmp_path):
+def test_in_process_and_beam_paths_identical_across_processes(api_shards, tmp_path):
     """path= output with a random op: Beam and in-process drivers, two processes, same bytes."""
     conv = [Decode("jpg"), Rotate("jpg"), Resize("jpg", (16, 16))]
-    beam_paths = Dataset(data, None, conv, seed=5).load(
+    beam_paths = Dataset(api_shards, None, conv, seed=5).load(
         TEMPLATE, path=str(tmp_path / "b/x-{}.rec"), max_shard_size="8KB", remote_exec=True
     )
     code = (
         f"import sys; sys.path[:0] = [{ROOT!r}]; from pipelines import Dataset;"
         f"from transforms.ops import Decode, Rotate, Resize;"
-        f"print(Dataset({data!r}, None, [Decode('jpg'), Rotate('jpg'), Resize('jpg', (16, 16))], seed=5)"
+        f"print(Dataset({api_shards!r}, None, [Decode('jpg'), Rotate('jpg'), Resize('jpg', (16, 16))], seed=5)"
         f".load({TEMPLATE!r}, path={str(tmp_path / 'l/x-{}.rec')!r}, max_shard_size='8KB', remote_exec=False))"
     )
     out = subprocess.run(
@@ -224,18 +208,18 @@ def test_in_process_and_beam_paths_identical_across_processes(data, tmp_path):
     local_paths = eval(out.stdout.strip().splitlines()[-1])
     assert len(beam_paths) == len(local_paths) > 1
     assert [_sha(p) for p in beam_paths] == [_sha(p) for p in local_paths]
-    other_seed = Dataset(data, None, conv, seed=6).load(
+    other_seed = Dataset(api_shards, None, conv, seed=6).load(
         TEMPLATE, path=str(tmp_path / "c/x-{}.rec"), max_shard_size="8KB", remote_exec=False
     )
     assert [_sha(p) for p in other_seed] != [_sha(p) for p in local_paths]
 
 
-def test_path_generator(data, tmp_path):
+def test_path_generator(api_shards, tmp_path):
     def names():
         for i in range(100):
             yield str(tmp_path / ("even" if i % 2 == 0 else "odd") / f"part{i}.tfrecord")
 
-    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))])
+    dataset = Dataset(api_shards, None, [Decode("jpg"), Resize("jpg", (16, 16))])
     paths = dataset.load(TEMPLATE, path=names(), max_shard_size="4KB")
     assert len(paths) > 2 and paths == list(names())[: len(paths)]
     assert sum(1 for p in paths for _ in read_records(p)) == 12
@@ -267,11 +251,11 @@ def test_path_generator(data, tmp_path):
         dataset.load(TEMPLATE, path=str(tmp_path / "p-{}.rec"), remote_exec=True)
 
 
-def test_empty_path_means_in_memory(data, tmp_path, monkeypatch):
+def test_empty_path_means_in_memory(api_shards, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where an empty output name would have written
     import tensorflow as tf
 
-    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))]).load(TEMPLATE, path="")
+    ds = Dataset(api_shards, None, [Decode("jpg"), Resize("jpg", (16, 16))]).load(TEMPLATE, path="")
     assert isinstance(ds, tf.data.Dataset) and sum(1 for _ in ds) == 12
     assert os.listdir(tmp_path) == []
 
@@ -437,35 +421,6 @@ def test_docs_page_aliases_and_dict_values(tmp_path):
     assert ds4.element_spec == sig and sum(1 for _ in ds4) == 6
 
 
-def test_ordered_stream_is_ordered_and_bounded():
-    produced, consumed, peak = [0], [0], [0]
-    lock = threading.Lock()
-
-    def produce(task):
-        for j in range(20):
-            time.sleep(0.0005 * ((task * 7 + j) % 3))
-            with lock:
-                produced[0] += 1
-                peak[0] = max(peak[0], produced[0] - consumed[0])
-            yield (task, j)
-
-    out = []
-    for item in ordered_stream(list(range(8)), produce, num_workers=3, prefetch=2):
-        out.append(item)
-        with lock:
-            consumed[0] += 1
-        time.sleep(0.001)
-    assert out == [(t, j) for t in range(8) for j in range(20)]
-    assert peak[0] <= 3 * (2 + 1) + 1  # num_workers * (prefetch + 1), + the item being handed over
-    it = ordered_stream(list(range(8)), produce, num_workers=2, prefetch=1)
-    assert next(it) == (0, 0)
-    it.close()  # stops the workers
-    deadline = time.monotonic() + 30
-    while [t for t in threading.enumerate() if t.name.startswith("tar2tf-load")]:
-        assert time.monotonic() < deadline, "a tar2tf-load thread outlived close() by 30 s"
-        time.sleep(0.01)
-
-
 def _my_example(record):
     import tensorflow as tf
 
@@ -483,10 +438,10 @@ def _my_example(record):
     )
 
 
-def test_custom_record_to_example_sees_converted_record(data, tmp_path):
+def test_custom_record_to_example_sees_converted_record(api_shards, tmp_path):
     from transforms.tfrecord.example import parse_example
 
-    dataset = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 6))])
+    dataset = Dataset(api_shards, None, [Decode("jpg"), Resize("jpg", (8, 6))])
     paths = dataset.load(
         TEMPLATE, path=str(tmp_path / "c.record"), record_to_example=_my_example, remote_exec=False
     )
@@ -494,148 +449,3 @@ def test_custom_record_to_example_sees_converted_record(data, tmp_path):
     assert [g["label"] for g in got] == [i % 10 for i in range(12)]
     assert all(g["h"] == 6 and len(g["img"]) == 6 * 8 * 3 for g in got)
     assert dataset.last_result.manifest["options"]["record_to_example"] == "_my_example"
-
-
-def test_streamed_dataset_yields_the_elements_in_order(data, monkeypatch):
-    """With every shape known, elements cross into tf.data in stacked batches (unbatched in
-    TensorFlow); otherwise one by one.  Either way: the same elements, in order, as the
-    element spec types them."""
-    import tensorflow as tf
-
-    from pipelines.tfdata import streamed_load
-
-    monkeypatch.setattr(streamed_load, "CROSSING_BATCH", 4)  # 18 elements: 4 batches + 2
-    template = "train-{0000..0002}.tar"
-
-    def run(ds, **kw):
-        tfds = ds.load(template, num_workers=2, **kw)
-        got = [tuple(t.numpy() for t in el) for el in tfds]
-        want = list(ds.elements(template, 1, ds.element_spec))
-        assert len(got) == len(want) == 18
-        for (gv, gl), (wv, wl) in zip(got, want):
-            if ds.element_spec[0].dtype == tf.string:
-                assert isinstance(gv, bytes) and gv == wv
-            else:
-                assert gv.dtype == ds.element_spec[0].dtype.as_numpy_dtype and np.array_equal(
-                    gv, wv
-                )
-            assert gl.dtype == ds.element_spec[1].dtype.as_numpy_dtype and gl == wl
-        return tfds, got
-
-    fixed = Dataset(
-        data, conversions=[Decode("jpg"), Resize("jpg", (16, 16))], selections=["jpg", "cls"]
-    )
-    tfds, got = run(fixed)
-    assert tfds.element_spec[0].shape == (16, 16, 3) and got[0][0].shape == (16, 16, 3)
-    varying = Dataset(data, conversions=[Decode("jpg")], selections=["jpg", "cls"])
-    tfds, got = run(varying, output_shapes=((None, None, 3), ()))
-    assert tfds.element_spec[0].shape.as_list() == [None, None, 3] and got[0][0].shape == (
-        48,
-        64,
-        3,
-    )
-    raw = Dataset(
-        data, conversions=[], selections=["jpg", "cls"]
-    )  # JPEG bytes: tf.string, shape ()
-    tfds, got = run(raw)
-    assert tfds.element_spec[0].dtype == tf.string and got[0][0][:2] == b"\xff\xd8"
-
-
-def test_a_spec_no_record_fits_is_an_error_not_an_empty_dataset(data):
-    import tensorflow as tf
-
-    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (16, 16))]).load(
-        TEMPLATE, output_shapes=((64, 64, 3), ())
-    )
-    with pytest.raises(
-        (ValueError, tf.errors.InvalidArgumentError), match="every record .* was rejected"
-    ):
-        sum(1 for _ in ds)
-    for bad in (0, -1, None, 1.5):
-        with pytest.raises(ValueError, match="num_workers must be a positive integer"):
-            Dataset(data, None, [Decode("jpg")]).load(TEMPLATE, num_workers=bad)
-
-
-def test_labels_asked_for_as_strings_and_remote_output_checks(data, tmp_path):
-    import tensorflow as tf
-
-    ds = Dataset(data, None, [Decode("jpg"), Resize("jpg", (8, 8))]).load(
-        TEMPLATE, output_types=(tf.uint8, tf.string)
-    )
-    labels = [label for _, label in ds.as_numpy_iterator()]
-    assert len(labels) == 12 and all(isinstance(v, bytes) and int(v) >= 0 for v in labels)
-    with pytest.raises(ValueError, match="tf.data reads local paths and gs://, not ais://"):
-        Dataset(data, None, [Decode("jpg")], remote_output="ais://b/x").load(
-            TEMPLATE, remote_exec=True
-        )
-
-
-def test_empty_lists_stream_item_by_item(tmp_path):
-    """A zero-size component (detection data: an image with no boxes) cannot cross into
-    tf.data in stacked batches: unbatching one crashes TensorFlow (segfault)."""
-    members = []
-    for i in range(70):  # more than one crossing batch
-        members += [
-            (f"r{i:03d}.json", json.dumps({"boxes": []}).encode()),
-            (f"r{i:03d}.cls", str(i).encode()),
-        ]
-    shardgen.write_tar(str(tmp_path / "a.tar"), members)
-    ds = Dataset(str(tmp_path), selections=[SelectJSON("json", "boxes"), Select("cls")])
-    inferred = ds.load("a.tar")  # a JSON list's length is not fixed by any op: left open
-    assert inferred.element_spec[0].shape.as_list() == [None]
-    fixed = ds.load("a.tar", output_shapes=((0,), ()))  # fixed, and zero-size
-    for d in (inferred, fixed):
-        got = [(v.shape, int(label)) for v, label in d.as_numpy_iterator()]
-        assert got == [((0,), i) for i in range(70)]
-
-
-@pytest.mark.parametrize(
-    "mode, beam_args, in_memory, shuffle, beam",
-    [
-        (False, ["--runner=FlinkRunner"], True, False, False),  # False: always this process
-        (True, [], True, False, True),  # True: Beam, on the local runner without --runner
-        (True, [], False, False, True),
-        (None, [], True, False, False),  # None, in memory: Beam only for a cluster runner
-        (None, ["--runner=DirectRunner"], True, False, False),
-        (None, ["--runner=FlinkRunner"], True, False, True),
-        (None, [], False, False, False),  # None, written: Beam for any Beam option or shuffle
-        (None, ["--direct_num_workers=2"], False, False, True),
-        (None, [], False, True, True),
-        (None, ["--runner=local"], True, False, False),  # the in-process driver, by name
-        (None, ["--runner", "local"], False, False, False),
-    ],
-)
-def test_where_the_ops_run_follows_the_remote_exec_table(mode, beam_args, in_memory, shuffle, beam):
-    """The table of the module docstring of pipelines/tfdata/dataset.py, row by row."""
-    from pipelines.tfdata.runner_choice import use_beam
-
-    asked = []
-
-    def why_not():
-        asked.append(True)
-        return None
-
-    assert use_beam(mode, beam_args, why_not, in_memory=in_memory, shuffle=shuffle) is beam
-    assert asked == ([True] if beam else [])  # the stages are pickled only to go to Beam
-
-
-@pytest.mark.parametrize(
-    "mode, beam_args, shuffle, says",
-    [
-        (None, ["--runner=local", "--direct_num_workers=2"], False, "takes no Beam options"),
-        (None, ["--runner=local"], True, "cannot shuffle"),
-        (True, ["--runner=local"], False, "is not Beam"),
-    ],
-)
-def test_the_in_process_driver_refuses_what_only_beam_does(mode, beam_args, shuffle, says):
-    from pipelines.tfdata.runner_choice import use_beam
-
-    with pytest.raises(ValueError, match=f"--runner=local, the in-process driver, which {says}"):
-        use_beam(mode, beam_args, lambda: None, shuffle=shuffle)
-
-
-def test_ops_that_cannot_be_pickled_stay_in_this_process_with_a_warning():
-    from pipelines.tfdata.runner_choice import use_beam
-
-    with pytest.warns(RuntimeWarning, match="not on Beam workers: Func cannot be pickled"):
-        assert not use_beam(True, [], lambda: "Func cannot be pickled")

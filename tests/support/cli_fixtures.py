@@ -120,6 +120,17 @@ def pool_shards(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def api_shards(tmp_path_factory) -> str:
+    """A folder of 3 input shards (``train-0000.tar`` ...) of 6 image + label records
+    (64x48 JPEGs), for the tests of the original Dataset API."""
+    from support import shardgen
+
+    d = tmp_path_factory.mktemp("api-shards")
+    shardgen.make_shards(str(d), 3, 6, size=(64, 48))
+    return str(d)
+
+
+@pytest.fixture(scope="session")
 def demo_output(tmp_path_factory):
     """(output dir, manifest path) of the demo shards converted on the default local runner."""
     out = tmp_path_factory.mktemp("demo-local")
