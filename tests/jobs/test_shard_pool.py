@@ -1,5 +1,5 @@
 """``processes=N``: the in-process driver's shards converted in its worker processes
-(pipelines.inprocess.pool)."""
+(pipelines.inprocess.pool; a worker that fails: test_shard_pool_failures.py)."""
 
 import hashlib
 import os
@@ -199,93 +199,6 @@ def test_in_process_api_keeps_unpicklable_ops_on_threads(shards, tmp_path):
     assert res.exit_code == 0 and res.totals["records_written"] == 24
 
 
-def _die(record):
-    os._exit(3)  # a native crash in a worker, as far as the pool can tell
-
-
-@pytest.mark.slow
-def test_a_dead_worker_fails_the_job_and_leaves_no_output(shards, tmp_path):
-    out = tmp_path / "o"
-    cfg = ConvertConfig(
-        sources=shards,
-        output=str(out / "t-{}.record"),
-        sample_stages=(Func(_die),),
-        progress=False,
-        processes=2,
-    )
-    with pytest.raises(Exception, match="shard worker process .* died with exit code 3"):
-        convert_in_process(cfg, num_workers=2)
-    assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
-
-
-def _exit(record):
-    raise SystemExit(4)  # not an Exception: ends the worker's main thread
-
-
-@pytest.mark.slow
-def test_a_worker_whose_op_ends_the_process_exits_with_its_code(shards, tmp_path):
-    """SystemExit in an op ends the worker with that exit code, though its reader thread
-    is still blocked reading its input (shutdown must not wait for that reader and abort)."""
-    cfg = ConvertConfig(
-        sources=shards,
-        output=str(tmp_path / "o" / "t-{}.record"),
-        sample_stages=(Func(_exit),),
-        progress=False,
-        processes=2,
-    )
-    with pytest.raises(Exception, match="shard worker process .* died with exit code 4"):
-        convert_in_process(cfg, num_workers=2)
-
-
-def test_one_crash_fails_the_job_without_leaving_anyone_waiting(shards, tmp_path):
-    """Two threads, one worker that crashes on a late shard: the thread waiting for
-    the worker gets the error too instead of waiting forever (run in a subprocess with a
-    timeout, so a hang fails the test instead of the suite)."""
-    p = run_script_file(
-        tmp_path,
-        "import os\n"
-        "from pipelines.job.config import ConvertConfig\n"
-        "from pipelines.inprocess.driver import convert_in_process\n"
-        "from transforms.ops import Func\n"
-        "def crash_on_20(r):\n"
-        "    if r['__key__'] == '000020':\n"
-        "        os._exit(9)\n"
-        "    return r\n"
-        "try:\n"
-        f"    convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r},\n"
-        "                       sample_stages=(Func(crash_on_20),), progress=False, processes=1),\n"
-        "                       num_workers=2)  # two threads share the one worker\n"
-        "except Exception as e:\n"
-        "    print('FAILED:', type(e).__name__, str(e)[-400:])\n",
-        timeout=240,
-    )
-    assert "FAILED:" in p.stdout and "died with exit code 9" in p.stdout, (
-        p.stdout,
-        p.stderr[-2000:],
-    )
-    assert not (tmp_path / "o").exists() or not [
-        f for f in os.listdir(tmp_path / "o") if f.endswith(".record")
-    ]
-
-
-def test_an_error_in_a_worker_is_raised_with_its_traceback(shards, tmp_path):
-    from pipelines.job import lifecycle
-    from transforms.tar.sources import resolve
-
-    # a planned output: the worker writes its piece into the work dir (a streamed local
-    # output's workers hold their pieces and write into the final shards); a directory
-    # stands where the first piece goes (the job itself writes job.json there first)
-    cfg = ConvertConfig(
-        sources=shards, output=str(tmp_path / "t.record"), progress=False, processes=1
-    )
-    work = lifecycle.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
-    os.makedirs(os.path.join(work, "piece-000000.tfrecord", "blocker"))
-    with pytest.raises(
-        Exception, match="(?s)failed in a shard worker process.*(IsADirectoryError|OSError)"
-    ):
-        convert_in_process(cfg, num_workers=2)
-
-
 def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     """Workers are not started through multiprocessing's spawn, which would re-run it."""
     p = run_script_file(
@@ -298,48 +211,6 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("WRITTEN 24") == 1
-
-
-def test_a_worker_that_cannot_start_is_reported(shards, tmp_path, monkeypatch):
-    from pipelines.inprocess import handle as worker_handle
-
-    monkeypatch.setattr(
-        worker_handle, "_BOOT", "import sys; sys.exit(7)"
-    )  # e.g. a broken environment
-    cfg = ConvertConfig(
-        sources=shards, output=str(tmp_path / "t-{}.record"), progress=False, processes=2
-    )
-    with pytest.raises(Exception, match="died with exit code 7"):
-        convert_in_process(cfg, num_workers=2)
-
-
-def test_in_process_only_jobs_with_heavy_ops_get_worker_processes_by_default():
-    from pipelines.inprocess.driver import auto_processes
-
-    assert auto_processes(2, 8, ops=True) == 2 and auto_processes(2, 8, ops=False) == 0
-    assert auto_processes(4, 3) == 3 and auto_processes(1, 8) == 0 and auto_processes(2, 1) == 0
-
-
-def test_heavy_ops_are_told_from_light_ones():
-    from transforms.ops import Decode
-    from transforms.ops.gostages import ByKey, BySampleF, Rename
-    from transforms.ops.leaves import selection_stage
-    from transforms.ops.selections import SelectDict, SelectJSON
-
-    def heavy(*stages, **kw):
-        return ConvertConfig(sources="x", output="o", sample_stages=stages, **kw).has_heavy_ops()
-
-    assert not heavy()  # passthrough
-    assert not heavy(selection_stage(["jpg", "cls"]), Rename("img", "jpg"), ByKey("img"))
-    assert not heavy(selection_stage([SelectDict({"a": "jpg"}), SelectJSON("json", "label")]))
-    assert heavy(selection_stage([Decode("jpg"), "cls"]))  # a decode inside a selection
-    assert heavy(selection_stage([SelectDict({"a": Decode("jpg")})]))
-    assert (
-        heavy(Resize("jpg", (8, 8)))
-        and heavy(Func(lambda r: r))
-        and heavy(BySampleF(lambda x: ["jpg"]))
-    )
-    assert heavy(record_to_example=lambda r: r)
 
 
 def test_the_pool_converts_its_tasks_in_order_whoever_asks(shards, tmp_path):
@@ -542,30 +413,3 @@ def test_a_resumed_light_job_with_one_shard_left_stays_in_this_process(tmp_path,
     res = convert_in_process(dataclasses.replace(cfg, resume=True), num_workers=2)
     assert res.exit_code == 0 and res.totals["records_written"] == 18 and len(res.paths) == 3
     assert started == []
-
-
-def test_a_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_directory(shards, tmp_path):
-    """processes=2 with an op that cannot be pickled: the job stops before it writes
-    anything, job.json included (a record there would be taken for an interrupted run by a
-    later --resume with other options)."""
-    import threading
-
-    lock = threading.Lock()
-
-    def locked(record):
-        with lock:
-            return record
-
-    cfg = ConvertConfig(
-        sources=shards,
-        output=str(tmp_path / "o" / "t-{}.record"),
-        sample_stages=(Func(locked),),
-        progress=False,
-        processes=2,
-    )
-    with pytest.raises(Exception, match="(?i)pickle"):
-        convert_in_process(cfg, num_workers=2)
-    assert (
-        not (tmp_path / "o" / ".tar2tf-work").exists()
-        or os.listdir(tmp_path / "o" / ".tar2tf-work") == []
-    )
