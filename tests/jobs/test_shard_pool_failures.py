@@ -12,6 +12,17 @@ from pipelines.job.config import ConvertConfig
 from transforms.ops import Func
 
 
+def _job(sources, out, op):
+    """A job of two worker processes that run ``op`` on every record."""
+    return ConvertConfig(
+        sources=sources,
+        output=str(out / "t-{}.record"),
+        sample_stages=(Func(op),),
+        progress=False,
+        processes=2,
+    )
+
+
 def _die(record):
     os._exit(3)  # a native crash in a worker, as far as the pool can tell
 
@@ -19,13 +30,7 @@ def _die(record):
 @pytest.mark.slow
 def test_a_dead_worker_fails_the_job_and_leaves_no_output(pool_shards, tmp_path):
     out = tmp_path / "o"
-    cfg = ConvertConfig(
-        sources=pool_shards,
-        output=str(out / "t-{}.record"),
-        sample_stages=(Func(_die),),
-        progress=False,
-        processes=2,
-    )
+    cfg = _job(pool_shards, out, _die)
     with pytest.raises(Exception, match="shard worker process .* died with exit code 3"):
         convert_in_process(cfg, num_workers=2)
     assert not [f for f in os.listdir(out) if f.endswith(".record")] if out.exists() else True
@@ -39,13 +44,7 @@ def _exit(record):
 def test_a_worker_whose_op_ends_the_process_exits_with_its_code(pool_shards, tmp_path):
     """SystemExit in an op ends the worker with that exit code, though its reader thread
     is still blocked reading its input (shutdown must not wait for that reader and abort)."""
-    cfg = ConvertConfig(
-        sources=pool_shards,
-        output=str(tmp_path / "o" / "t-{}.record"),
-        sample_stages=(Func(_exit),),
-        progress=False,
-        processes=2,
-    )
+    cfg = _job(pool_shards, tmp_path / "o", _exit)
     with pytest.raises(Exception, match="shard worker process .* died with exit code 4"):
         convert_in_process(cfg, num_workers=2)
 
@@ -127,13 +126,7 @@ def test_a_job_whose_ops_cannot_travel_to_its_workers_leaves_no_work_directory(
         with lock:
             return record
 
-    cfg = ConvertConfig(
-        sources=pool_shards,
-        output=str(tmp_path / "o" / "t-{}.record"),
-        sample_stages=(Func(locked),),
-        progress=False,
-        processes=2,
-    )
+    cfg = _job(pool_shards, tmp_path / "o", locked)
     with pytest.raises(Exception, match="(?i)pickle"):
         convert_in_process(cfg, num_workers=2)
     assert (
