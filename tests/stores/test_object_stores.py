@@ -355,7 +355,7 @@ def test_ais_object_replaced_mid_read_fails_instead_of_splicing(ais_cluster, ais
             time.sleep(0.01)
         b.put("s.tar", tar_new)
 
-    t = threading.Thread(target=replace)
+    t = threading.Thread(target=replace, daemon=True)
     t.start()
     try:
         items = list(read_shard(b.url("s.tar"), b.config()))
@@ -415,7 +415,7 @@ def test_object_gone_mid_read_is_an_object_change(backend, tmp_path):
             time.sleep(0.01)
         change()
 
-    t = threading.Thread(target=when_held)
+    t = threading.Thread(target=when_held, daemon=True)
     t.start()
     try:
         items = list(read_shard(backend.url("s.tar"), cfg))

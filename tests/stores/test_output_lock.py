@@ -87,7 +87,7 @@ def test_a_local_replace_never_falls_between_another_writers_compare_and_write(t
             outcome.append("changed")
 
     with exclusive.local_guard(url):
-        t = threading.Thread(target=heartbeat)
+        t = threading.Thread(target=heartbeat, daemon=True)
         t.start()
         t.join(0.5)
         assert t.is_alive() and not outcome  # waiting for the guard
@@ -112,7 +112,7 @@ def test_a_local_delete_never_falls_between_another_writers_compare_and_write(tm
             outcome.append("changed")
 
     with exclusive.local_guard(url):
-        t = threading.Thread(target=release)
+        t = threading.Thread(target=release, daemon=True)
         t.start()
         t.join(0.5)
         assert t.is_alive() and not outcome  # waiting for the guard
