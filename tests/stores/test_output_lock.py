@@ -72,22 +72,22 @@ def test_create_if_absent_ais_and_gcs(backend):
     _primitive(backend.url("o/out.tar2tf-lock"), backend.config())
 
 
-def test_a_local_replace_never_falls_between_another_writers_compare_and_write(tmp_path):
-    """While another process compares and writes (it holds the directory's flock), a
-    replace waits, then finds the object changed instead of overwriting the new one."""
+def _while_another_writer_holds_the_guard(tmp_path, act):
+    """Our lock file, then ``act(url, version)`` on a thread while another process holds
+    the directory's flock and writes its own lock there: ``act`` must wait for the guard.
+    What ``act`` returned ("changed" if it raised FileExistsError), and the lock's URL."""
     url = str(tmp_path / "out.tar2tf-lock")
     version = exclusive.create(url, b"ours", None)
     outcome = []
 
-    def heartbeat():
+    def run():
         try:
-            exclusive.replace(url, b"ours, refreshed", version, None)
-            outcome.append("replaced")
+            outcome.append(act(url, version))
         except FileExistsError:
             outcome.append("changed")
 
     with exclusive.local_guard(url):
-        t = threading.Thread(target=heartbeat, daemon=True)
+        t = threading.Thread(target=run, daemon=True)
         t.start()
         t.join(0.5)
         assert t.is_alive() and not outcome  # waiting for the guard
@@ -95,31 +95,25 @@ def test_a_local_replace_never_falls_between_another_writers_compare_and_write(t
             f.write(b"theirs")
         os.replace(url + ".theirs", url)
     t.join(10)
+    assert not t.is_alive()
+    return outcome, url
+
+
+def test_a_local_replace_never_falls_between_another_writers_compare_and_write(tmp_path):
+    """While another process compares and writes (it holds the directory's flock), a
+    replace waits, then finds the object changed instead of overwriting the new one."""
+    outcome, url = _while_another_writer_holds_the_guard(
+        tmp_path, lambda url, version: exclusive.replace(url, b"ours, refreshed", version, None)
+    )
     assert outcome == ["changed"] and open(url, "rb").read() == b"theirs"
 
 
 def test_a_local_delete_never_falls_between_another_writers_compare_and_write(tmp_path):
     """The same for a delete (a job releasing its lock): it waits for the guard, then finds
     the other job's lock and leaves it where it is."""
-    url = str(tmp_path / "out.tar2tf-lock")
-    version = exclusive.create(url, b"ours", None)
-    outcome = []
-
-    def release():
-        try:
-            outcome.append(exclusive.delete(url, version, None))
-        except FileExistsError:
-            outcome.append("changed")
-
-    with exclusive.local_guard(url):
-        t = threading.Thread(target=release, daemon=True)
-        t.start()
-        t.join(0.5)
-        assert t.is_alive() and not outcome  # waiting for the guard
-        with open(url + ".theirs", "wb") as f:
-            f.write(b"theirs")
-        os.replace(url + ".theirs", url)
-    t.join(10)
+    outcome, url = _while_another_writer_holds_the_guard(
+        tmp_path, lambda url, version: exclusive.delete(url, version, None)
+    )
     assert outcome == ["changed"] and open(url, "rb").read() == b"theirs"
     assert sorted(os.listdir(tmp_path)) == ["out.tar2tf-lock"]  # nothing left beside it
 
