@@ -110,12 +110,12 @@ class ShardStream:
         """Close the open shard, if any, in the background; ``position`` = (piece index,
         record within the piece) is where the next shard starts.  ``wait``: first wait
         for room in the spool (:meth:`_make_room`)."""
-        if self.current is not None:
+        shard = self.current
+        if shard is not None:
             entry = (self._ended, list(position))  # the journal's, once the shard is durable
-            self.current.park()  # it may wait long (for the closer, for workers' ranges)
+            shard.park()  # it may wait long (for the closer, for workers' ranges)
             if wait:
-                self._make_room(self.current.bytes)
-            shard = self.current
+                self._make_room(shard.bytes)
             with self._cv:  # one step for cancel(): the shard is open or current, never neither
                 self._waiting += shard.bytes
                 self._open.append(shard)
