@@ -42,7 +42,7 @@ BATCH = 256
 
 def _convert(template: str, output: str, fmt: str) -> List[str]:
     from pipelines.inprocess.driver import convert_in_process
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     cfg = ConvertConfig(
         sources=template,

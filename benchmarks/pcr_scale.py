@@ -4,9 +4,9 @@
 
     python -m benchmarks.pcr_scale [--images 1000000] [--units 10000] [--seed 1]
 
-Synthetic unit sidecars (each image's description, as ``pipelines.job.kinds.pcr`` writes
+Synthetic unit sidecars (each image's description, as ``pipelines.job.kinds.pcr.kind`` writes
 them) are written into a work directory by this process; a fresh process then draws
-every record task of the real plan (``pipelines.job.kinds.pcr_records.plan_records``),
+every record task of the real plan (``pipelines.job.kinds.pcr.records.plan_records``),
 seeded unless ``--seed none``, and reports its peak RSS, its time, and how many sidecar
 bytes it read, against the bytes of all sidecars together.  A seeded plan sorts every
 image by key, so one record's images come from anywhere in the input: the sidecar bytes
@@ -72,8 +72,8 @@ def _plan(units_file: str, seed, images_per_record: int) -> None:
     import resource
     import time
 
-    from pipelines.job.kinds import pcr_records
-    from pipelines.job.kinds.pcr_config import PcrConfig
+    from pipelines.job.kinds.pcr import records as pcr_records
+    from pipelines.job.kinds.pcr.config import PcrConfig
 
     with open(units_file) as f:
         units = json.load(f)

@@ -13,10 +13,10 @@ reaped: ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process), wall time and time
 record.
 
 ``sim``: the job's global steps at a scale no real run here reaches.  Synthetic piece
-summaries and record files (``pipelines.job.piecefiles``: sizes, key hashes, keys) are
+summaries and record files (``pipelines.job.kinds.tfrecord.piecefiles``: sizes, key hashes, keys) are
 written into a work directory by one process; a second, fresh process then runs the real
-plan (``pipelines.job.plan.stream_plan``, every task drawn), the duplicate-key check and
-the job's end (``pipelines.job.kinds.tfrecord.finish``: totals, rejects, manifest) over them,
+plan (``pipelines.job.kinds.tfrecord.plan.stream_plan``, every task drawn), the duplicate-key check and
+the job's end (``pipelines.job.kinds.tfrecord.kind.finish``: totals, rejects, manifest) over them,
 and reports its own peak RSS and the time of each step.  A few pieces repeat earlier
 keys, and a few carry a reject, so those paths run too.
 
@@ -128,7 +128,7 @@ def _synthetic_work(work: str, records: int, shards: int) -> None:
     """Record files and summaries of ``shards`` pieces holding ``records`` in all."""
     import numpy as np
 
-    from pipelines.job import piecefiles
+    from pipelines.job.kinds.tfrecord import piecefiles
     from transforms.tfrecord import digests
 
     done = os.path.join(work, "summaries.jsonl")
@@ -198,10 +198,10 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
     """In a fresh process: the real plan, duplicate check and finish over ``work``."""
     import resource
 
-    from pipelines.job import duplicates
-    from pipelines.job.config import ConvertConfig
-    from pipelines.job.kinds.tfrecord import finish, plan_shards
-    from pipelines.job.summary import PieceSummary
+    from pipelines.job.kinds.tfrecord import duplicates
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.kind import finish, plan_shards
+    from pipelines.job.kinds.tfrecord.summary import PieceSummary
 
     t0 = time.time()
     with open(os.path.join(work, "summaries.jsonl")) as f:

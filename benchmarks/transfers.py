@@ -99,7 +99,7 @@ def run_one(spec: Dict) -> Dict:
     from benchmarks import dataset
     from benchmarks.variants import BEAM_MODES, TYPE_MAP
     from pipelines.beam.convert import convert
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     data = dataset.build(spec.get("size", "full"), spec.get("data_dir")).subset(spec["shards"])
     cfg = ConvertConfig(
@@ -190,7 +190,7 @@ def local_copy(args) -> Dict[str, Dict[str, float]]:
     import google_crc32c
 
     from benchmarks import dataset
-    from pipelines.job.shardfile import write_shard
+    from pipelines.job.kinds.tfrecord.shardfile import write_shard
     from pipelines.job.workfiles import write_sidecar
 
     data = dataset.build("full", args.data_dir).subset(args.shards)

@@ -131,7 +131,7 @@ def set_codec(variant: str) -> None:
 
 def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dict:
     from pipelines.beam.convert import convert
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     cfg = ConvertConfig(
         sources=data.template(),

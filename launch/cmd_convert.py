@@ -156,7 +156,7 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
     from transforms.ops.selection_names import through_selections
 
     conversions, selections = (), ()

@@ -15,7 +15,7 @@ from pipelines.worker_python import python_c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # what the pool's python must import to run tar2tf's DoFns
-POOL_IMPORTS = "import apache_beam, transforms.record_types, pipelines.job.piece"
+POOL_IMPORTS = "import apache_beam, transforms.record_types, pipelines.job.kinds.tfrecord.piece"
 
 
 def pool_env(python: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

@@ -1,7 +1,7 @@
 """The tar -> TFRecord Beam graph and its ``convert()`` entry point.
 
 The graph is the lifecycle's (``pipelines.beam.job``) with the TFRecord kind
-(``pipelines.job.kinds.tfrecord``); its steps, the same on every runner::
+(``pipelines.job.kinds.tfrecord.kind``); its steps, the same on every runner::
 
     Shards:        Create[(index, url)]                 one element per input shard
     SpreadShards:  (index, url) by index                names, not bytes, cross the shuffle
@@ -10,7 +10,7 @@ The graph is the lifecycle's (``pipelines.beam.job``) with the TFRecord kind
                                                         the work directory
     GatherPieces:  [piece summary]                      counts, never one entry per record
     Plan:          [piece summary] -> shard tasks       greedy packing, streamed over each
-                                                        piece's sizes (pipelines.job.plan)
+                                                        piece's sizes (pipelines.job.kinds.tfrecord.plan)
     SpreadWrites:  shard task by index
     WriteShard:    shard task -> shard row              copy byte ranges, atomic rename
     GatherShards + Manifest                             stale outputs gone, manifest + rejects
@@ -25,8 +25,8 @@ from typing import Optional, Sequence
 
 from pipelines.beam import job as beam_job
 from pipelines.beam.job import counters_of
-from pipelines.job.config import ConvertConfig
-from pipelines.job.kinds.tfrecord import TFRECORD
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.kind import TFRECORD
 from pipelines.job.lifecycle import ConvertResult
 
 __all__ = ["ConvertResult", "ConvertTFRecords", "convert", "counters_of"]

@@ -1,7 +1,7 @@
 """The Progressive Compressed Records Beam graph and its ``convert_pcr()`` entry point.
 
 The graph is the lifecycle's (``pipelines.beam.job``) with the PCR kind
-(``pipelines.job.kinds.pcr``: the config, units, plan, writer and manifest)::
+(``pipelines.job.kinds.pcr.kind``: the config, units, plan, writer and manifest)::
 
     Units -> SpreadUnits -> ConvertUnit (read, jpegtran, split scans: one work blob +
     sidecar per unit -> its summary) -> GatherUnits -> PlanRecords (input order or seeded
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from pipelines.beam import job as beam_job
-from pipelines.job.kinds.pcr import PCR, PcrConfig, PcrResult
+from pipelines.job.kinds.pcr.kind import PCR, PcrConfig, PcrResult
 
 __all__ = ["ConvertPcr", "PcrConfig", "PcrResult", "convert_pcr"]
 

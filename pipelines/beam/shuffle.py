@@ -1,7 +1,7 @@
 """Global, seeded shuffle of records across output shards (``--shuffle --seed S``).
 
 Each record gets a sort key ``sha256(seed, input shard index, record key)`` (computed as
-its piece is converted, kept in the piece's record file: ``pipelines.job.piecefiles``);
+its piece is converted, kept in the piece's record file: ``pipelines.job.kinds.tfrecord.piecefiles``);
 the order of all records by that key (ties: input order) is the output order, packed
 into shards by the same greedy size rule as the unshuffled path.  Records then move
 through Beam's shuffle exactly once: every piece is read by one worker, each record is
@@ -28,10 +28,11 @@ from typing import Any, Dict, Iterator, List, Tuple
 import apache_beam as beam
 import numpy as np
 
-from pipelines.job import external, names, piecefiles
-from pipelines.job.plan import Packing
-from pipelines.job.shardfile import ShardFile
-from pipelines.job.summary import PieceSummary
+from pipelines.job import external, names
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.plan import Packing
+from pipelines.job.kinds.tfrecord.shardfile import ShardFile
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.sizes import parse_size
 from transforms.stores import get_store
 from transforms.tfrecord.framing import frame, iter_frames

@@ -4,8 +4,8 @@
 ``Dataset.load(path=..., remote_exec=False)`` uses this, and so does ``remote_exec=None``
 when an op cannot be pickled (a Beam job must pickle its DoFns to ship them).  Every step
 is the one the Beam graph runs (the lifecycle of :mod:`pipelines.job.lifecycle` with its
-TFRecord kind) -- :func:`pipelines.job.piece.convert_to_piece` per input shard,
-the greedy packing of :mod:`pipelines.job.plan`, the same manifest -- so the output files
+TFRecord kind) -- :func:`pipelines.job.kinds.tfrecord.piece.convert_to_piece` per input shard,
+the greedy packing of :mod:`pipelines.job.kinds.tfrecord.plan`, the same manifest -- so the output files
 are byte-identical to a Beam run with the same inputs and options (tested).  With a ``{}``
 output template the final shards fill while later input shards still convert
 (:mod:`pipelines.inprocess.stream`); otherwise they are planned once every piece is done.
@@ -14,7 +14,7 @@ Pieces converted on this process's threads go to that stream in memory (up to
 worker processes (``pipelines.inprocess.pool``) and a local output, the workers write their
 frames into the final shards where the stream places them.  A
 rerun with ``resume=True`` after a crash continues after the shards the stream finished
-(``pipelines.job.journal``).
+(``pipelines.inprocess.journal``).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional, Sequence
 
+from pipelines.inprocess import journal as shard_journal
 from pipelines.inprocess import pool as shard_pool
 from pipelines.inprocess import stream as shard_stream
-from pipelines.job import journal as shard_journal
 from pipelines.job import lifecycle
-from pipelines.job.config import ConvertConfig
-from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.kind import TFRECORD, plan_shards
+from pipelines.job.kinds.tfrecord.piece import HOLD_BYTES, ConvertedPiece, convert_to_piece
 from pipelines.job.lifecycle import ConvertResult, Job
-from pipelines.job.piece import HOLD_BYTES, ConvertedPiece, convert_to_piece
 from pipelines.job.progress import Progress
 from transforms.sizes import parse_size
 from transforms.stores import split_url
@@ -52,7 +52,7 @@ def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
 
 def streams(cfg: ConvertConfig) -> bool:
     """Whether the job's final shards can be written while it converts (``{}`` template,
-    no shuffle, TFRecord: ArrayRecord shards are planned, pipelines.job.arrayrecordfile):
+    no shuffle, TFRecord: ArrayRecord shards are planned, pipelines.job.kinds.tfrecord.arrayrecordfile):
     see ``pipelines.inprocess.stream``."""
     return not cfg.shuffle and cfg.format == "tfrecord" and shard_stream.can_stream(cfg.output)
 
@@ -64,7 +64,7 @@ def new_stream(
 ) -> Optional[shard_stream.ShardStream]:
     """A shard stream for the job when its output names allow one (:func:`streams`), else
     None; ``work``: the work directory its journal goes to; ``resume``: the journal of an
-    interrupted run to continue (see ``pipelines.job.journal``)."""
+    interrupted run to continue (see ``pipelines.inprocess.journal``)."""
     if not streams(cfg):
         return None
     return shard_stream.ShardStream(

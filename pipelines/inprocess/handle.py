@@ -29,7 +29,7 @@ from pipelines.inprocess.messages import (
 from pipelines.worker_python import launcher_path, python_c
 
 if TYPE_CHECKING:
-    from pipelines.job.piece import ConvertedPiece
+    from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 
 _BOOT = "from pipelines.inprocess.worker import serve; serve()"
 

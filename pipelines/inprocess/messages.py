@@ -38,7 +38,7 @@ Note = Tuple[str, Any]
 
 class Job(NamedTuple):
     """→ The job, once, the first message a worker reads: ``blob`` is its
-    :class:`~pipelines.job.config.ConvertConfig` pickled with cloudpickle
+    :class:`~pipelines.job.kinds.tfrecord.config.ConvertConfig` pickled with cloudpickle
     (:func:`pipelines.inprocess.pool.pack`), ``work`` its work directory (piece files);
     ``log_level`` and ``log_format``: the parent's logging, which the worker's log records
     follow, redacted and escaped (``transforms.redact.log_settings``)."""
@@ -107,7 +107,7 @@ STOP = Stop()
 
 class Converted(NamedTuple):
     """← A :class:`ConvertTask` without ``place`` done: ``piece``, what
-    ``pipelines.job.piece.convert_to_piece`` returned (a ``ConvertedPiece``: its summary and
+    ``pipelines.job.kinds.tfrecord.piece.convert_to_piece`` returned (a ``ConvertedPiece``: its summary and
     sizes), its piece file written."""
 
     piece: Any

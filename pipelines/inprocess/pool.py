@@ -22,7 +22,7 @@ written once; otherwise each worker writes a piece file that the shards are copi
   calling ``convert()`` without an ``if __name__ == "__main__"`` guard would start jobs
   recursively); loky avoids that but still needs a picklable callable per task.
 * Workers are plain ``python -c`` subprocesses that import :mod:`pipelines.inprocess.worker`
-  and :mod:`pipelines.job.piece` only (no Beam, no TensorFlow, not even this module's
+  and :mod:`pipelines.job.kinds.tfrecord.piece` only (no Beam, no TensorFlow, not even this module's
   queue, futures and subprocess machinery), so they start converting almost at once.
 * Given the job's task list, the pool converts the shards in input order on its own
   threads as soon as it starts, whichever thread later asks for which shard (see
@@ -30,7 +30,7 @@ written once; otherwise each worker writes a piece file that the shards are copi
 * Each worker gets the job's :class:`ConvertConfig` once, pickled with cloudpickle as
   Beam ships DoFns (user ops and lambdas travel as they do to a Beam worker), then
   :class:`~pipelines.inprocess.messages.ConvertTask` tasks on stdin; it answers each with the
-  piece (``pipelines.job.piece.ConvertedPiece``) on stdout.
+  piece (``pipelines.job.kinds.tfrecord.piece.ConvertedPiece``) on stdout.
 * The streamed ``tf.data.Dataset`` of ``Dataset.load(template)`` borrows a worker per
   shard too (:meth:`Pool.elements`): the worker sends the shard's elements back in chunks
   and converts the next chunk while the caller takes these.
@@ -55,7 +55,7 @@ from pipelines.inprocess.handle import Worker, WorkerDied, cancel, failed
 from pipelines.inprocess.messages import ConvertTask, Sized, WriteFailed, Written
 
 if TYPE_CHECKING:
-    from pipelines.job.piece import ConvertedPiece
+    from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 
 __all__ = ["Pool", "WorkerDied", "pack"]
 

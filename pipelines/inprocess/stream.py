@@ -1,7 +1,7 @@
 """Final TFRecord shards written while the input shards are still converting (the
 in-process driver's way to write them).
 
-The planned path (``pipelines.job.plan.stream_plan`` + ``write_shard``, which the Beam
+The planned path (``pipelines.job.kinds.tfrecord.plan.stream_plan`` + ``write_shard``, which the Beam
 graph takes) waits for every piece, then copies byte ranges into final shards.  Here
 pieces are taken in input order as they finish (from the driver's converting threads in
 that order, or through :class:`PieceFeed`: placed in any order, from any thread), and
@@ -10,7 +10,7 @@ their frames go straight into the open final shard, under the same greedy rule
 -- so the shards, their names and bytes are the same as the planned path's (tested), and
 the copy overlaps the conversion of later pieces.  The driver's worker processes do not
 hand their frames over at all: :meth:`PieceFeed.place` reserves each run's byte range in
-its final shard (:meth:`ShardFile.reserve <pipelines.job.shardfile.ShardFile.reserve>`),
+its final shard (:meth:`ShardFile.reserve <pipelines.job.kinds.tfrecord.shardfile.ShardFile.reserve>`),
 the worker writes it there, and the shard's CRC-32C is combined from the runs' CRCs when
 it closes.
 
@@ -18,7 +18,7 @@ Only for outputs whose shard names do not depend on the shard count (``{}`` temp
 ``train-{}.record`` -> ``train-1.record`` ...): a ``-NNNNN-of-NNNNN`` name is only known
 once every record has been counted.  A finished shard is made durable (fsync, rename) on a
 background thread while the next one fills, then journaled in the job's work directory
-(``pipelines.job.journal``): ``resume`` continues after the journaled shards, and the
+(``pipelines.inprocess.journal``): ``resume`` continues after the journaled shards, and the
 pieces wholly inside them are deleted.  A shard for a bucket waits for that thread's upload
 in a local spool file (``transforms.stores.upload``): when uploads are slower than conversion, the
 writer finishing a shard waits while more than the spool limit (``spool_limit``: the
@@ -38,11 +38,12 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import journal as shard_journal
-from pipelines.job import piecefiles, workfiles
-from pipelines.job.piece import ConvertedPiece
-from pipelines.job.shardfile import ShardFile
-from pipelines.job.summary import PieceSummary
+from pipelines.inprocess import journal as shard_journal
+from pipelines.job import workfiles
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
+from pipelines.job.kinds.tfrecord.shardfile import ShardFile
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, split_url, upload
 from transforms.tfrecord.framing import Packer
 
@@ -55,12 +56,12 @@ def can_stream(output: str) -> bool:
 
 
 class ShardStream:
-    """Feed pieces (:class:`~pipelines.job.piece.ConvertedPiece`) with :meth:`add` in
+    """Feed pieces (:class:`~pipelines.job.kinds.tfrecord.piece.ConvertedPiece`) with :meth:`add` in
     input order, then
     :meth:`finish` for the manifest rows; :meth:`abort` on failure.
 
     ``journal``: the job's work directory.  Each shard, once durable, gets its journal
-    entry there (``pipelines.job.journal``), and the pieces whose records all sit in
+    entry there (``pipelines.inprocess.journal``), and the pieces whose records all sit in
     journaled shards are deleted.  :meth:`abort` then keeps the finished shards, which a
     rerun with ``resume`` continues from (``resume``: the point :func:`~pipelines.
     shard_journal.load` found; the stream starts after its shards).  Without a journal,

@@ -48,7 +48,7 @@ def _task_loop(inp, out) -> None:
         WriteFailed,
         Written,
     )
-    from pipelines.job.piece import HOLD_BYTES, convert_to_piece
+    from pipelines.job.kinds.tfrecord.piece import HOLD_BYTES, convert_to_piece
 
     job = pickle.load(inp)
     from transforms.redact import log_like
@@ -171,7 +171,7 @@ def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:
 
 
 def write_runs(runs, piece, config=None) -> list:
-    """Write records ``lo..hi-1`` of ``piece`` (a ``pipelines.job.piece.ConvertedPiece``)
+    """Write records ``lo..hi-1`` of ``piece`` (a ``pipelines.job.kinds.tfrecord.piece.ConvertedPiece``)
     at ``offset`` of ``path`` for each run (a :class:`~pipelines.inprocess.messages.Run`
     or a plain tuple); the CRC-32C of each run.  Its frames come from ``piece.frames``, or,
     when None, from its piece file (in the store of ``config``; a piece over
@@ -195,7 +195,9 @@ def write_runs(runs, piece, config=None) -> list:
                         f.write(fr)
                         digest.update(fr)
                 else:
-                    from pipelines.job.shardfile import copy_range  # only for spilled pieces
+                    from pipelines.job.kinds.tfrecord.shardfile import (
+                        copy_range,  # only for spilled pieces
+                    )
 
                     copy_range(src, f, ends[lo], ends[hi] - ends[lo], digest)
                 f.flush()  # the shard's fsync, when it closes, then finds these bytes written

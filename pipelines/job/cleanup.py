@@ -16,7 +16,8 @@ import logging
 import os
 from typing import Optional
 
-from pipelines.job import job_file, names, piecefiles, workfiles
+from pipelines.job import job_file, names, workfiles
+from pipelines.job.kinds.tfrecord import piecefiles
 from transforms.stores import LOCAL_TEMP, StoreConfig, get_store, split_url
 
 log = logging.getLogger("tar2tf")

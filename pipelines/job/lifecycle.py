@@ -19,7 +19,7 @@
   the tasks whose results a lost worker held), and a write run again needs its pieces.
 
 A :class:`Kind` is what a format supplies: its units, output checks, unit work, plan,
-writer and manifest (``pipelines.job.kinds.tfrecord``, ``pipelines.job.kinds.pcr``).
+writer and manifest (``pipelines.job.kinds.tfrecord.kind``, ``pipelines.job.kinds.pcr.kind``).
 """
 
 from __future__ import annotations

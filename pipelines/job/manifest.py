@@ -11,8 +11,8 @@ import json
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from pipelines.job.counts import TOTALS, rejected
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from pipelines.job.names import companion
-from pipelines.job.summary import PieceSummary
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store
 

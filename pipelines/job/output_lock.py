@@ -41,7 +41,7 @@ import uuid
 import weakref
 from typing import Any, Dict, Optional
 
-from pipelines.job.config import OutputExistsError
+from pipelines.job.refused import OutputExistsError
 from transforms.stores import StoreConfig, exclusive, join, split_url
 
 log = logging.getLogger("tar2tf")

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Dict, Union
 
-from pipelines.job.config import OutputExistsError
+
+class OutputExistsError(RuntimeError):
+    """Output files already exist and neither overwrite nor resume was asked for."""
+
 
 API_WORDS = {"overwrite": "overwrite=True", "resume": "resume=True"}
 

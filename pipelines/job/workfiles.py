@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-from transforms.stores import Store, StoreConfig, get_store, split_url
+from transforms.stores import Store, StoreConfig, get_store, join, split_url
 from transforms.tfrecord import digests
 
 HASH_CHUNK = 4 << 20
@@ -58,6 +58,13 @@ def load_verified(data_url: str, config: Optional[StoreConfig] = None) -> Option
 
 
 # -- the work directory ------------------------------------------------------------------
+
+
+def journal_entry(work: str, n: int) -> str:
+    """The journal entry of final shard ``n`` (1-based), which the in-process driver
+    writes as it streams final shards (``pipelines.inprocess.journal``); named here
+    because a job's output checks ask whether one exists."""
+    return join(work, f"journal-{n:06d}.json")
 
 
 def has_files(store: Store, prefix: str) -> bool:

@@ -15,8 +15,8 @@ import shutil
 from typing import Iterator, List, Optional
 
 from pipelines.job import manifest as job_manifest
-from pipelines.job.config import OutputExistsError
 from pipelines.job.names import companion
+from pipelines.job.refused import OutputExistsError
 from transforms.stores import StoreConfig, get_store, split_url
 
 COPY_CHUNK = 4 << 20

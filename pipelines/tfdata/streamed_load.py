@@ -86,7 +86,7 @@ def _elements(ds, urls, list_rejects, num_workers, spec, prefetch, stats) -> Ite
     def produce(url):  # on this process's threads
         return shard_elements(url, ds.store, max_member, shard_stages, note)
 
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     cfg = ConvertConfig(
         sources=urls,

@@ -27,7 +27,7 @@ log = logging.getLogger("tar2tf")
 def config(ds, template, output, record_to_example, max_shard_size, options, stored=True):
     """The ``ConvertConfig`` of a load of ``ds`` written to ``output``; ``stored=False``:
     the selections as the streamed load gives them (the remote load reads them back)."""
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     sels = arguments.stored_selections(ds) if stored else ds.selections
     # read back by the remote load (stored=False), a single bool must say it is one

@@ -259,7 +259,7 @@ def test_refused_before_the_job(sources, tmp_path, output, flags, said):
 
 
 def test_config_refuses_what_the_format_cannot_do(tmp_path):
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     assert ConvertConfig(sources="x", output="o/t-{}.array_record").format == "array_record"
     assert ConvertConfig(sources="x", output="o/t-{}.record").format == "tfrecord"

@@ -114,7 +114,7 @@ def test_a_job_that_writes_nothing_is_exit_3(tmp_path, runner):
         )
     else:
         from pipelines.inprocess.driver import convert_in_process
-        from pipelines.job.config import ConvertConfig
+        from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
         res = convert_in_process(
             ConvertConfig(sources=bad, output=out, max_rejects=100, progress=False)

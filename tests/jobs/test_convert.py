@@ -11,7 +11,8 @@ from support import shardgen
 from support.cli_fixtures import crc32c_file
 
 from pipelines.beam.convert import convert
-from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.refused import OutputExistsError
 from transforms.tfrecord.example import parse_example
 from transforms.tfrecord.framing import read_records
 from transforms.tfrecord.schema import tf_feature_spec

@@ -229,7 +229,7 @@ def test_path_generator(api_shards, tmp_path):
     with pytest.raises(ValueError, match="yielded 1 names"):
         dataset.load(TEMPLATE, path=iter([str(tmp_path / "one.rec")]), max_shard_size="4KB")
     # a name that exists is replaced only with overwrite=True, as for a string path
-    from pipelines.job.config import OutputExistsError
+    from pipelines.job.refused import OutputExistsError
 
     precious = tmp_path / "precious.rec"
     precious.write_bytes(b"keep me")

@@ -15,7 +15,7 @@ from support.cli_fixtures import DEMO_SOURCES, ROOT, cli, output_digest
 
 from pipelines.beam.convert import convert
 from pipelines.job import counts, report
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.verify import verify
 from transforms.tfrecord.example import parse_example
 from transforms.tfrecord.framing import FRAME_OVERHEAD, masked_crc32c, read_records, record_index

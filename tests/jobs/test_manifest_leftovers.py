@@ -11,7 +11,7 @@ import pytest
 from support import shardgen
 
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.stores import registry
 
 

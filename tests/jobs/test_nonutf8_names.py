@@ -109,7 +109,7 @@ def test_beam_and_in_process(shards, tmp_path):
 
     # the in-process driver writes the same bytes; the in-memory stream gives the same records
     from pipelines.inprocess.driver import convert_in_process
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     res = convert_in_process(
         ConvertConfig(

@@ -267,7 +267,7 @@ def test_seed_orders_images_and_no_seed_keeps_input_order(tar_run, tmp_path):
 
 
 def test_overwrite_replaces_and_removes_stale_records(tmp_path):
-    from pipelines.job.config import OutputExistsError
+    from pipelines.job.refused import OutputExistsError
 
     root = make_image_folder(
         str(tmp_path / "f"),

@@ -7,9 +7,9 @@ from support.pcr_fixtures import requires_jpegtran
 
 from pipelines.beam.pcr import PcrConfig, convert_pcr
 from pipelines.job import workfiles
-from pipelines.job.config import OutputExistsError
-from pipelines.job.kinds.pcr import list_units
+from pipelines.job.kinds.pcr.kind import list_units
 from pipelines.job.lifecycle import work_dir_for
+from pipelines.job.refused import OutputExistsError
 from transforms.pcr import convert as pc
 
 pytestmark = requires_jpegtran

@@ -1,4 +1,4 @@
-"""The pieces' record files (``pipelines.job.piecefiles``): what the job's end reads
+"""The pieces' record files (``pipelines.job.kinds.tfrecord.piecefiles``): what the job's end reads
 instead of sizes and keys carried in memory.  They survive a failed run, a resumed run
 reads them (also of pieces whose shards the journal kept), and ``--resume`` trusts a
 piece only when its record file matches its sidecar."""
@@ -12,8 +12,8 @@ from support import shardgen
 
 from pipelines.inprocess import driver as cv
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job import piecefiles
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for
 
 N = 5

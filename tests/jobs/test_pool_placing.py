@@ -10,7 +10,7 @@ import pytest
 from support import shardgen
 
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import Func, Resize
 
 
@@ -27,7 +27,7 @@ def test_a_worker_failing_to_write_its_placed_runs_fails_their_shards(shards, tm
     import cloudpickle
 
     from pipelines.inprocess import pool as shard_pool
-    from pipelines.job import shardfile
+    from pipelines.job.kinds.tfrecord import shardfile
 
     cfg = ConvertConfig(
         sources=shards, output=str(tmp_path / "t-{}.record"), type_map={"cls": "int64"}
@@ -154,7 +154,7 @@ def test_a_worker_converts_its_next_shard_while_its_piece_waits_for_its_place(sh
     import cloudpickle
 
     from pipelines.inprocess import pool as shard_pool
-    from pipelines.job import shardfile
+    from pipelines.job.kinds.tfrecord import shardfile
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
 
@@ -225,7 +225,7 @@ def test_a_worker_dying_in_its_next_shard_keeps_the_piece_it_held_if_placed(
     import cloudpickle
 
     from pipelines.inprocess import pool as shard_pool
-    from pipelines.job import shardfile
+    from pipelines.job.kinds.tfrecord import shardfile
     from transforms.tar.sources import resolve
     from transforms.tfrecord.framing import iter_frames
 

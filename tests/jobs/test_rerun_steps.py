@@ -10,10 +10,11 @@ from support.cli_fixtures import output_digest
 
 from pipelines.beam.convert import convert
 from pipelines.beam.job import _finish
-from pipelines.job import lifecycle, shardfile
-from pipelines.job.config import ConvertConfig
-from pipelines.job.kinds.tfrecord import TFRECORD, plan_shards
-from pipelines.job.piece import convert_to_piece
+from pipelines.job import lifecycle
+from pipelines.job.kinds.tfrecord import shardfile
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.kind import TFRECORD, plan_shards
+from pipelines.job.kinds.tfrecord.piece import convert_to_piece
 
 
 def _cfg(src: str, out: str) -> ConvertConfig:

@@ -10,7 +10,7 @@ from support.pool_spy import pool_starts
 from support.scripts import run_script_file
 
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import Func, Resize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,7 +162,7 @@ def test_a_worker_imports_neither_the_pool_machinery_nor_parsers_it_does_not_use
         assert {
             "pipelines.inprocess.worker",
             "pipelines.inprocess.messages",
-            "pipelines.job.piece",
+            "pipelines.job.kinds.tfrecord.piece",
         } <= mods
         # (subprocess is not in the list: Pillow's GIF plugin imports it when Pillow registers its formats)
         unwanted = {
@@ -203,7 +203,7 @@ def test_a_script_without_main_guard_can_use_the_pool(shards, tmp_path):
     """Workers are not started through multiprocessing's spawn, which would re-run it."""
     p = run_script_file(
         tmp_path,
-        "from pipelines.job.config import ConvertConfig\n"
+        "from pipelines.job.kinds.tfrecord.config import ConvertConfig\n"
         "from pipelines.inprocess.driver import convert_in_process\n"
         f"res = convert_in_process(ConvertConfig(sources={shards!r}, output={str(tmp_path / 'o' / 't-{{}}.record')!r}, "
         "progress=False, processes=2), num_workers=2)\n"
@@ -310,7 +310,7 @@ def test_in_process_workers_write_into_the_final_shards(shards, tmp_path, monkey
     """The in-process API with worker processes and a local ``{}`` output: the workers
     write their frames where the stream places them; this process
     neither copies a piece file nor writes a frame, and the bytes are the threads' bytes."""
-    from pipelines.job import shardfile
+    from pipelines.job.kinds.tfrecord import shardfile
 
     calls = {"copy": 0, "write": 0, "reserve": 0}
     for name in calls:

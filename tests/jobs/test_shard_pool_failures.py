@@ -8,7 +8,7 @@ import pytest
 from support.scripts import run_script_file
 
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import Func
 
 
@@ -56,7 +56,7 @@ def test_one_crash_fails_the_job_without_leaving_anyone_waiting(pool_shards, tmp
     p = run_script_file(
         tmp_path,
         "import os\n"
-        "from pipelines.job.config import ConvertConfig\n"
+        "from pipelines.job.kinds.tfrecord.config import ConvertConfig\n"
         "from pipelines.inprocess.driver import convert_in_process\n"
         "from transforms.ops import Func\n"
         "def crash_on_20(r):\n"

@@ -12,8 +12,9 @@ import pytest
 from support import shardgen
 
 from pipelines.inprocess.driver import convert_in_process
-from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for
+from pipelines.job.refused import OutputExistsError
 from transforms.ops import Func
 
 
@@ -40,7 +41,7 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
     from pipelines.inprocess import driver as cv
-    from pipelines.job import journal as shard_journal
+    from pipelines.inprocess import journal as shard_journal
 
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
@@ -97,7 +98,7 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
     written once); past HOLD_BYTES a piece spills to its scratch file.  Same bytes as Beam."""
     from pipelines.beam.convert import convert
     from pipelines.inprocess import driver as local_convert
-    from pipelines.job import piece as shard_convert
+    from pipelines.job.kinds.tfrecord import piece as shard_convert
 
     if hold is not None:
         monkeypatch.setattr(local_convert, "HOLD_BYTES", hold)
@@ -129,7 +130,7 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
 
 def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
     """resume=True continues after the journaled final shards: pieces need not be on disk."""
-    from pipelines.job import piece as shard_convert
+    from pipelines.job.kinds.tfrecord import piece as shard_convert
 
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
     holds = []

@@ -252,7 +252,7 @@ def test_feature_appearing_late_is_in_the_schema(tmp_path):
     from support import shardgen
 
     from pipelines.beam.convert import convert
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     members = shardgen.sample_members(0, 20, size=(16, 12))
     members.append(("000019.txt", b"a late caption"))

@@ -18,7 +18,7 @@ from support.faultproxy import FaultProxy
 from support.range_server import NOT_FOUND_PAGE, RangeServer, replace_file
 
 from pipelines.beam.convert import convert
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.http import HEADERS_ENV
 from transforms.tar.sources import resolve

@@ -16,7 +16,7 @@ import pytest
 from support import shardgen
 
 from pipelines.beam.convert import convert
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.tar.sources import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -18,7 +18,8 @@ from support.pool_spy import pool_starts
 
 from pipelines.beam.convert import convert
 from pipelines.job import names
-from pipelines.job.config import ConvertConfig, OutputExistsError
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.refused import OutputExistsError
 from transforms.stores import StoreConfig, get_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -336,7 +336,7 @@ def test_a_beam_job_that_cannot_start_releases_its_lock(tmp_path):
     """An op that cannot be pickled stops a Beam job while its graph is built, after the
     output's lock was taken: the lock goes with the failure, not with the process."""
     from pipelines.beam.convert import convert
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
     from transforms.ops import Func
 
     shardgen.make_shards(str(tmp_path), 1, 3, size=(8, 8))

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_pcr_from_and_to_a_bucket(backend, tmp_path):
     from pipelines.beam.pcr import PcrConfig, convert_pcr
-    from pipelines.job.kinds.pcr import manifest_path
+    from pipelines.job.kinds.pcr.kind import manifest_path
 
     images = {
         f"s/{i}": encode(photo(n, (48, 32 + 8 * i)))

@@ -18,7 +18,7 @@ from support.objstore_fixtures import BEAM, OPTS
 from support.s3_fixtures import ACCESS_KEY, SECRET_KEY
 
 from pipelines.beam.convert import convert
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.stores import StoreConfig, get_store
 from transforms.stores.retry import ObjectChangedError
 from transforms.tar.sources import resolve

@@ -15,7 +15,7 @@ import pytest
 from support.shard_stream_fixtures import piece_summary
 
 from pipelines.inprocess.stream import ShardStream
-from pipelines.job.piece import ConvertedPiece
+from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 from transforms.stores import get_store
 from transforms.stores.upload import SPOOL_DIR_ENV
 
@@ -159,7 +159,7 @@ def test_after_a_failed_upload_the_queued_shards_are_not_uploaded(
     The shards queued behind it are dropped: no upload request for any of them, nothing
     under their names, no spool file left.  The two before it are removed without a
     journal, and kept (journaled, for resume) with one."""
-    from pipelines.job import journal as shard_journal
+    from pipelines.inprocess import journal as shard_journal
 
     spool = tmp_path / "spool"
     spool.mkdir()
@@ -255,7 +255,7 @@ def test_a_stopping_job_does_not_upload_its_queued_shards(backend, tmp_path, mon
     abort with no upload failed): the shards still queued are dropped, not uploaded (and,
     without a journal, deleted again); abort returns after the upload under way, not after
     all of them.  With a journal, the shards uploaded before the stop stay, journaled."""
-    from pipelines.job import journal as shard_journal
+    from pipelines.inprocess import journal as shard_journal
 
     spool = tmp_path / "spool"
     spool.mkdir()

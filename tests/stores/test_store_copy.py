@@ -17,9 +17,9 @@ import random
 import google_crc32c
 import pytest
 
-from pipelines.job import piecefiles
-from pipelines.job.plan import ShardTask
-from pipelines.job.shardfile import write_shard
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.plan import ShardTask
+from pipelines.job.kinds.tfrecord.shardfile import write_shard
 from pipelines.job.workfiles import write_sidecar
 from transforms.stores import StoreConfig, get_store, traffic
 from transforms.stores.copy import plan_parts

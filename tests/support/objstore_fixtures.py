@@ -142,7 +142,7 @@ def local_run(tmp_path_factory) -> LocalRun:
     """The input shards and the output of a local-to-local run: what a run from or to a
     store must give, byte for byte."""
     from pipelines.beam.convert import convert
-    from pipelines.job.config import ConvertConfig
+    from pipelines.job.kinds.tfrecord.config import ConvertConfig
     from support import shardgen
 
     d = tmp_path_factory.mktemp("in")

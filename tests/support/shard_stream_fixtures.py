@@ -1,6 +1,6 @@
 """Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
 files of random records as the converter returns them (``ConvertedPiece``: summary and
-sizes), and the shards the planned path (``pipelines.job.plan``) and the stream
+sizes), and the shards the planned path (``pipelines.job.kinds.tfrecord.plan``) and the stream
 (``pipelines.inprocess.stream``) make of them."""
 
 import dataclasses
@@ -10,10 +10,10 @@ import threading
 import time
 
 from pipelines.inprocess.stream import ShardStream
-from pipelines.job import shardfile
-from pipelines.job.piece import ConvertedPiece
-from pipelines.job.plan import stream_plan
-from pipelines.job.summary import PieceSummary
+from pipelines.job.kinds.tfrecord import shardfile
+from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
+from pipelines.job.kinds.tfrecord.plan import stream_plan
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 
 
 def piece_summary(index, piece="", records=0, **fields):

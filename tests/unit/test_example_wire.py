@@ -68,7 +68,8 @@ def test_gencode_matches_proto(tmp_path):
 def test_conversion_does_not_import_tensorflow(tmp_path):
     """Beam workers of the default path stay light: no TensorFlow import (seconds, ~0.5 GB)."""
     code = (
-        "import sys; from pipelines.job.config import ConvertConfig; from pipelines.beam.convert import convert; "
+        "import sys; from pipelines.job.kinds.tfrecord.config import ConvertConfig; "
+        "from pipelines.beam.convert import convert; "
         f"r = convert(ConvertConfig(sources='launch/demo/shards/demo-{{0..1}}.tar', output={str(tmp_path)!r} + "
         "'/d-{}.record', type_map={'cls': 'int64'}, progress=False)); "
         "assert r.totals['records_written'] == 48, r.totals; "
@@ -84,8 +85,8 @@ def _worker_run(out, stages, shown, pre=""):
     ``pre``); ``(what the expression ``shown`` printed, the piece's bytes)``."""
     out.mkdir()
     code = (
-        f"import sys; {pre}from pipelines.job.config import ConvertConfig; "
-        "from pipelines.job.piece import convert_to_piece; "
+        f"import sys; {pre}from pipelines.job.kinds.tfrecord.config import ConvertConfig; "
+        "from pipelines.job.kinds.tfrecord.piece import convert_to_piece; "
         "from transforms.ops import Encode, Resize; "
         f"cfg = ConvertConfig(sources='launch/demo/shards/demo-0.tar', output={str(out)!r} + '/d-{{}}.record', "
         f"type_map={{'cls': 'int64'}}, sample_stages={stages}, progress=False); "

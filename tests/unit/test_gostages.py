@@ -8,7 +8,7 @@ import pytest
 from support import shardgen
 
 from pipelines.beam.convert import convert
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import (
     INT64,
     ByExampleF,

@@ -11,8 +11,7 @@ import pytest
 from support.pcr_fixtures import requires_jpegtran
 
 from launch.args import CLI_WORDS
-from pipelines.job.config import OutputExistsError
-from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.refused import OVERWRITE, RESUME, OutputExistsError, OutputsExist, ResumeConflict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
@@ -35,7 +34,7 @@ def test_a_refusal_names_the_options_as_its_caller_spells_them():
 
 def _old_plan(infos, cfg):
     """The plan as it was when every unit's info crossed the job with its images."""
-    from pipelines.job.piecefiles import sort_key
+    from pipelines.job.kinds.tfrecord.piecefiles import sort_key
     from transforms.pcr import format as fmt
     from transforms.stores import join
 
@@ -56,8 +55,8 @@ def _old_plan(infos, cfg):
 @pytest.mark.parametrize("seed", [None, 3])
 def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed, monkeypatch):
     from pipelines.job import external, workfiles
-    from pipelines.job.kinds import pcr as kind
-    from pipelines.job.kinds import pcr_records
+    from pipelines.job.kinds.pcr import kind
+    from pipelines.job.kinds.pcr import records as pcr_records
     from pipelines.job.lifecycle import work_dir_for
     from transforms.pcr import convert as pc
 

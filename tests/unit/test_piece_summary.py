@@ -1,4 +1,4 @@
-"""A piece's summary (``pipelines.job.summary.PieceSummary``) is its sidecar, key for key,
+"""A piece's summary (``pipelines.job.kinds.tfrecord.summary.PieceSummary``) is its sidecar, key for key,
 and what a converted piece holds besides (sizes, frames) never enters it."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 
 from pipelines.job import workfiles
-from pipelines.job.config import ConvertConfig
-from pipelines.job.piece import convert_to_piece, load_verified_piece
-from pipelines.job.summary import PieceSummary
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.piece import convert_to_piece, load_verified_piece
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 
 DEMO = "launch/demo/shards/demo-0.tar"
 

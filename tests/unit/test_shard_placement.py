@@ -18,7 +18,7 @@ from support.shard_stream_fixtures import (
 )
 
 from pipelines.inprocess.stream import ShardStream
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
 
 def _placed(pieces, output, max_bytes, max_records, dali, how, order):

@@ -21,7 +21,7 @@ from support.shard_stream_fixtures import (
 
 from pipelines.inprocess.stream import ShardStream, can_stream
 from pipelines.job import names
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
 
 @settings(max_examples=60, deadline=None)
@@ -69,7 +69,7 @@ def test_only_count_free_names_stream():
 
 
 def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consumed_pieces(tmp_path):
-    from pipelines.job import journal as shard_journal
+    from pipelines.inprocess import journal as shard_journal
 
     work = str(tmp_path / "work")
     os.makedirs(work)
@@ -98,7 +98,7 @@ def test_a_journaled_stream_keeps_its_finished_shards_on_abort_and_drops_consume
 def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
     layout, max_bytes, max_records, cut
 ):
-    from pipelines.job import journal as shard_journal
+    from pipelines.inprocess import journal as shard_journal
 
     with tempfile.TemporaryDirectory() as d:
         pieces = _pieces(d, layout)

@@ -1,16 +1,17 @@
 """The job's global steps over every record, in bounded memory, against the all-in-memory
-rules they replace: the streamed plan (``pipelines.job.plan``), the bucketed duplicate-key
-check (``pipelines.job.duplicates``) and the bucketed grouping (``pipelines.job.external``)."""
+rules they replace: the streamed plan (``pipelines.job.kinds.tfrecord.plan``), the bucketed duplicate-key
+check (``pipelines.job.kinds.tfrecord.duplicates``) and the bucketed grouping (``pipelines.job.external``)."""
 
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.shard_stream_fixtures import piece_summary
 
-from pipelines.job import external, piecefiles
-from pipelines.job.duplicates import duplicate_keys
+from pipelines.job import external
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.duplicates import duplicate_keys
+from pipelines.job.kinds.tfrecord.plan import stream_plan
 from pipelines.job.names import shard_names
-from pipelines.job.plan import stream_plan
 from transforms.tfrecord.framing import pack
 
 

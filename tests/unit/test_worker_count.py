@@ -2,7 +2,7 @@
 (``auto_processes``), and which ops make a job heavy enough to need them
 (``ConvertConfig.has_heavy_ops``)."""
 
-from pipelines.job.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import Func, Resize
 
 

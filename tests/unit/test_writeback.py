@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipelines.job import shardfile
+from pipelines.job.kinds.tfrecord import shardfile
 from transforms.stores import writeback
 from transforms.tfrecord import digests
 
@@ -102,7 +102,7 @@ def test_a_worker_starts_writeback_of_every_run_it_writes(tmp_path, calls):
     from support.shard_stream_fixtures import piece_summary
 
     from pipelines.inprocess.worker import write_runs
-    from pipelines.job.piece import ConvertedPiece
+    from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 
     frames = _frames(6, 500)
     path = tmp_path / "shard.tmp"

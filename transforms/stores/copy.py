@@ -1,6 +1,6 @@
 """Copies a store makes without passing the bytes through tar2tf.
 
-A final TFRecord shard is byte ranges of pieces, concatenated (``pipelines.job.shardfile``).
+A final TFRecord shard is byte ranges of pieces, concatenated (``pipelines.job.kinds.tfrecord.shardfile``).
 Where the store can concatenate them itself, the job saves reading and writing every
 output byte a second time:
 

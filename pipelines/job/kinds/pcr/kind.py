@@ -2,7 +2,7 @@
 
 This module is the job's config (:class:`PcrConfig`), its units (:func:`list_units`:
 tar shards or slices of an ImageFolder tree), its checks before it starts, and the kind
-that ties them to the record files (``pipelines.job.kinds.pcr_records``: the unit's
+that ties them to the record files (``pipelines.job.kinds.pcr.records``: the unit's
 summary, the plan, the writer, the index and manifest).  A unit's work
 (``transforms.pcr.convert``) reads its images, makes each a lossless progressive JPEG
 with jpegtran and splits it into its scans: the scans go to the unit's blob in the work
@@ -25,9 +25,9 @@ from typing import Any, Dict, List
 
 from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
-from pipelines.job.kinds import pcr_records as records
-from pipelines.job.kinds.pcr_config import PcrConfig
-from pipelines.job.kinds.pcr_records import MANIFEST_STEM, manifest_path
+from pipelines.job.kinds.pcr import records
+from pipelines.job.kinds.pcr.config import PcrConfig
+from pipelines.job.kinds.pcr.records import MANIFEST_STEM, manifest_path
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.pcr import convert as pc

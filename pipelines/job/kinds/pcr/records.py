@@ -1,4 +1,4 @@
-"""The PCR job's record files (``pipelines.job.kinds.pcr``): what its global steps see of
+"""The PCR job's record files (``pipelines.job.kinds.pcr.kind``): what its global steps see of
 a unit, the plan of records, their writer, and the index and manifest.
 
 What crosses the job's global steps is a unit's summary (:func:`summary_of`): counts and
@@ -28,8 +28,8 @@ import transforms
 from pipelines.job import counts, external, names, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.element_coding import Pickled
-from pipelines.job.kinds.pcr_config import PcrConfig
-from pipelines.job.piecefiles import sort_key
+from pipelines.job.kinds.pcr.config import PcrConfig
+from pipelines.job.kinds.tfrecord.piecefiles import sort_key
 from transforms.pcr import format as fmt
 from transforms.pcr.jpeg_scans import SCAN_GROUPS, ScanGroupMap
 from transforms.record_types import Reject

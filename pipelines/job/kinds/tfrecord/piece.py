@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-from pipelines.job import counts, piecefiles, workfiles
-from pipelines.job.config import ConvertConfig
-from pipelines.job.summary import PieceSummary
+from pipelines.job import counts, workfiles
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.ops.stages import FILTERED, Stages
 from transforms.record_types import Reject, is_reject
 from transforms.sizes import parse_size
@@ -53,7 +54,7 @@ class _PieceOut:
         self.digest = digests.new("crc32c")
         # the piece's CRC-32C after each frame written to its file (4 bytes, big-endian):
         # with them, a final shard takes any run of records of this piece without reading
-        # it back (pipelines.job.shardfile.piece_crcs)
+        # it back (pipelines.job.kinds.tfrecord.shardfile.piece_crcs)
         self.ends: List[bytes] = []
         self._cm = self.f = None
         if not hold:
@@ -169,7 +170,7 @@ def convert_to_piece(
         sizes, keys, schema, first_types = [], [], {}, {}
         out.empty()
     sort = [piecefiles.sort_key(cfg.seed, index, k) for k in keys] if cfg.shuffle else None
-    # the record file before the sidecar: a sidecar vouches for both (pipelines.job.piecefiles)
+    # the record file before the sidecar: a sidecar vouches for both (pipelines.job.kinds.tfrecord.piecefiles)
     recs_crc32c = piecefiles.write(
         piece,
         piecefiles.encode(sizes, keys, rejects, sort, out.ends if out.on_disk else None),

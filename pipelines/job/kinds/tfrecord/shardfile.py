@@ -12,8 +12,8 @@ import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pipelines.job import piecefiles
-from pipelines.job.plan import ShardTask
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.plan import ShardTask
 from transforms.stores import StoreConfig, get_store, split_url, writeback
 from transforms.stores import copy as store_copy
 from transforms.tfrecord import digests

@@ -1,5 +1,5 @@
 """The options of a PCR job (``tar2tf pcr``, ``convert_pcr``): what the PCR kind
-(:mod:`pipelines.job.kinds.pcr`) and its records (:mod:`pipelines.job.kinds.pcr_records`)
+(:mod:`pipelines.job.kinds.pcr.kind`) and its records (:mod:`pipelines.job.kinds.pcr.records`)
 both read, so that neither imports the other for it."""
 
 from __future__ import annotations

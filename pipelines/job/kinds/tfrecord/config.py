@@ -15,10 +15,6 @@ from transforms.tfrecord import schema as exs
 FORMATS = ("tfrecord", "array_record")
 
 
-class OutputExistsError(RuntimeError):
-    """Output files already exist and neither overwrite nor resume was asked for."""
-
-
 @dataclasses.dataclass
 class ConvertConfig:
     sources: Union[str, Sequence[str]]

@@ -2,10 +2,10 @@
 shards cut by the greedy size rule, a manifest with the written schema.
 
 Units are ``(index, url)``: one input shard each, converted into one piece
-(``pipelines.job.piece``).  The plan packs the records of all pieces, in input order,
-into final shards (``pipelines.job.plan``), and the writer copies their byte ranges
-(``pipelines.job.shardfile``), or, with ``format="array_record"``, writes their Examples
-into an ArrayRecord file (``pipelines.job.arrayrecordfile``): the same records, cut at the
+(``pipelines.job.kinds.tfrecord.piece``).  The plan packs the records of all pieces, in input order,
+into final shards (``pipelines.job.kinds.tfrecord.plan``), and the writer copies their byte ranges
+(``pipelines.job.kinds.tfrecord.shardfile``), or, with ``format="array_record"``, writes their Examples
+into an ArrayRecord file (``pipelines.job.kinds.tfrecord.arrayrecordfile``): the same records, cut at the
 same places.  The manifest adds the schema, the duplicate keys across input shards, and
 the options' first types (a job whose features had several types is run again with them:
 :func:`retyped`).
@@ -20,26 +20,17 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
-from pipelines.job import (
-    arrayrecordfile,
-    job_file,
-    names,
-    output_lock,
-    overlap,
-    piecefiles,
-    replace,
-    workfiles,
-)
-from pipelines.job import journal as shard_journal
+from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
-from pipelines.job import plan as job_plan
-from pipelines.job.config import ConvertConfig
-from pipelines.job.duplicates import duplicate_keys
+from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
+from pipelines.job.kinds.tfrecord import plan as job_plan
+from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.duplicates import duplicate_keys
+from pipelines.job.kinds.tfrecord.piece import convert_to_piece, load_verified_piece
+from pipelines.job.kinds.tfrecord.plan import ShardTask
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
-from pipelines.job.piece import convert_to_piece, load_verified_piece
-from pipelines.job.plan import ShardTask
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
-from pipelines.job.summary import PieceSummary
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
@@ -140,7 +131,7 @@ TFRECORD = TFRecordKind()
 def plan_shards(pieces, cfg: ConvertConfig):
     """Final shard tasks for all pieces, once every piece is done (the Beam graph, and the
     in-process driver when output names need the shard count), streamed from the pieces'
-    record files (``pipelines.job.plan``)."""
+    record files (``pipelines.job.kinds.tfrecord.plan``)."""
     return job_plan.stream_plan(
         pieces,
         cfg.output,
@@ -290,7 +281,7 @@ def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
     if not existing:
         return
     # a journal exists only where the in-process driver streamed final shards
-    if get_store(work, cfg.store).exists(shard_journal.entry_url(work, 1)):
+    if get_store(work, cfg.store).exists(workfiles.journal_entry(work, 1)):
         raise OutputsExist(
             f"{msg}: an interrupted run of this job left them; pass ",
             RESUME,

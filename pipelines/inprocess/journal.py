@@ -5,7 +5,7 @@ time one is durable under its final name, an entry ``journal-NNNNNN.json`` goes 
 job's work directory (one object per entry: object stores cannot append) holding
 
 * ``row``: the shard's manifest row (path, records, bytes, crc32c);
-* ``pieces``: the summaries (:class:`~pipelines.job.summary.PieceSummary`, in their
+* ``pieces``: the summaries (:class:`~pipelines.job.kinds.tfrecord.summary.PieceSummary`, in their
   sidecars' JSON form) of the input shards whose
   last record went into this shard, or that had none while it was open;
 * ``next``: ``[piece, record]``, where the next shard starts: record ``record`` of input
@@ -27,7 +27,8 @@ import json
 import logging
 from typing import Any, Dict, List, Optional
 
-from pipelines.job.summary import PieceSummary
+from pipelines.job import workfiles
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tfrecord import digests
 
@@ -35,9 +36,7 @@ log = logging.getLogger("tar2tf")
 VERIFY_CHUNK = 4 << 20
 
 
-def entry_url(work: str, n: int) -> str:
-    """The journal entry of final shard ``n`` (1-based)."""
-    return join(work, f"journal-{n:06d}.json")
+entry_url = workfiles.journal_entry
 
 
 def write(

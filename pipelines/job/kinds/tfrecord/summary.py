@@ -3,7 +3,7 @@
 A TFRecord piece's summary crosses the job -- Beam's GatherPieces, the plan, the duplicate
 check, the manifest, the shard stream's journal -- and is the piece's JSON sidecar, which
 ``--resume`` reads back.  It holds counts, never one entry per record: the records' sizes,
-keys and rejects stay in the piece's record file (``pipelines.job.piecefiles``).  Its JSON
+keys and rejects stay in the piece's record file (``pipelines.job.kinds.tfrecord.piecefiles``).  Its JSON
 form (:meth:`PieceSummary.to_json`) is the sidecar's and the journal's, key for key.
 """
 

@@ -5,7 +5,7 @@ written (they may be distinct samples that share a name), and the manifest says 
 count of records written whose key an earlier input shard (in input order, a different
 shard URL) had, and the first few (in input order), each with the shard that had it first.
 
-Keys are compared by a 128-bit hash (``pipelines.job.piecefiles``; the chance of two keys
+Keys are compared by a 128-bit hash (``pipelines.job.kinds.tfrecord.piecefiles``; the chance of two keys
 sharing one among 10^9 records is about 10^-21).  The rows ``(hash, piece, record)`` of
 every piece are grouped by hash in buckets (:mod:`pipelines.job.external`), and each
 bucket is sorted and scanned with array operations: memory is one bucket, whatever the
@@ -18,8 +18,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from pipelines.job import external, piecefiles
-from pipelines.job.summary import PieceSummary
+from pipelines.job import external
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig
 
 EXAMPLES = 5

@@ -2,7 +2,7 @@
 
 What a converted input shard tells the rest of the job is split by how it grows:
 
-* its *summary* (``pipelines.job.summary.PieceSummary``, which its JSON sidecar holds): counts,
+* its *summary* (``pipelines.job.kinds.tfrecord.summary.PieceSummary``, which its JSON sidecar holds): counts,
   bytes, CRC-32C, schema, reject counts -- a few hundred bytes whatever the shard holds.
   Summaries are what the global steps (gather, plan, manifest) see, so their memory grows
   with the number of input shards, never with the number of records;
@@ -38,7 +38,7 @@ from transforms.tfrecord import digests
 if TYPE_CHECKING:
     import numpy as np
 
-    from pipelines.job.summary import PieceSummary
+    from pipelines.job.kinds.tfrecord.summary import PieceSummary
 
 try:  # hashlib's BLAKE2 without hashlib, whose OpenSSL start-up every worker would pay
     from _blake2 import blake2b

@@ -2,7 +2,7 @@
 
 The greedy rule (:class:`transforms.tfrecord.framing.Packer`) packs the written records of
 all pieces, in input order, into final shards.  Here it runs over one piece's sizes at a
-time (``pipelines.job.piecefiles``), never over all records at once, and finds each
+time (``pipelines.job.kinds.tfrecord.piecefiles``), never over all records at once, and finds each
 shard's start with a search over the piece's cumulative sizes instead of a step per
 record, so the plan costs O(pieces + shards) Python steps and one piece's sizes of
 memory.  Shard names of the ``-NNNNN-of-NNNNN`` kind need the shard count: the sizes are
@@ -17,8 +17,9 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipelines.job import names, piecefiles
-from pipelines.job.summary import PieceSummary
+from pipelines.job import names
+from pipelines.job.kinds.tfrecord import piecefiles
+from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig
 
 log = logging.getLogger("tar2tf")

@@ -1,10 +1,10 @@
 """A final ArrayRecord shard from the planned byte ranges of pieces (``--format array_record``).
 
-Pieces are TFRecord files whatever the format (``pipelines.job.piece``), so that the plan
-(``pipelines.job.plan``) cuts an ArrayRecord job's shards at exactly the records where the
+Pieces are TFRecord files whatever the format (``pipelines.job.kinds.tfrecord.piece``), so that the plan
+(``pipelines.job.kinds.tfrecord.plan``) cuts an ArrayRecord job's shards at exactly the records where the
 TFRecord job with the same options cuts them: record ``i`` of shard ``k`` is the same in
 both outputs.  :func:`write_array_record_shard` has the contract of
-``pipelines.job.shardfile.write_shard``: it reads the task's byte ranges, takes the
+``pipelines.job.kinds.tfrecord.shardfile.write_shard``: it reads the task's byte ranges, takes the
 serialized Examples out of their TFRecord frames (checking each frame's CRCs), writes them
 with ``array_record``'s writer into a temporary file, and renames it (a local output) or
 uploads it as one object (a bucket) once it is complete.  Its manifest row carries the
@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Any, Dict, Iterator, Optional
 
-from pipelines.job.plan import ShardTask
+from pipelines.job.kinds.tfrecord.plan import ShardTask
 from transforms.arrayrecord import format as arf
 from transforms.stores import StoreConfig, get_store, local_temp_name, split_url
 from transforms.tfrecord import digests
@@ -124,6 +124,6 @@ def shard_writer(fmt: str):
     ``(task, store config, dali_index) -> manifest row``."""
     if fmt == "array_record":
         return write_array_record_shard
-    from pipelines.job import shardfile
+    from pipelines.job.kinds.tfrecord import shardfile
 
     return shardfile.write_shard

@@ -1,0 +1,1 @@
+"""The PCR kind of job: its config, unit conversion and record files."""

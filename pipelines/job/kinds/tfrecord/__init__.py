@@ -1,0 +1,1 @@
+"""The TFRecord kind of job: its config, pieces, plan, shard writers and finish."""
