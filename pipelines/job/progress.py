@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Iterator, Optional, Set
 
+from pipelines.job import workfiles
 from transforms.stores import StoreConfig, split_url
 
 POLL_SECONDS = 0.5
@@ -117,7 +118,11 @@ def watch(
                 names = [
                     n
                     for n in os.listdir(work)
-                    if n.endswith(pattern) and n != "job.json" and n not in seen
+                    # a unit's sidecar, not an attempt's own description (workfiles)
+                    if n.endswith(pattern)
+                    and n != "job.json"
+                    and workfiles.ATTEMPT not in n
+                    and n not in seen
                 ]
             except OSError:
                 names = []

@@ -80,8 +80,8 @@ class PcrKind(Kind):
         replace.begin(manifest_path(out), job.cfg.store, also_delete=[join(out, fmt.INDEX_NAME)])
 
     def convert_unit(self, cfg: PcrConfig, work: str, unit, stages, convert=None):
-        blob = pc.unit_blob(work, unit)
-        info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
+        stem = workfiles.unit_stem(pc.unit_blob(work, unit))
+        info = workfiles.load_verified(stem, "blob", cfg.store) if cfg.resume else None
         if info is not None and info.get("unit") != pc.unit_id(unit):
             info = None  # the blob of another unit: the input changed since that run
         if info is not None:
@@ -96,8 +96,12 @@ class PcrKind(Kind):
             cfg.image_field,
             cfg.label_field,
             cfg.scan_script,
+            blob=workfiles.attempt_url(stem, ".bin"),
         )
-        workfiles.write_sidecar(blob, info, cfg.store)
+        # the attempt's own description first, for the plan (records.unit_info); then
+        # the unit's sidecar, for a resume
+        records.write_unit_info(info, cfg.store)
+        workfiles.write_sidecar(info["blob"], info, cfg.store)
         return records.summary_of(info), False
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:

@@ -20,7 +20,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
-from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import inflight, job_file, names, output_lock, overlap, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
@@ -206,9 +206,8 @@ def finish(
     mpath = names.companion(cfg.output, ".manifest.json")
     existing = names.existing_outputs(cfg.output, cfg.store)
     replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
-    for kept in keep if not cfg.dali_index else ():
-        if store.exists(kept + ".idx"):  # an earlier run's DALI index: not this shard's offsets
-            store.delete(kept + ".idx")
+    if not cfg.dali_index:  # an earlier run's DALI index: not this shard's offsets
+        inflight.each(lambda kept: store.delete(kept + ".idx"), sorted(keep))
     for tmp in names.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     rejects = itertools.chain(
