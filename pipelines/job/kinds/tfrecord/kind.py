@@ -31,6 +31,7 @@ from pipelines.job.kinds.tfrecord.plan import ShardTask
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from transforms.ops import codec_choice
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
@@ -62,6 +63,7 @@ class TFRecordKind(Kind):
             raise ValueError("output may contain '{}' only once")
         parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
         parse_size(cfg.spool_limit)
+        codec_choice.checked(cfg.image_codec)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
         return cfg
