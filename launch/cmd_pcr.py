@@ -95,6 +95,7 @@ def run(args) -> int:
     from launch.job_exit import rejects_exit
     from pipelines.beam.options import PCR_IN_PROCESS, in_process
     from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from pipelines.job import report
     from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
 
@@ -146,7 +147,7 @@ def run(args) -> int:
         f"time:    {res.seconds:.1f} s",
         f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}",
     ]
-    lines += [f"  {n:6d}  {reason}" for reason, n in res.manifest["rejects"]["by_reason"].items()]
+    lines += report.reason_lines(res.manifest["rejects"])
     lines.append(f"manifest: {res.manifest_path}")
     print(printable("\n".join(lines)), file=sys.stderr)
     if args.summary_json:

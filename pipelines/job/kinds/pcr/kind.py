@@ -132,6 +132,21 @@ def _shown(key: str, value: Any) -> str:
     return json.dumps(value)
 
 
+def _holds_dataset(cfg: PcrConfig) -> bool:
+    """The output directory holds an index, and its manifest does not say it is empty.  A
+    run that wrote no record (every input missing or rejected) leaves an index and a
+    manifest of nothing; refusing its rerun for them would only ask for --overwrite to
+    replace nothing."""
+    store = get_store(cfg.output, cfg.store)
+    if not store.exists(join(cfg.output, fmt.INDEX_NAME)):
+        return False
+    try:
+        m = json.loads(store.read_bytes(manifest_path(cfg.output)))
+        return bool(m["shards"]) or m["totals"]["records_written"] > 0
+    except Exception:  # no manifest, or not one of ours: the index alone is kept
+        return True
+
+
 def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
     """The output directory held against the inputs (``pipelines.job.overlap``); a
     refusal (``pipelines.job.refused``) when it holds a PCR dataset that neither
@@ -166,9 +181,7 @@ def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
                 RESUME,
                 " to start afresh",
             )
-    if cfg.overwrite or not (
-        existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))
-    ):
+    if cfg.overwrite or not (existing or _holds_dataset(cfg)):
         return
     # resume continues this job (its work directory is there), never replaces another's
     if not cfg.resume:
