@@ -23,7 +23,7 @@ import json
 import logging
 from typing import Any, Dict, List
 
-from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import job_file, names, output_lock, overlap, progress, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.pcr import records
 from pipelines.job.kinds.pcr.config import PcrConfig
@@ -224,6 +224,7 @@ def checked(cfg: PcrConfig) -> PcrConfig:
         raise ValueError("images_per_record must be positive")
     if not 1 <= cfg.quality <= 100:
         raise ValueError("quality must be in 1..100")
+    progress.checked_every(cfg.progress_every)
     if jpegtran_path() is None:
         raise RuntimeError(
             "jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)"

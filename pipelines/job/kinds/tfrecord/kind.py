@@ -20,7 +20,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
-from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import job_file, names, output_lock, overlap, progress, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
@@ -62,6 +62,7 @@ class TFRecordKind(Kind):
             raise ValueError("output may contain '{}' only once")
         parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
         parse_size(cfg.spool_limit)
+        progress.checked_every(cfg.progress_every)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
         return cfg
