@@ -16,6 +16,7 @@ import sys
 from typing import List
 
 from launch.args import UsageError, int_in, size
+from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
 
 # the CLI's bound when --max-shard-size is not given (docs/cli.md says why this size); the
@@ -137,7 +138,7 @@ def register(sub) -> None:
     p.add_argument(
         "--summary-json", help="also write the run summary (totals, counters, time) here"
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_args(p)
     p.add_argument(
         "--spool-limit",
         type=size,
@@ -205,7 +206,7 @@ def build_config(args):
         dali_index=args.dali_index,
         shuffle=args.shuffle,
         seed=args.seed,
-        progress=False if args.no_progress else None,
+        **progress_options(args),
         work_dir=args.work_dir,
         processes=args.processes,
         spool_limit=args.spool_limit,

@@ -189,7 +189,13 @@ def run(
         raise
     with (
         lifecycle.cleaned_on_failure(job),
-        progress.watch(job.work, job.cfg.store, len(job.units), job.cfg.progress) as bar,
+        progress.watch(
+            job.work,
+            job.cfg.store,
+            len(job.units),
+            job.cfg.progress,
+            every=job.cfg.progress_every,
+        ) as bar,
     ):
         result = p.run()
         _wait(result)

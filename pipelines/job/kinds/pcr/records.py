@@ -282,6 +282,7 @@ def finish(
         "rejects": {
             "count": rejected,
             "by_reason": by_reason,
+            **job_manifest.first_missing(list_rejects),
             "path": names.companion(stem, ".rejects.jsonl"),
         },
     }

@@ -38,7 +38,10 @@ class ConvertConfig:
     dali_index: bool = False
     shuffle: bool = False
     seed: int = 0
+    # None or True: a progress bar on a terminal, else a line every progress_every seconds
+    # (None: pipelines.job.progress.DEFAULT_EVERY); False: none
     progress: Optional[bool] = None
+    progress_every: Optional[float] = None
     work_dir: Optional[str] = None
     # how many workers convert: Beam's local runner's worker processes
     # (--direct_num_workers), or the in-process driver's worker processes

@@ -20,7 +20,16 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
-from pipelines.job import inflight, job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import (
+    inflight,
+    job_file,
+    names,
+    output_lock,
+    overlap,
+    progress,
+    replace,
+    workfiles,
+)
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
@@ -64,6 +73,7 @@ class TFRecordKind(Kind):
         parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
         parse_size(cfg.spool_limit)
         codec_choice.checked(cfg.image_codec)
+        progress.checked_every(cfg.progress_every)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
         return cfg
@@ -198,6 +208,7 @@ def finish(
         "rejects": {
             "count": rejected,
             "by_reason": by_reason,
+            **job_manifest.first_missing(list_rejects),
             "path": names.companion(cfg.output, ".rejects.jsonl"),
         },
     }
