@@ -57,3 +57,45 @@ def test_a_sidecar_that_is_not_a_pieces_summary_is_not_trusted(tmp_path):
         PieceSummary.from_json(info)
     with pytest.raises(ValueError):
         PieceSummary.from_json([1, 2])
+
+
+def test_summaries_share_their_schema_and_are_small_once_unpickled():
+    """At a million pieces the global steps hold a million summaries: equal schemas,
+    first types and reject counts are one object, also after pickling (a Beam side
+    input), and a summary costs well under 1 KB."""
+    import pickle
+    import tracemalloc
+
+    def make(i):
+        return PieceSummary(
+            index=i,
+            shard=f"gs://bucket/inputs/shard-{i:07d}.tar",
+            piece=f"gs://bucket/work/0123456789abcdef/piece-{i:06d}~1a2b3c4d.tfrecord",
+            records=1000,
+            bytes=110_000_000,
+            records_read=1000,
+            filtered=0,
+            records_rejected=0,
+            shards_rejected=0,
+            reject_counts=[],
+            members=2000,
+            skipped_members=0,
+            duplicate_members=0,
+            member_bytes=110_000_000,
+            schema={"jpg": {"dtype": "bytes", "shape": []}, "cls": {"dtype": "int64", "shape": []}},
+            first_types={"jpg": "bytes", "cls": "int64"},
+            recs_crc32c="01234567",
+            crc32c="89abcdef",
+        )
+
+    blobs = [pickle.dumps(make(i)) for i in range(10_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = [pickle.loads(b) for b in blobs]
+        each = (tracemalloc.get_traced_memory()[0] - before) / len(got)
+    finally:
+        tracemalloc.stop()
+    assert got[3] == make(3) and got[3].schema is got[9000].schema
+    assert got[3].first_types is got[4].first_types
+    assert each < 1000, each

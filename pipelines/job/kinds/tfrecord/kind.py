@@ -13,6 +13,7 @@ the options' first types (a job whose features had several types is run again wi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
@@ -169,9 +170,12 @@ def finish(
     shards.sort(key=lambda s: order.get(s["path"], 0))
     schema: Dict[str, Any] = {}
     in_order = sorted(pieces, key=lambda p: p.index)
+    merged = None  # pieces mostly share one schema object (summary.py): merged once
     for p in in_order:
-        if p.schema:
-            schema = exs.merge_schema(schema, p.schema) if schema else p.schema
+        if p.schema and p.schema is not merged:
+            # a copy: the pieces' schemas are shared, and the manifest's is changed below
+            schema = exs.merge_schema(schema, p.schema) if schema else copy.deepcopy(p.schema)
+            merged = p.schema
     for name, t in exs.first_types(schema, [p.first_types for p in in_order]).items():
         schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
