@@ -33,6 +33,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -79,6 +80,10 @@ def _proc_start(pid: int) -> Optional[str]:
 
 
 def _alive(pid: int, start: Optional[str]) -> bool:
+    if pid <= 0:
+        # no job has such a pid: os.kill(0 or -1, 0) signals a process group or every
+        # process, and would say "alive" for a lock no job holds
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -91,14 +96,21 @@ def _alive(pid: int, start: Optional[str]) -> bool:
     return not (start and now and now != start)
 
 
-def _iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _iso(t: Any) -> str:
+    """``t`` as a UTC time, or ``?`` where it is no time (a lock someone edited: NaN,
+    1e20, text): the line naming the lock's job must not fail on it."""
+    if not isinstance(t, (int, float)) or not math.isfinite(t):
+        return "?"
+    try:
+        when = datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return "?"
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def describe(info: Dict[str, Any]) -> str:
     """The running job a lock names, for the refusal line."""
-    started = info.get("started")
-    when = _iso(started) if isinstance(started, (int, float)) else "?"
+    when = _iso(info.get("started"))
     cmd = info.get("command") or "job"
     return f"tar2tf {cmd} pid {info.get('pid')} on host {info.get('host')}, started {when}"
 
@@ -116,7 +128,9 @@ def stale_reason(info: Dict[str, Any], now: Optional[float] = None) -> Optional[
             return f"pid {pid} is not running"
         return None
     beat = info.get("heartbeat")
-    if isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S:
+    # a heartbeat that is no finite time (NaN, inf: an edited lock) says nothing: the job
+    # may be running
+    if isinstance(beat, (int, float)) and math.isfinite(beat) and now - beat > STALE_AFTER_S:
         return f"no heartbeat for {int(now - beat)} s"
     return None
 
@@ -205,6 +219,21 @@ def _beat(ref, stop: threading.Event) -> None:
             del lock
 
 
+def _not_a_lock(output: str, url: str) -> str:
+    return (
+        f"{output} is locked by {url}, which is not a tar2tf lock (or is being "
+        f"written); if no job is writing this output, delete {url}"
+    )
+
+
+def _dangling_link(url: str) -> bool:
+    """A local lock name that is a symbolic link to nothing."""
+    if split_url(url)[0] != "":
+        return False
+    path = split_url(url)[2]
+    return os.path.islink(path) and not os.path.exists(path)
+
+
 def acquire(
     url: str, config: Optional[StoreConfig] = None, *, output: str, command: str
 ) -> "OutputLock | NoLock":
@@ -234,16 +263,17 @@ def acquire(
         try:
             raw, version = exclusive.read(url, config)
         except FileNotFoundError:
+            if _dangling_link(url):
+                # the name is taken (create fails) but reads as absent: no job holds it,
+                # and trying again would fail the same way
+                raise OutputLockedError(_not_a_lock(output, url)) from None
             continue  # released meanwhile: try again
         try:
             held = json.loads(raw)
             if not isinstance(held, dict) or held.get("kind") != KIND:
                 raise ValueError
         except ValueError:
-            raise OutputLockedError(
-                f"{output} is locked by {url}, which is not a tar2tf lock (or is being "
-                f"written); if no job is writing this output, delete {url}"
-            ) from None
+            raise OutputLockedError(_not_a_lock(output, url)) from None
         why = stale_reason(held)
         if why is None:
             raise OutputLockedError(

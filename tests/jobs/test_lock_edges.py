@@ -1,0 +1,144 @@
+"""The output lock against locks nobody should have to explain (pipelines/job/output_lock.py),
+on both drivers: the lock is taken in ``lifecycle.prepare``, before either driver runs.
+
+* A lock whose ``started`` is no time (1e20, NaN): a dead job's is taken over with the
+  usual warning, a live job's refused with the usual exit-4 line, ``started ?``.
+* A lock naming pid 0 or -1 on this host: no job runs under such a pid, so it is taken over
+  (``os.kill(-1, 0)`` succeeds, which used to make it "alive").
+* A lock that is a dangling symbolic link: the "not a tar2tf lock ... delete it" line,
+  exit 4, not "other jobs keep taking it".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+from support import shardgen
+from support.cli_fixtures import cli
+
+from pipelines.job import output_lock
+
+RUNNERS = {
+    "local": ["--runner", "local"],
+    # Beam's local runner under the name that selects it whatever the default driver is
+    "beam": ["--runner=FnApiRunner"],
+}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("lock-edges-in")
+    shardgen.make_shards(str(d), 2, 3, size=(8, 8))
+    return str(d / "train-{0000..0001}.tar")
+
+
+def _lock(out) -> str:
+    return output_lock.lock_url_for(str(out / "t-{}.record"))
+
+
+def _convert(shards, out, runner, *more):
+    return cli(
+        "convert",
+        shards,
+        "-o",
+        str(out / "t-{}.record"),
+        "--no-progress",
+        "--type-map",
+        "cls:int64",
+        *RUNNERS[runner],
+        *more,
+    )
+
+
+def _held(**over) -> dict:
+    info = {
+        "kind": output_lock.KIND,
+        "token": "0" * 32,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),  # this test: a live process
+        "pid_start": None,
+        "started": 1.7e9,
+        "heartbeat": 1.7e9,
+        "command": "convert",
+        "output": "elsewhere",
+    }
+    info.update(over)
+    return info
+
+
+def _one_line(p, code) -> str:
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == code, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("tar2tf "), p.stderr
+    assert "Traceback" not in p.stderr
+    return lines[0]
+
+
+def _a_dead_pid() -> int:
+    """A pid no process has now (the highest the kernel would give, checked)."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        pid = int(f.read()) - 1
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    return pid
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize(
+    "held",
+    [
+        {"started": 1e20, "pid": "dead"},
+        {"started": float("nan"), "pid": "dead"},
+        {"pid": 0},
+        {"pid": -1},
+    ],
+    ids=["started-1e20", "started-nan", "pid-0", "pid-minus-1"],
+)
+def test_a_dead_jobs_odd_lock_is_taken_over(shards, tmp_path, runner, held):
+    out = tmp_path / "o"
+    out.mkdir()
+    if held.get("pid") == "dead":
+        held = dict(held, pid=_a_dead_pid())
+    with open(_lock(out), "w") as f:
+        f.write(json.dumps(_held(**held)))  # NaN as JSON's NaN: Python reads it back
+    p = _convert(shards, out, runner)
+    assert p.returncode == 0, p.stderr
+    assert "taking over the lock of a job that ended" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert (out / "t.record.manifest.json").exists()
+    assert not os.path.lexists(_lock(out))  # released at the end
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("started", [float("nan"), 1e20, "soon"], ids=["nan", "1e20", "text"])
+def test_a_live_jobs_lock_with_no_start_time_is_refused_in_the_usual_line(
+    shards, tmp_path, runner, started
+):
+    """Another host's lock with a fresh heartbeat: its job may run."""
+    import time
+
+    out = tmp_path / "o"
+    out.mkdir()
+    held = _held(host="another-host", pid=4242, started=started, heartbeat=time.time())
+    with open(_lock(out), "w") as f:
+        f.write(json.dumps(held))
+    before = sorted(os.listdir(out))
+    line = _one_line(_convert(shards, out, runner), 4)
+    assert "another job is writing" in line and "pid 4242 on host another-host" in line, line
+    assert "started ?" in line, line
+    assert sorted(os.listdir(out)) == before  # refused: nothing written
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_a_dangling_symlink_lock_is_named_as_no_tar2tf_lock(shards, tmp_path, runner):
+    out = tmp_path / "o"
+    out.mkdir()
+    os.symlink(str(tmp_path / "nowhere"), _lock(out))
+    line = _one_line(_convert(shards, out, runner), 4)
+    assert "which is not a tar2tf lock" in line and f"delete {_lock(out)}" in line, line
+    assert "keep taking it" not in line
+    assert os.path.islink(_lock(out))  # not the job's to delete
+    assert sorted(os.listdir(out)) == ["t.record.tar2tf-lock"]
