@@ -73,9 +73,12 @@ def _write(task, kind: Kind, cfg):
     return kind.write(task, cfg)
 
 
-def _finish(rows, summaries, kind: Kind, cfg, list_rejects, inputs, extras):
-    """``Kind.finish`` as the graph's last step: yields the manifest."""
-    yield Pickled(kind.finish(rows, summaries, cfg, list_rejects, inputs, extras))
+def _finish(rows, summaries, kind: Kind, cfg, list_rejects, inputs, extras, held):
+    """``Kind.finish`` as the graph's last step, once the output's lock is read again
+    (``lifecycle.finish_on``): yields the manifest."""
+    yield Pickled(
+        lifecycle.finish_on(held, kind, rows, summaries, cfg, list_rejects, inputs, extras)
+    )
 
 
 class ConvertJob(beam.PTransform):
@@ -86,6 +89,7 @@ class ConvertJob(beam.PTransform):
         self.kind, self.cfg, self.work = job.kind, job.cfg, job.work
         self.units, self.list_rejects = job.units, job.list_rejects
         self.inputs, self.extras = job.inputs, job.extras
+        self.held = job.held  # (lock URL, token): checked by the last step, on a worker
 
     def step(self, name: str) -> str:
         return self.kind.steps[name]
@@ -106,6 +110,7 @@ class ConvertJob(beam.PTransform):
             self.list_rejects,
             self.inputs,
             self.extras,
+            self.held,
         )
 
     def plan_and_write(self, summaries, all_summaries):

@@ -20,8 +20,9 @@ A lock whose job is dead is taken over (so ``--resume`` / ``--overwrite`` work a
 
 Taking over deletes the stale lock only if it is unchanged, then creates a new one: two
 jobs taking over at once cannot both win (on AIS, see ``transforms.stores.exclusive``).
-A job whose lock was taken by another (the heartbeat finds another job's token) fails at
-its end (:meth:`OutputLock.check`) instead of claiming an output that may mix two jobs'.
+A job whose lock was taken by another fails (exit 4) instead of claiming an output that
+may mix two jobs': its heartbeat finds another job's token (:meth:`OutputLock.check`), and
+the job reads the lock again before its commit point (:func:`check_held`).
 
 If a job's lock is not released explicitly (an exception between set-up and the step
 that releases it), it is released when the lock object is collected or at interpreter
@@ -156,23 +157,56 @@ class OutputLock:
         """Delete the lock (once; later calls do nothing)."""
         self._finalizer()
 
+    @property
+    def token(self) -> str:
+        return self.info["token"]
+
     def check(self) -> None:
         """Raise :class:`OutputLockedError` if another job took the lock while this one ran."""
         if self.lost:
-            raise OutputLockedError(
-                f"another job took the lock on this output while this job ran ({self.lost}); "
-                f"its output may mix both jobs': run `tar2tf verify` on it, or run again"
-            )
+            raise OutputLockedError(_lost(self.lost))
 
 
 class NoLock:
     """An output on a store without a create-if-absent (Beam's other file systems): unlocked."""
+
+    token = None
 
     def release(self) -> None:
         pass
 
     def check(self) -> None:
         pass
+
+
+def _lost(other: str) -> str:
+    return (
+        f"another job took the lock on this output while this job ran ({other}); "
+        f"its output may mix both jobs': run `tar2tf verify` on it, or run again"
+    )
+
+
+def check_held(url: str, token: Optional[str], config: Optional[StoreConfig] = None) -> None:
+    """Raise :class:`OutputLockedError` unless the lock at ``url`` still holds ``token``
+    (the job's: :attr:`OutputLock.token`; None: an unlocked output, nothing to check).
+
+    The heartbeat notices a lost lock only every :data:`HEARTBEAT_S` seconds; a job reads
+    the lock again right before its commit point, so that a job whose lock was deleted and
+    taken by another never writes a manifest over the other's output.  Plain values only:
+    a worker process calls it as well as the launching one."""
+    if not token:
+        return
+    try:
+        held = json.loads(exclusive.read(url, config)[0])
+    except FileNotFoundError:
+        other = "the lock is gone"
+    except ValueError:
+        other = "the lock is not a tar2tf lock now"
+    else:
+        if isinstance(held, dict) and held.get("token") == token:
+            return
+        other = describe(held) if isinstance(held, dict) else "the lock is not a tar2tf lock now"
+    raise OutputLockedError(_lost(other))
 
 
 def _content(info: Dict[str, Any]) -> bytes:

@@ -142,3 +142,43 @@ def test_a_dangling_symlink_lock_is_named_as_no_tar2tf_lock(shards, tmp_path, ru
     assert "keep taking it" not in line
     assert os.path.islink(_lock(out))  # not the job's to delete
     assert sorted(os.listdir(out)) == ["t.record.tar2tf-lock"]
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_a_job_whose_lock_was_taken_stops_before_its_commit_point(shards, tmp_path, runner):
+    """Job A runs; its lock is deleted and taken by job B (here: a lock naming this live
+    test process, with another token, and a temporary file of B's in the output
+    directory).  A must not write its manifest over B's output, exit 4 with the lock
+    line, and leave B's lock, B's temporary file and the work directory alone."""
+    import glob
+
+    from support import background
+
+    out = tmp_path / "o"
+    job = background.start(
+        *background.slow_convert(shards, str(out / "t-{}.record"), *RUNNERS[runner]),
+        env=background.slow_env("0.5"),
+    )
+    try:
+        background.wait_until(
+            job, lambda: glob.glob(str(out / ".tar2tf-work" / "*" / "job.json")), "job.json"
+        )
+        taken = json.dumps(_held(token="b" * 32, output=str(out / "t-{}.record")))
+        os.unlink(_lock(out))
+        with open(_lock(out), "w") as f:
+            f.write(taken)
+        theirs = out / ".t-1.record.tmp-0123456789ab"
+        theirs.write_bytes(b"job B's shard, being written")
+        assert job.wait(timeout=300) == 4, job.stderr.read()
+        err = job.stderr.read()
+    finally:
+        if job.poll() is None:
+            background.kill(job)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("WARNING")]
+    assert len(lines) == 1 and "another job took the lock on this output" in lines[0], err
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in lines[0], err
+    assert "Traceback" not in err
+    assert not (out / "t.record.manifest.json").exists()  # A's commit point never came
+    assert open(_lock(out)).read() == taken  # B's lock stays B's
+    assert theirs.read_bytes() == b"job B's shard, being written"
+    assert glob.glob(str(out / ".tar2tf-work" / "*" / "job.json"))  # the work may be B's

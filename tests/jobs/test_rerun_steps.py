@@ -42,7 +42,9 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
         shards = [
             shardfile.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
         ]
-        return next(_finish(shards, pieces, TFRECORD, cfg, job.list_rejects, job.urls, {}))
+        return next(
+            _finish(shards, pieces, TFRECORD, cfg, job.list_rejects, job.urls, {}, job.held)
+        )
 
     last_steps()
     first = output_digest(str(tmp_path / "o"))
