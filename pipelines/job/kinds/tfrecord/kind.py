@@ -64,10 +64,15 @@ class TFRecordKind(Kind):
         parse_size(cfg.spool_limit)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
-        return cfg
+        # local paths resolved once, here: the lock, the work directory's key, the manifest
+        # and the stale shards of an --overwrite then see one output however it is spelt
+        return dataclasses.replace(
+            cfg, output=names.resolved(cfg.output), work_dir=names.resolved(cfg.work_dir)
+        )
 
     def units(self, cfg: ConvertConfig):
         urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+        urls = names.resolved_all(urls)  # the work directory's key: however they are spelt
         return list(enumerate(urls)), list_rejects, urls, {}
 
     def lock_url(self, cfg: ConvertConfig) -> str:
