@@ -83,7 +83,12 @@ class TFRecordKind(Kind):
 
     def begin(self, job: Job) -> None:
         cfg = job.cfg
-        replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
+        # before a shard is replaced: TFDS metadata beside the output no longer names this
+        # split (written again by a --tfds job that succeeds)
+        from pipelines.export import tfds  # no TensorFlow import: the metadata is JSON
+
+        with tfds.retracted(cfg.output):
+            replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
 
     def stages(self, cfg: ConvertConfig):
         return cfg.stages()
