@@ -65,7 +65,9 @@ class ConvertUnitFn(beam.DoFn):
         yield carried(info)
 
 
-def _plan(summaries, kind: Kind, cfg):
+def _plan(summaries, kind: Kind, cfg, held=None):
+    # the output's lock read again before the first final shard is written
+    lifecycle.check_held(held, cfg.store)
     return kind.plan(summaries, cfg)
 
 
@@ -115,7 +117,9 @@ class ConvertJob(beam.PTransform):
 
     def plan_and_write(self, summaries, all_summaries):
         """The rows of the written output files: the plan on one worker, the writes spread."""
-        plan = all_summaries | self.step("plan") >> beam.FlatMap(_plan, self.kind, self.cfg)
+        plan = all_summaries | self.step("plan") >> beam.FlatMap(
+            _plan, self.kind, self.cfg, self.held
+        )
         return spread(plan, self.step("spread_writes"), self.kind.task_index) | self.step(
             "write"
         ) >> beam.Map(_write, self.kind, self.cfg)

@@ -182,3 +182,47 @@ def test_a_job_whose_lock_was_taken_stops_before_its_commit_point(shards, tmp_pa
     assert open(_lock(out)).read() == taken  # B's lock stays B's
     assert theirs.read_bytes() == b"job B's shard, being written"
     assert glob.glob(str(out / ".tar2tf-work" / "*" / "job.json"))  # the work may be B's
+
+
+@pytest.mark.parametrize("processes", ["0", "2"], ids=["threads", "workers"])
+def test_a_streaming_job_whose_lock_was_taken_puts_no_further_shard_in_place(tmp_path, processes):
+    """The in-process driver puts a ``{}`` output's shards in place as it writes them: it
+    reads its lock again before each rename, so a job whose lock was taken stops at the
+    next shard (its temporary file removed), not after writing them all."""
+    import glob
+
+    from support import background
+
+    shardgen.make_shards(str(tmp_path / "in"), 6, 3, size=(8, 8))
+    out = tmp_path / "o"
+    job = background.start(
+        *background.slow_convert(
+            str(tmp_path / "in" / "train-{0000..0005}.tar"),
+            str(out / "t-{}.record"),
+            *RUNNERS["local"],
+            "--processes",
+            processes,
+            "--records-per-shard",
+            "3",
+        ),
+        env=background.slow_env("0.4"),
+        session=True,
+    )
+    try:
+        background.wait_until(job, lambda: (out / "t-1.record").exists(), "the first shard")
+        taken = json.dumps(_held(token="b" * 32, output=str(out / "t-{}.record")))
+        os.unlink(_lock(out))
+        with open(_lock(out), "w") as f:
+            f.write(taken)
+        assert job.wait(timeout=300) == 4, job.stderr.read()
+        err = job.stderr.read()
+    finally:
+        if job.poll() is None:
+            background.kill(job)
+    assert "another job took the lock on this output" in err, err
+    assert "Traceback" not in err
+    placed = glob.glob(str(out / "t-*.record"))
+    assert 1 <= len(placed) < 6, placed  # stopped at the shard after the lock was taken
+    assert not glob.glob(str(out / ".t-*.tmp-*"))  # its own temporaries: removed
+    assert not (out / "t.record.manifest.json").exists()
+    assert open(_lock(out)).read() == taken
