@@ -205,7 +205,8 @@ def check_held(url: str, token: Optional[str], config: Optional[StoreConfig] = N
     else:
         if isinstance(held, dict) and held.get("token") == token:
             return
-        other = describe(held) if isinstance(held, dict) else "the lock is not a tar2tf lock now"
+        ours = isinstance(held, dict) and held.get("kind") == KIND
+        other = describe(held) if ours else "the lock is not a tar2tf lock now"
     raise OutputLockedError(_lost(other))
 
 
