@@ -69,11 +69,16 @@ class ConvertUnitFn(beam.DoFn):
         yield carried(info)
 
 
-def _plan(summaries, kind: Kind, cfg):
+def _plan(summaries, kind: Kind, cfg, held=None):
+    # the output's lock read again before the first final shard is written
+    lifecycle.check_held(held, cfg.store)
     return kind.plan(summaries, cfg)
 
 
-def _write(task, kind: Kind, cfg):
+def _write(task, kind: Kind, cfg, held=None):
+    # the output's lock read again before each final shard is renamed into place: a job
+    # that lost it (its launcher gone, its lock taken over) writes nothing final
+    lifecycle.check_held(held, cfg.store)
     return kind.write(task, cfg)
 
 
@@ -81,11 +86,14 @@ def _units(chunk: int, work: str, store):
     return staging.read_units(work, chunk, store)
 
 
-def _finish(rows, summaries, kind: Kind, cfg, work: str, extras):
-    """``Kind.finish`` as the graph's last step: yields the manifest."""
+def _finish(rows, summaries, kind: Kind, cfg, work: str, extras, held):
+    """``Kind.finish`` as the graph's last step, once the output's lock is read again
+    (``lifecycle.finish_on``): yields the manifest."""
     inputs = staging.read_inputs(work, cfg.store)
     list_rejects = staging.read_list_rejects(work, cfg.store)
-    yield Pickled(kind.finish(rows, summaries, cfg, list_rejects, inputs, extras))
+    yield Pickled(
+        lifecycle.finish_on(held, kind, rows, summaries, cfg, list_rejects, inputs, extras)
+    )
 
 
 class ConvertJob(beam.PTransform):
@@ -96,6 +104,7 @@ class ConvertJob(beam.PTransform):
         self.kind, self.cfg, self.work = job.kind, staging.for_workers(job.cfg), job.work
         self.chunks = staging.chunk_count(len(job.units))
         self.extras = job.extras
+        self.held = job.held  # (lock URL, token): checked by the last step, on a worker
 
     def step(self, name: str) -> str:
         return self.kind.steps[name]
@@ -119,14 +128,17 @@ class ConvertJob(beam.PTransform):
             self.cfg,
             self.work,
             self.extras,
+            self.held,
         )
 
     def plan_and_write(self, summaries, all_summaries):
         """The rows of the written output files: the plan on one worker, the writes spread."""
-        plan = all_summaries | self.step("plan") >> beam.FlatMap(_plan, self.kind, self.cfg)
+        plan = all_summaries | self.step("plan") >> beam.FlatMap(
+            _plan, self.kind, self.cfg, self.held
+        )
         return spread(plan, self.step("spread_writes"), self.kind.task_index) | self.step(
             "write"
-        ) >> beam.Map(_write, self.kind, self.cfg)
+        ) >> beam.Map(_write, self.kind, self.cfg, self.held)
 
 
 def counters_of(result) -> Dict[str, int]:

@@ -17,6 +17,11 @@ crash leaves no stale lock).  Each file is written under a temporary name and re
 directories only: object stores offer no such lock (:func:`check_output` says so before the
 job runs).
 
+A job that replaces a split's shards (with ``--tfds`` or without) first takes the split out
+of the metadata (:func:`retracted`, from the job's start in
+``pipelines.job.kinds.tfrecord.kind``), so that metadata never names shards or counts that
+are not on disk, whatever becomes of the job; a ``--tfds`` job that succeeds writes it again.
+
 TensorFlow and TFDS are imported only when metadata is written (here and in
 :func:`~pipelines.export.tfds_features.to_tfds`): ``--tfds`` is optional, and a job
 without it never pays their import.
@@ -24,6 +29,7 @@ without it never pays their import.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -31,7 +37,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pipelines.export.tfds_features import TfdsError, feature_specs, nest, parse_image, to_tfds
 from transforms.stores import split_url
@@ -134,6 +140,103 @@ def _check_shards(output: str, split: str, shards: Sequence[Mapping[str, Any]]) 
         )
 
 
+def split_of(output: Any) -> Tuple[str, str]:
+    """``(directory, split)`` of a local output TFDS could describe (``DIR/<split>.tfrecord``
+    or ``.array_record``), else ``("", "")``."""
+    if not isinstance(output, str) or split_url(output)[0]:
+        return "", ""
+    name = os.path.basename(output)
+    stem, dot, suffix = name.rpartition(".")
+    if "{}" in name or not dot or suffix not in FILE_FORMATS or not _SPLIT.match(stem):
+        return "", ""
+    return os.path.dirname(output) or ".", stem
+
+
+def _retractable(info_path: str, split: str, fmt: str) -> Optional[Dict[str, Any]]:
+    """The metadata at ``info_path`` without ``split``, when it describes ``split`` in a
+    format that may be ``fmt`` (its file format or an alternative); else None."""
+    try:
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+        splits = info.get("splits", [])
+        formats = {info.get("fileFormat") or "tfrecord", *info.get("alternativeFileFormats", [])}
+        kept = [s for s in splits if s.get("name") != split]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        # a file this cannot read names no shards that tar2tf could take out
+        log.warning("tfds: %s is not metadata tar2tf can update (%s): left as it is", info_path, e)
+        return None
+    if len(kept) == len(splits) or fmt not in formats:
+        return None
+    return dict(info, splits=kept)
+
+
+@contextlib.contextmanager
+def retracted(output: Any) -> Iterator[bool]:
+    """The block in which a job starts replacing the shards of ``output``
+    (``DIR/<split>.tfrecord``, with ``--tfds`` or without), after the split left
+    ``DIR/dataset_info.json`` where the metadata could name those shards: whatever becomes
+    of the job -- rejects, a failure, a kill -- the metadata never names shards or counts
+    that are not on disk.  A job that succeeds with ``--tfds`` adds the split back
+    (:func:`write_metadata`); the other splits stay, and the file goes when no split is
+    left.  The metadata lock is held for the block (the earlier manifest's removal), so that
+    a job describing the split's other format does not read that manifest in between.  A
+    split the metadata does not describe takes no lock.  No TensorFlow import: the
+    metadata is JSON.  Yields whether the split was taken out."""
+    directory, split = split_of(output)
+    info_path = os.path.join(directory, INFO_NAME)
+    if not split or not os.path.exists(info_path):
+        yield False
+        return
+    fmt = FILE_FORMATS[output.rpartition(".")[2]]
+    # renames only: a read without the lock sees a whole file
+    if _retractable(info_path, split, fmt) is None:
+        yield False
+        return
+    with locked(directory):
+        info = _retractable(info_path, split, fmt)  # again: another job may have written it
+        if info is not None:
+            if info["splits"]:
+                data = json.dumps(info, indent=2, sort_keys=True) + "\n"
+                _replace_file(info_path, data.encode())
+            else:
+                os.unlink(info_path)
+                _sync_dir(directory)
+            log.info(
+                "tfds: split %s left %s while its shards are replaced; a job with --tfds "
+                "that succeeds describes it again",
+                split,
+                info_path,
+            )
+        yield info is not None
+
+
+def _sync_dir(directory: str) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """``data`` at ``path``, written under a temporary name, synced, then renamed."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tar2tf-tfds-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _sync_dir(directory)
+
+
 def _feature_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """Names of the top-level features that differ between two features.json dicts."""
 
@@ -160,11 +263,7 @@ def _write_files(info, directory: str) -> None:
                 os.close(fd)
         for f in names:
             os.replace(os.path.join(tmp, f), os.path.join(directory, f))
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _sync_dir(directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -19,9 +19,10 @@ rerun with ``resume=True`` after a crash continues after the shards the stream f
 
 from __future__ import annotations
 
+import functools
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from pipelines.inprocess import journal as shard_journal
 from pipelines.inprocess import pool as shard_pool
@@ -61,10 +62,12 @@ def new_stream(
     cfg: ConvertConfig,
     work: Optional[str] = None,
     resume: Optional[shard_journal.ResumePoint] = None,
+    held: Optional[Tuple[str, str]] = None,
 ) -> Optional[shard_stream.ShardStream]:
     """A shard stream for the job when its output names allow one (:func:`streams`), else
     None; ``work``: the work directory its journal goes to; ``resume``: the journal of an
-    interrupted run to continue (see ``pipelines.inprocess.journal``)."""
+    interrupted run to continue (see ``pipelines.inprocess.journal``); ``held``: the job's
+    output lock (``Job.held``), read again before each shard is renamed into place."""
     if not streams(cfg):
         return None
     return shard_stream.ShardStream(
@@ -76,6 +79,7 @@ def new_stream(
         journal=work,
         resume=resume,
         spool_limit=parse_size(cfg.spool_limit),
+        guard=None if held is None else functools.partial(lifecycle.check_held, held, cfg.store),
     )
 
 
@@ -127,7 +131,8 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None
     lifecycle.start(job)
-    stream = new_stream(cfg, work, resumed)  # None: shard names need the count, plan at the end
+    # None: shard names need the count, plan at the end
+    stream = new_stream(cfg, work, resumed, job.held)
     tasks = list(enumerate(urls))[resumed.next_piece :]
     if blob is not None and stream is not None and local_output:
         # local final shards: the workers write their frames into them where the stream
@@ -173,6 +178,9 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
             if stream is not None:
                 shards = stream.finish()
             else:  # the Beam graph's planning step
+                # the lock read again before the first final shard is written (as Beam's
+                # plan step does)
+                lifecycle.check_held(job.held, cfg.store)
                 with ThreadPoolExecutor(threads, thread_name_prefix="tar2tf-write") as pool:
                     shards = list(
                         pool.map(

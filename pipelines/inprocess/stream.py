@@ -36,7 +36,7 @@ import itertools
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pipelines.inprocess import journal as shard_journal
 from pipelines.job import workfiles
@@ -81,11 +81,15 @@ class ShardStream:
         journal: Optional[str] = None,
         resume: Optional[shard_journal.ResumePoint] = None,
         spool_limit: Optional[int] = None,
+        guard: Optional[Callable[[], None]] = None,
     ):
         if not can_stream(output):
             raise ValueError(f"streamed shards need a '{{}}' output template, not {output!r}")
         self.output, self.config, self.dali_index = output, config, dali_index
         self.journal = journal
+        # called before each shard is renamed into place (the job still holds its output's
+        # lock: lifecycle.check_held); what it raises stops the job, that shard unwritten
+        self.guard = guard
         self.packer = Packer(max_bytes, max_records)
         self.current: Optional[ShardFile] = None
         resume = resume or shard_journal.ResumePoint()
@@ -190,7 +194,7 @@ class ShardStream:
                 self._cv.notify_all()
 
     def _close_shard(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
-        row = shard.close()
+        row = shard.close(self.guard)
         with self._cv:
             self._open.remove(shard)
         if self.journal is not None:

@@ -11,8 +11,10 @@
 * convert units, plan, write: the kind's work, run by a driver -- the Beam graph
   (``pipelines.beam.job``: one step each, on workers) or the in-process driver
   (``pipelines.inprocess.driver``: threads or a worker pool, shards written as pieces arrive).
-* :func:`finish` (the graph's last step): stale outputs of an earlier run removed, the
-  kind's manifest and rejects written (the commit point); returns the manifest.
+* :func:`finish` (the graph's last step): the output's lock read again (a job whose lock
+  another job took stops there, exit 4: :func:`check_held`), stale outputs of an earlier
+  run removed, the kind's manifest and rejects written (the commit point); returns the
+  manifest.
 * :func:`result_of` (the launching process, once the job has finished): the work
   directory deleted, the lock released, what the caller gets back.  The work directory
   outlives :func:`finish` because a cluster may run a step again after it (Flink re-runs
@@ -135,6 +137,13 @@ class Job:
     lock: Optional[output_lock.OutputLock] = None  # released by result_of / cleaned_on_failure
 
     @property
+    def held(self) -> Optional[Tuple[str, str]]:
+        """``(lock URL, token)`` of the output's lock, plain values a worker checks before
+        the commit point (:func:`check_held`); None for an unlocked output."""
+        token = getattr(self.lock, "token", None)
+        return (self.kind.lock_url(self.cfg), token) if token else None
+
+    @property
     def urls(self) -> List[str]:
         """A TFRecord job's input shards (its inputs, in unit order)."""
         return self.inputs
@@ -208,12 +217,31 @@ def start(job: Job) -> None:
     job.kind.begin(job)
 
 
+def check_held(held: Optional[Tuple[str, str]], config) -> None:
+    """Raise ``OutputLockedError`` (exit 4) unless this job still holds its output's lock
+    (``held``: :attr:`Job.held`): what a job checks before its commit point, in the
+    process that commits (a Beam worker, or the launching process)."""
+    if held is not None:
+        output_lock.check_held(held[0], held[1], config)
+
+
 @contextlib.contextmanager
 def cleaned_on_failure(job: Job) -> Iterator[None]:
-    """A failed job leaves only verified work (``pipelines.job.cleanup``)."""
+    """A failed job leaves only verified work (``pipelines.job.cleanup``).  A job whose
+    lock another job took touches nothing: the output's temporaries and the work
+    directory may now be that job's (the same job run again has the same work directory)."""
     try:
         yield
     except BaseException as e:
+        try:
+            check_held(job.held, job.cfg.store)
+        except output_lock.OutputLockedError as lost:
+            job.release()  # deletes nothing: the lock is the other job's now
+            if isinstance(e, output_lock.OutputLockedError):
+                raise
+            raise lost from e  # a runner's wrapping of the worker's refusal: exit 4
+        except Exception:  # the lock cannot be read (a store fault): the failure stands
+            pass
         try:
             cleanup.after_failure(e, job.work, job.kind.failed_output(job.cfg), job.cfg.store)
         finally:
@@ -223,7 +251,17 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
 
 def finish(job: Job, rows, summaries) -> Dict[str, Any]:
     """The kind's finish in the launching process (the in-process driver)."""
-    return job.kind.finish(rows, summaries, job.cfg, job.list_rejects, job.inputs, job.extras)
+    return finish_on(
+        job.held, job.kind, rows, summaries, job.cfg, job.list_rejects, job.inputs, job.extras
+    )
+
+
+def finish_on(held, kind: Kind, rows, summaries, cfg, list_rejects, inputs, extras):
+    """The kind's finish (stale outputs removed, the manifest written: the commit point)
+    where it runs, once the lock is read again: a job whose lock was taken while it ran
+    must not remove or describe the files of the job that took it."""
+    check_held(held, cfg.store)
+    return kind.finish(rows, summaries, cfg, list_rejects, inputs, extras)
 
 
 def result_of(
@@ -233,10 +271,13 @@ def result_of(
     returned in this process; else read back, as a Beam job's last step wrote it on a
     worker); its work directory deleted."""
     cfg, kind = job.cfg, job.kind
+    # another job took the output over while this one ran: fail, leaving the work
+    # directory (it may be that job's now) to it
+    check_held(job.held, cfg.store)
     cleanup.remove_work(job.work, cfg.store)
     if job.lock is not None:
         job.lock.release()
-        job.lock.check()  # another job took the output over while this one ran: fail
+        job.lock.check()
     mpath = kind.manifest_path(cfg)
     if manifest is None:
         manifest = json.loads(get_store(mpath, cfg.store).read_bytes(mpath))

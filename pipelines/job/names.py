@@ -12,6 +12,38 @@ from transforms.stores import LOCAL_TEMP, StoreConfig, basename, get_store, spli
 # -- names ------------------------------------------------------------------------------
 
 
+def resolved(path: str) -> str:
+    """A local path as a job uses it: absolute, with the symbolic links of its directory
+    resolved, so that ``out/t-{}.record``, ``./out/t-{}.record``, ``$PWD/out/t-{}.record``
+    or a path through a link to ``out`` are one output (one lock, one work directory, the
+    same stale shards).  The last part is kept as given (a template, or a name that may be
+    a link itself); a URL with a scheme (``gs://``, ``file://``) is returned as it is."""
+    if not isinstance(path, str) or not path or "://" in path:
+        return path
+    head, tail = os.path.split(path)
+    if tail in (".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(head or os.curdir), tail)
+
+
+def resolved_all(paths: List[str]) -> List[str]:
+    """:func:`resolved` of each (a directory's links resolved once)."""
+    dirs: dict = {}
+    out = []
+    for p in paths:
+        if not isinstance(p, str) or not p or "://" in p:
+            out.append(p)
+            continue
+        head, tail = os.path.split(p)
+        if tail in (".", ".."):
+            out.append(os.path.realpath(p))
+            continue
+        if head not in dirs:
+            dirs[head] = os.path.realpath(head or os.curdir)
+        out.append(os.path.join(dirs[head], tail))
+    return out
+
+
 def _split_ext(url: str) -> Tuple[str, str]:
     base = basename(url)
     stem, dot, ext = base.rpartition(".")

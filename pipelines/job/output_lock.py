@@ -20,8 +20,9 @@ A lock whose job is dead is taken over (so ``--resume`` / ``--overwrite`` work a
 
 Taking over deletes the stale lock only if it is unchanged, then creates a new one: two
 jobs taking over at once cannot both win (on AIS, see ``transforms.stores.exclusive``).
-A job whose lock was taken by another (the heartbeat finds another job's token) fails at
-its end (:meth:`OutputLock.check`) instead of claiming an output that may mix two jobs'.
+A job whose lock was taken by another fails (exit 4) instead of claiming an output that
+may mix two jobs': its heartbeat finds another job's token (:meth:`OutputLock.check`), and
+the job reads the lock again before its commit point (:func:`check_held`).
 
 If a job's lock is not released explicitly (an exception between set-up and the step
 that releases it), it is released when the lock object is collected or at interpreter
@@ -33,6 +34,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -79,6 +81,10 @@ def _proc_start(pid: int) -> Optional[str]:
 
 
 def _alive(pid: int, start: Optional[str]) -> bool:
+    if pid <= 0:
+        # no job has such a pid: os.kill(0 or -1, 0) signals a process group or every
+        # process, and would say "alive" for a lock no job holds
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -91,14 +97,21 @@ def _alive(pid: int, start: Optional[str]) -> bool:
     return not (start and now and now != start)
 
 
-def _iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _iso(t: Any) -> str:
+    """``t`` as a UTC time, or ``?`` where it is no time (a lock someone edited: NaN,
+    1e20, text): the line naming the lock's job must not fail on it."""
+    if not isinstance(t, (int, float)) or not math.isfinite(t):
+        return "?"
+    try:
+        when = datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return "?"
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def describe(info: Dict[str, Any]) -> str:
     """The running job a lock names, for the refusal line."""
-    started = info.get("started")
-    when = _iso(started) if isinstance(started, (int, float)) else "?"
+    when = _iso(info.get("started"))
     cmd = info.get("command") or "job"
     return f"tar2tf {cmd} pid {info.get('pid')} on host {info.get('host')}, started {when}"
 
@@ -116,7 +129,9 @@ def stale_reason(info: Dict[str, Any], now: Optional[float] = None) -> Optional[
             return f"pid {pid} is not running"
         return None
     beat = info.get("heartbeat")
-    if isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S:
+    # a heartbeat that is no finite time (NaN, inf: an edited lock) says nothing: the job
+    # may be running
+    if isinstance(beat, (int, float)) and math.isfinite(beat) and now - beat > STALE_AFTER_S:
         return f"no heartbeat for {int(now - beat)} s"
     return None
 
@@ -142,23 +157,57 @@ class OutputLock:
         """Delete the lock (once; later calls do nothing)."""
         self._finalizer()
 
+    @property
+    def token(self) -> str:
+        return self.info["token"]
+
     def check(self) -> None:
         """Raise :class:`OutputLockedError` if another job took the lock while this one ran."""
         if self.lost:
-            raise OutputLockedError(
-                f"another job took the lock on this output while this job ran ({self.lost}); "
-                f"its output may mix both jobs': run `tar2tf verify` on it, or run again"
-            )
+            raise OutputLockedError(_lost(self.lost))
 
 
 class NoLock:
     """An output on a store without a create-if-absent (Beam's other file systems): unlocked."""
+
+    token = None
 
     def release(self) -> None:
         pass
 
     def check(self) -> None:
         pass
+
+
+def _lost(other: str) -> str:
+    return (
+        f"another job took the lock on this output while this job ran ({other}); "
+        f"its output may mix both jobs': run `tar2tf verify` on it, or run again"
+    )
+
+
+def check_held(url: str, token: Optional[str], config: Optional[StoreConfig] = None) -> None:
+    """Raise :class:`OutputLockedError` unless the lock at ``url`` still holds ``token``
+    (the job's: :attr:`OutputLock.token`; None: an unlocked output, nothing to check).
+
+    The heartbeat notices a lost lock only every :data:`HEARTBEAT_S` seconds; a job reads
+    the lock again right before its commit point, so that a job whose lock was deleted and
+    taken by another never writes a manifest over the other's output.  Plain values only:
+    a worker process calls it as well as the launching one."""
+    if not token:
+        return
+    try:
+        held = json.loads(exclusive.read(url, config)[0])
+    except FileNotFoundError:
+        other = "the lock is gone"
+    except ValueError:
+        other = "the lock is not a tar2tf lock now"
+    else:
+        if isinstance(held, dict) and held.get("token") == token:
+            return
+        ours = isinstance(held, dict) and held.get("kind") == KIND
+        other = describe(held) if ours else "the lock is not a tar2tf lock now"
+    raise OutputLockedError(_lost(other))
 
 
 def _content(info: Dict[str, Any]) -> bytes:
@@ -205,6 +254,21 @@ def _beat(ref, stop: threading.Event) -> None:
             del lock
 
 
+def _not_a_lock(output: str, url: str) -> str:
+    return (
+        f"{output} is locked by {url}, which is not a tar2tf lock (or is being "
+        f"written); if no job is writing this output, delete {url}"
+    )
+
+
+def _dangling_link(url: str) -> bool:
+    """A local lock name that is a symbolic link to nothing."""
+    if split_url(url)[0] != "":
+        return False
+    path = split_url(url)[2]
+    return os.path.islink(path) and not os.path.exists(path)
+
+
 def acquire(
     url: str, config: Optional[StoreConfig] = None, *, output: str, command: str
 ) -> "OutputLock | NoLock":
@@ -234,16 +298,17 @@ def acquire(
         try:
             raw, version = exclusive.read(url, config)
         except FileNotFoundError:
+            if _dangling_link(url):
+                # the name is taken (create fails) but reads as absent: no job holds it,
+                # and trying again would fail the same way
+                raise OutputLockedError(_not_a_lock(output, url)) from None
             continue  # released meanwhile: try again
         try:
             held = json.loads(raw)
             if not isinstance(held, dict) or held.get("kind") != KIND:
                 raise ValueError
         except ValueError:
-            raise OutputLockedError(
-                f"{output} is locked by {url}, which is not a tar2tf lock (or is being "
-                f"written); if no job is writing this output, delete {url}"
-            ) from None
+            raise OutputLockedError(_not_a_lock(output, url)) from None
         why = stale_reason(held)
         if why is None:
             raise OutputLockedError(

@@ -28,9 +28,9 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import exits, job_file, overlap
+from pipelines.job import exits, job_file, names, overlap
 from transforms.redact import redact
-from transforms.stores import Store, StoreConfig, get_store, join
+from transforms.stores import Store, StoreConfig, basename, dirname, get_store, join
 
 log = logging.getLogger("tar2tf")
 LEDGER_SUFFIX = ".replacing.json"
@@ -60,6 +60,23 @@ def previous_outputs(manifest_url: str, config: Optional[StoreConfig] = None) ->
     store = get_store(manifest_url, config)
     found = _read_json(store, ledger_of(manifest_url))
     return set(found.get("outputs", [])) if isinstance(found, dict) else set()
+
+
+def _beside(manifest_url: str, manifest: Dict[str, Any], path: str) -> str:
+    """Where a file the earlier manifest names is now, as ``tar2tf verify`` locates it
+    (``pipelines.verify.manifest.locate``): one written beside that manifest is beside it
+    now -- the output may have been spelt another way (a relative path, another working
+    directory), or copied or moved since -- anything else at its recorded path."""
+    recorded = manifest.get("output")
+    if not isinstance(recorded, str):
+        return path
+    if manifest.get("kind") == "pcr":
+        recorded_manifest = names.companion(recorded + "/PCR", ".manifest.json")
+    else:
+        recorded_manifest = names.companion(recorded, ".manifest.json")
+    if dirname(path) == dirname(recorded_manifest):
+        return join(dirname(manifest_url), basename(path))
+    return path
 
 
 def _journaled(work: str, output: str, config: Optional[StoreConfig]) -> Set[str]:
@@ -104,19 +121,19 @@ def begin(
     exits.start()
     store = get_store(manifest_url, config)
     ledger = ledger_of(manifest_url)
-    names = previous_outputs(manifest_url, config)
+    outputs = previous_outputs(manifest_url, config)
     manifest = _read_json(store, manifest_url)
     if manifest is not None:
         shards = manifest.get("shards") if isinstance(manifest, dict) else None
         for s in shards if isinstance(shards, list) else []:
             if isinstance(s, dict) and isinstance(s.get("path"), str):
-                names.add(s["path"])
+                outputs.add(_beside(manifest_url, manifest, s["path"]))
     if output is not None and work is not None:
-        names |= _journaled(work, output, config)
-    if manifest is None and not names:
+        outputs |= _journaled(work, output, config)
+    if manifest is None and not outputs:
         return
-    if names != previous_outputs(manifest_url, config):
-        store.write_bytes(ledger, json.dumps({"outputs": sorted(names)}, indent=1).encode())
+    if outputs != previous_outputs(manifest_url, config):
+        store.write_bytes(ledger, json.dumps({"outputs": sorted(outputs)}, indent=1).encode())
     if manifest is not None:
         store.delete(manifest_url)
     for url in also_delete:

@@ -43,7 +43,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
         shards = [
             shardfile.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
         ]
-        return next(_finish(shards, pieces, TFRECORD, cfg, job.work, {}))
+        return next(_finish(shards, pieces, TFRECORD, cfg, job.work, {}, job.held))
 
     last_steps()
     first = output_digest(str(tmp_path / "o"))

@@ -209,6 +209,7 @@ def list_units(cfg: PcrConfig):
         fmt_ = "imagefolder" if pc.is_image_folder(cfg.sources) else "tar"
     if fmt_ == "imagefolder":
         root = cfg.sources if isinstance(cfg.sources, str) else cfg.sources[0]
+        root = names.resolved(root)  # the work directory's key: however it is spelt
         units, classes, skipped = pc.list_image_folder(root, cfg.store, cfg.files_per_unit)
         if skipped:
             log.warning(
@@ -218,6 +219,7 @@ def list_units(cfg: PcrConfig):
     if fmt_ != "tar":
         raise ValueError(f"unknown input format {cfg.input_format!r} (auto, imagefolder, tar)")
     urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+    urls = names.resolved_all(urls)
     return [("tar", i, u, u) for i, u in enumerate(urls)], list_rejects, urls, None
 
 
@@ -233,7 +235,8 @@ def checked(cfg: PcrConfig) -> PcrConfig:
         raise RuntimeError(
             "jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)"
         )
-    cfg.output = cfg.output.rstrip("/")
+    # one output however it is spelt (pipelines.job.names.resolved)
+    cfg.output = names.resolved(cfg.output.rstrip("/") or "/")
     if cfg.scans is not None:  # the job gets the text (the caller's config keeps what it gave)
         text = pcr_scan_script.read(cfg.scans, cfg.store)
         if cfg.scan_script is not None and cfg.scan_script != text:

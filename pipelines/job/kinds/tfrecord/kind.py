@@ -77,10 +77,15 @@ class TFRecordKind(Kind):
         progress.checked_every(cfg.progress_every)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
-        return cfg
+        # local paths resolved once, here: the lock, the work directory's key, the manifest
+        # and the stale shards of an --overwrite then see one output however it is spelt
+        return dataclasses.replace(
+            cfg, output=names.resolved(cfg.output), work_dir=names.resolved(cfg.work_dir)
+        )
 
     def units(self, cfg: ConvertConfig):
         urls, list_rejects = resolve(cfg.sources, cfg.base, cfg.store)
+        urls = names.resolved_all(urls)  # the work directory's key: however they are spelt
         return list(enumerate(urls)), list_rejects, urls, {}
 
     def lock_url(self, cfg: ConvertConfig) -> str:
@@ -91,7 +96,12 @@ class TFRecordKind(Kind):
 
     def begin(self, job: Job) -> None:
         cfg = job.cfg
-        replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
+        # before a shard is replaced: TFDS metadata beside the output no longer names this
+        # split (written again by a --tfds job that succeeds)
+        from pipelines.export import tfds  # no TensorFlow import: the metadata is JSON
+
+        with tfds.retracted(cfg.output):
+            replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
 
     def stages(self, cfg: ConvertConfig):
         return cfg.stages()

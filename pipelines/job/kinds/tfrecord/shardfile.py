@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.plan import ShardTask
@@ -235,11 +235,14 @@ class ShardFile:
                 crc = digests.crc32c_combine(crc, part, length)
         return f"{crc:08x}"
 
-    def close(self) -> Dict[str, Any]:
+    def close(self, guard: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
         """Make the shard durable under its final name (once its reserved ranges are
-        filled); its manifest row."""
+        filled); its manifest row.  ``guard``: called right before the rename; what it
+        raises (a job whose output lock was taken) removes the temporary file instead."""
         try:
             crc = self._crc32c()
+            if guard is not None:
+                guard()
         except BaseException as e:
             self.abort(e)
             raise
