@@ -35,6 +35,12 @@ __all__ = ["ConvertResult", "ConvertTFRecords", "convert", "counters_of"]
 class ConvertTFRecords(beam_job.ConvertJob):
     """The TFRecord job's graph (the module docstring)."""
 
+    def finish_inputs(self, summaries):
+        # the duplicate-key check over the workers, bucket by bucket
+        from pipelines.beam import duplicates
+
+        return {"duplicates": duplicates.found(summaries, self.cfg.store)}
+
     def plan_and_write(self, summaries, all_summaries):
         if not self.cfg.shuffle:
             return super().plan_and_write(summaries, all_summaries)

@@ -86,9 +86,12 @@ def _units(chunk: int, work: str, store):
     return staging.read_units(work, chunk, store)
 
 
-def _finish(rows, summaries, kind: Kind, cfg, work: str, extras, held):
+def _finish(rows, summaries, kind: Kind, cfg, work: str, extras, held, **computed):
     """``Kind.finish`` as the graph's last step, once the output's lock is read again
-    (``lifecycle.finish_on``): yields the manifest."""
+    (``lifecycle.finish_on``): yields the manifest.  ``computed``: what earlier steps of
+    the format's graph worked out for it (:meth:`ConvertJob.finish_inputs`), added to
+    its extras."""
+    extras = {**extras, **computed}
     inputs = staging.read_inputs(work, cfg.store)
     list_rejects = staging.read_list_rejects(work, cfg.store)
     yield Pickled(
@@ -129,7 +132,16 @@ class ConvertJob(beam.PTransform):
             self.work,
             self.extras,
             self.held,
+            **{
+                name: beam.pvalue.AsSingleton(pcoll)
+                for name, pcoll in self.finish_inputs(summaries).items()
+            },
         )
+
+    def finish_inputs(self, summaries) -> Dict[str, beam.PCollection]:
+        """One-element PCollections the finish step gets by name in its extras (the
+        TFRecord graph's duplicate-key scan); none here."""
+        return {}
 
     def plan_and_write(self, summaries, all_summaries):
         """The rows of the written output files: the plan on one worker, the writes spread."""

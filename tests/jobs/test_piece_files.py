@@ -105,3 +105,16 @@ def test_resume_redoes_a_piece_whose_record_file_is_damaged(tmp_path, monkeypatc
     assert converted == [1, N - 1]  # 0, 2, 3 verified and reused
     assert res.counters["shards_resumed"] == N - 2
     assert res.manifest["duplicate_keys"]["count"] == 6
+
+
+def test_beams_duplicate_scan_over_the_workers_reports_what_one_worker_finds(tmp_path):
+    """The Beam graph groups the key hashes by bucket across its workers
+    (``pipelines.beam.duplicates``); the in-process driver scans them on one: the same
+    count and examples."""
+    from pipelines.beam.convert import convert
+
+    _inputs(tmp_path)
+    local = convert_in_process(_cfg(tmp_path, "local"), num_workers=1)
+    beam = convert(_cfg(tmp_path, "beam"), ["--direct_num_workers=2"])
+    assert local.manifest["duplicate_keys"]["count"] == 6
+    assert beam.manifest["duplicate_keys"] == local.manifest["duplicate_keys"]

@@ -32,10 +32,9 @@ from pipelines.job import (
     workfiles,
 )
 from pipelines.job import manifest as job_manifest
-from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
+from pipelines.job.kinds.tfrecord import arrayrecordfile, duplicates, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
-from pipelines.job.kinds.tfrecord.duplicates import duplicate_keys
 from pipelines.job.kinds.tfrecord.piece import convert_to_piece, load_verified_piece
 from pipelines.job.kinds.tfrecord.plan import ShardTask
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
@@ -130,7 +129,10 @@ class TFRecordKind(Kind):
         return arrayrecordfile.shard_writer(cfg.format)(task, cfg.store, cfg.dali_index)
 
     def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
-        return finish(rows, summaries, cfg, list_rejects, inputs)
+        # "duplicates": the buckets' scans of a driver that spread them (the Beam graph)
+        scans = extras.get("duplicates")
+        found = duplicates.merge(scans) if scans is not None else None
+        return finish(rows, summaries, cfg, list_rejects, inputs, found)
 
     def manifest_path(self, cfg: ConvertConfig) -> str:
         return names.companion(cfg.output, ".manifest.json")
@@ -171,6 +173,7 @@ def finish(
     cfg: ConvertConfig,
     list_rejects: List[Reject],
     inputs: List[str],
+    found=None,
 ) -> Dict[str, Any]:
     """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
     it writes the same manifest (the work directory is deleted by ``lifecycle.result_of``).
@@ -197,7 +200,7 @@ def finish(
         )
     totals = job_manifest.totals_of(pieces, list_rejects, shards)
     rejected, by_reason = job_manifest.reasons_of(pieces, list_rejects)
-    dups = duplicate_keys(pieces, cfg.store)
+    dups = duplicates.duplicate_keys(pieces, cfg.store, found=found)
     if dups["count"]:
         e = dups["examples"][0]
         log.warning(
