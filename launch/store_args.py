@@ -4,8 +4,6 @@ AIS ETL.  See docs/object-stores.md."""
 
 from __future__ import annotations
 
-import os
-
 from launch.args import int_in, positive_float, size
 from transforms.stores import StoreConfig
 
@@ -87,17 +85,14 @@ def store_config(args) -> StoreConfig:
         or min(args.retry_initial, args.retry_max, args.retry_total, args.read_timeout) <= 0
     ):
         raise ValueError("--retry-attempts must be >= 1 and retry/timeout seconds > 0")
-    if getattr(args, "http_header", None):
-        # into this process's environment, which worker processes inherit; never into the
-        # StoreConfig, which travels in job graphs
-        from transforms.stores.http import set_env_headers
+    from transforms.stores.http import env_cross_origin, headers_with
 
-        set_env_headers(args.http_header)
-    if getattr(args, "http_header_cross_origin", False):
-        from transforms.stores.http import CROSS_ORIGIN_ENV
-
-        os.environ[CROSS_ORIGIN_ENV] = "1"  # read on the workers, as the headers are
     return StoreConfig(
+        # the job's own, shipped to its workers with its config: never this process's
+        # environment, which remote workers do not see and later jobs would inherit
+        http_headers=headers_with(getattr(args, "http_header", None) or []),
+        http_cross_origin=bool(getattr(args, "http_header_cross_origin", False))
+        or env_cross_origin(),
         ais_endpoint=args.ais_endpoint,
         retry_attempts=args.retry_attempts,
         retry_initial_s=args.retry_initial,

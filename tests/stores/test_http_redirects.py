@@ -6,6 +6,7 @@ hub that redirects (and serves within its own origin) and a ``RangeServer`` behi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -15,7 +16,13 @@ from support.faultproxy import FaultProxy
 from support.range_server import Loopback, QuietHandler, RangeServer
 
 from transforms.stores import StoreConfig
-from transforms.stores.http import CROSS_ORIGIN_ENV, HEADERS_ENV, HTTPStore
+from transforms.stores.http import (
+    CROSS_ORIGIN_ENV,
+    HEADERS_ENV,
+    HTTPStore,
+    env_cross_origin,
+    headers_with,
+)
 
 USER_HEADERS = {
     "Authorization": "Bearer AUTH-SECRET-1",
@@ -80,7 +87,12 @@ def _env(monkeypatch, cross: bool = False) -> None:
 
 
 def _read(url: str) -> bytes:
-    with HTTPStore(FAST).open_read(url) as f:
+    # the config made now takes its headers' defaults from the environment, as the CLI's
+    with HTTPStore(
+        dataclasses.replace(
+            FAST, http_headers=headers_with([]), http_cross_origin=env_cross_origin()
+        )
+    ).open_read(url) as f:
         return f.read()
 
 

@@ -352,9 +352,11 @@ def test_pcr_from_http(tmp_path):
         srv.stop()
 
 
-def test_http_headers_stay_out_of_the_job_config_and_record(monkeypatch, tmp_path):
-    """What travels to workers (the pickled config) and what job.json / the manifest record
-    (the job's description) hold no header; the header lives in this process's environment."""
+def test_http_headers_travel_in_the_config_and_stay_out_of_the_record(monkeypatch, tmp_path):
+    """The headers reach every worker with the pickled config (a remote worker does not
+    see the launcher's environment), are never in job.json / the manifest (the job's
+    description) nor the config's repr, and never go into this process's environment,
+    where a later job would inherit them."""
     import pickle
 
     from launch import cli
@@ -362,17 +364,16 @@ def test_http_headers_stay_out_of_the_job_config_and_record(monkeypatch, tmp_pat
     from pipelines.job.lifecycle import job_of
 
     monkeypatch.delenv(HEADERS_ENV, raising=False)
-    args, _ = cli.build_parser().parse_known_args(
-        [
-            "convert",
-            "http://127.0.0.1:9/x-{0..1}.tar",
-            "-o",
-            str(tmp_path / "x-{}.record"),
-            "--http-header",
-            f"Authorization: {SECRET}",
-        ]
-    )
-    cfg = build_config(args)
-    assert os.environ[HEADERS_ENV] == f"Authorization: {SECRET}"
-    assert SECRET.encode() not in pickle.dumps(cfg)
+
+    def config(*headers):
+        argv = ["convert", "http://127.0.0.1:9/x-{0..1}.tar", "-o", str(tmp_path / "x-{}.record")]
+        for h in headers:
+            argv += ["--http-header", h]
+        args, _ = cli.build_parser().parse_known_args(argv)
+        return build_config(args)
+
+    cfg = config(f"Authorization: {SECRET}")
+    assert HEADERS_ENV not in os.environ
+    assert pickle.loads(pickle.dumps(cfg)).store.http_headers == (("Authorization", SECRET),)
     assert SECRET not in json.dumps(job_of(cfg, ["http://127.0.0.1:9/x-0.tar"])) + repr(cfg)
+    assert config().store.http_headers == ()  # the next job in this process has none

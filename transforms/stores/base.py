@@ -39,6 +39,14 @@ class StoreConfig:
     ais_etl_name: Optional[str] = None
     list_page_size: int = 0
     s3_endpoint: Optional[str] = None
+    # http(s):// request headers ((name, value) pairs) and whether they follow a redirect
+    # to another origin (transforms.stores.http); the defaults come from
+    # $TAR2TF_HTTP_HEADERS / $TAR2TF_HTTP_HEADER_CROSS_ORIGIN where the config is made.
+    # Never in the repr: a header may be a credential
+    http_headers: Tuple[Tuple[str, str], ...] = dataclasses.field(
+        default_factory=lambda: _default_headers(), repr=False
+    )
+    http_cross_origin: bool = dataclasses.field(default_factory=lambda: _default_cross_origin())
 
     def resolved_ais_endpoint(self) -> str:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")
@@ -47,6 +55,18 @@ class StoreConfig:
         if "://" not in ep:  # "localhost:8080", as AIS's own CLI config often holds it
             ep = "http://" + ep
         return ep.rstrip("/")
+
+
+def _default_headers() -> Tuple[Tuple[str, str], ...]:
+    from transforms.stores.http import headers_with
+
+    return headers_with([])
+
+
+def _default_cross_origin() -> bool:
+    from transforms.stores.http import env_cross_origin
+
+    return env_cross_origin()
 
 
 def split_url(url: str) -> Tuple[str, str, str]:

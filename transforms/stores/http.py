@@ -5,14 +5,17 @@
   (``missing shard``, HTTP 404) naming its URL.  A glob (``*``, ``[..]`` in the path) cannot
   be matched without a listing: a usage error.  (``?`` starts a query string in a URL, so
   it is never a glob character here.)
-* Headers (``Authorization: Bearer ...`` for a private hub) come from ``$TAR2TF_HTTP_HEADERS``
-  (one ``Name: value`` per line), which ``--http-header`` sets for the job's processes.
-  They are read on each request and never kept in :class:`StoreConfig` (so never pickled
-  into a job graph, written to ``job.json``/the manifest, or printed); errors name the URL,
-  never a header.  A redirect to another origin (scheme, host or port) gets none of
-  these headers (``Authorization``, ``PRIVATE-TOKEN``, ``X-Api-Key`` alike), unless
-  ``--http-header-cross-origin`` (``$TAR2TF_HTTP_HEADER_CROSS_ORIGIN=1``) allows it: a hub
-  that redirects to its own CDN, say.  A redirect within the origin keeps them all.
+* Headers (``Authorization: Bearer ...`` for a private hub) are the job's
+  ``StoreConfig.http_headers``: ``--http-header`` values over the defaults
+  ``$TAR2TF_HTTP_HEADERS`` holds (one ``Name: value`` per line), read once where the
+  config is made.  They travel with the config to every worker (a remote one too, which
+  the launcher's environment does not reach), and are never printed (the config's repr
+  leaves them out), written to ``job.json`` or the manifest; errors name the URL, never
+  a header.  A redirect to another origin (scheme, host or port) gets none of these
+  headers (``Authorization``, ``PRIVATE-TOKEN``, ``X-Api-Key`` alike), unless
+  ``http_cross_origin`` (``--http-header-cross-origin``,
+  ``$TAR2TF_HTTP_HEADER_CROSS_ORIGIN=1``) allows it: a hub that redirects to its own
+  CDN, say.  A redirect within the origin keeps them all.
 * Reads stream (``stream=True``, ``Accept-Encoding: identity`` so lengths are the object's
   bytes) under the retry policy (:mod:`transforms.stores.retry`): connection faults, 408/429 and
   5xx are retried; a body cut short resumes at the byte reached, with ``Range: bytes=N-``
@@ -62,18 +65,18 @@ def env_headers() -> Dict[str, str]:
     return out
 
 
-def set_env_headers(lines: List[str]) -> None:
-    """Add ``--http-header`` values to ``$TAR2TF_HTTP_HEADERS`` of this process (worker
-    processes inherit it), after checking each; a header named twice keeps the last value."""
+def headers_with(lines: List[str]) -> Tuple[Tuple[str, str], ...]:
+    """``$TAR2TF_HTTP_HEADERS`` with ``--http-header`` values over it, each checked; a
+    header named twice keeps the last value: what ``StoreConfig.http_headers`` holds."""
     merged = env_headers()
     for line in lines:
         name, value = parse_header(line)
         merged[name] = value
-    os.environ[HEADERS_ENV] = "\n".join(f"{k}: {v}" for k, v in merged.items())
+    return tuple(merged.items())
 
 
-def cross_origin_allowed() -> bool:
-    """Whether ``--http-header-cross-origin`` let the headers follow a redirect anywhere."""
+def env_cross_origin() -> bool:
+    """The default of ``StoreConfig.http_cross_origin``."""
     return os.environ.get(CROSS_ORIGIN_ENV, "") == "1"
 
 
@@ -102,6 +105,8 @@ def _new_session():
 
         class _Session(requests.Session):
             start: Optional[Tuple[str, str, Optional[int]]] = None
+            user: Dict[str, str] = {}  # the job's headers (HTTPStore._session)
+            cross_origin = False
 
             def rebuild_auth(self, prepared_request, response):
                 # requests drops Authorization on a change of host and Cookie on every
@@ -109,10 +114,10 @@ def _new_session():
                 # X-Api-Key would reach whatever host the redirect names.  Compared with
                 # where the request started, not the last hop: A -> B -> B is still B.
                 super().rebuild_auth(prepared_request, response)
-                user = env_headers()
+                user = self.user
                 if not user:
                     return
-                if origin(prepared_request.url) == self.start or cross_origin_allowed():
+                if origin(prepared_request.url) == self.start or self.cross_origin:
                     prepared_request.headers.update(user)
                 else:
                     for name in user:
@@ -186,10 +191,12 @@ class HTTPStore(Store):
         s = getattr(self._local, "session", None)
         if s is None:
             s = self._local.session = _new_session()
+            s.user = dict(self.config.http_headers)
+            s.cross_origin = self.config.http_cross_origin
         return s
 
     def _request(self, method: str, url: str, offset: int = 0):
-        headers = {"Accept-Encoding": "identity", **env_headers()}
+        headers = {"Accept-Encoding": "identity", **dict(self.config.http_headers)}
         if offset:
             headers["Range"] = f"bytes={offset}-"
         session = self._session()
