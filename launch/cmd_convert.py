@@ -39,7 +39,8 @@ def register(sub) -> None:
         "--output",
         "-o",
         required=True,
-        help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
+        help="output path: 'out/train-{:05d}.record' numbers 00001..N (a Python format "
+        "spec: padded names sort; 'out/train-{}.record' gives 1..N); 'out/train.record' gives "
         "out/train-00000-of-0000N.record; 'out/train.array_record' writes ArrayRecord; "
         "local, gs://, ais:// or s3://",
     )
@@ -233,7 +234,7 @@ def check_paths(args) -> List[str]:
     from pipelines.job.names import companion
 
     name = args.output.rsplit("/", 1)[-1]
-    if name in ("", "{}") or companion(name, "").startswith("."):
+    if not companion(name, "") or companion(name, "").startswith("."):
         # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
         # (also "{}.record": its manifest would be ".record.manifest.json")
         raise UsageError("--output needs a file name (e.g. out/train-{}.record)")

@@ -34,6 +34,7 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from pipelines.export.tfds_features import TfdsError, feature_specs, nest, parse_image, to_tfds
+from pipelines.job import names
 from transforms.stores import split_url
 from transforms.stores.exclusive import flocked
 from transforms.tfrecord.schema import BYTES, parse_type_map
@@ -80,7 +81,7 @@ def check_output(
         )
     name = os.path.basename(_local(output))
     stem, dot, suffix = name.rpartition(".")
-    if "{}" in name or not dot or suffix not in FILE_FORMATS:
+    if names.is_template(name) or not dot or suffix not in FILE_FORMATS:
         raise TfdsError(
             f"--tfds needs an output named <split>.tfrecord (or <split>.array_record), whose "
             f"shards <split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"

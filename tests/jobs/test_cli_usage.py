@@ -318,7 +318,7 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     error the job itself finds then takes away what was made, if still empty, and only that."""
     (tmp_path / "kept").mkdir()
     assert _convert(SHARD, "-o", str(tmp_path / "kept" / "new" / "a-{}-{}.record")) == 2
-    assert "'{}' only once" in _one_line(capfd)
+    assert "only one shard-number field" in _one_line(capfd)
     assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
     bad = tmp_path / "kept" / "scans.txt"
     bad.write_text("0 1 2: 0 0 0 0;\n")  # DC only: AC never sent, which jpegtran itself accepts
