@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
-from launch.args import int_in
+from launch.args import int_in, plain
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "pcr-report", help="quality and bytes per scan group of a PCR dataset", description=__doc__
+        "pcr-report",
+        help="quality and bytes per scan group of a PCR dataset",
+        description=plain(__doc__),
     )
     p.add_argument("directory", help="PCR dataset directory (PCR_index.pb + record files)")
     p.add_argument(
