@@ -26,7 +26,7 @@ import sys
 import tempfile
 from typing import Dict, List
 
-from pipelines.job.workfiles import sidecar_of, write_sidecar
+from pipelines.job.kinds.pcr.records import unit_info_url, write_unit_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,7 +62,7 @@ def make_units(work: str, images: int, units: int) -> List[Dict]:
         for s in summaries:
             u, n = s["index"], s["records"]
             info = {"index": u, "images": [_description(u, i) for i in range(n)], "rejects": []}
-            write_sidecar(s["blob"], info)
+            write_unit_info(dict(info, blob=s["blob"]))
         open(done, "w").close()
     return summaries
 
@@ -82,7 +82,7 @@ def _plan(units_file: str, seed, images_per_record: int) -> None:
 
     def counted(unit, cfg):
         got = unit_info(unit, cfg)
-        read[0] += os.path.getsize(sidecar_of(unit["blob"]))
+        read[0] += os.path.getsize(unit_info_url(unit["blob"]))
         return got
 
     pcr_records._unit_info = counted  # the bytes the plan reads, on top of its timing
@@ -127,7 +127,7 @@ def main(argv=None) -> None:
     units_file = os.path.join(work, "units.json")
     with open(units_file, "w") as f:
         json.dump(units, f)
-    sidecars = sum(os.path.getsize(sidecar_of(u["blob"])) for u in units)
+    sidecars = sum(os.path.getsize(unit_info_url(u["blob"])) for u in units)
     cmd = [sys.executable, "-m", "benchmarks.pcr_scale", "--plan", units_file, "--seed", a.seed]
     cmd += ["--images-per-record", str(a.images_per_record)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout

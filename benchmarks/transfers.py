@@ -204,7 +204,8 @@ def local_copy(args) -> Dict[str, Dict[str, float]]:
             os.makedirs(os.path.dirname(url), exist_ok=True)
             with open(url, "wb") as f:
                 f.write(blob)
-            write_sidecar(url, {"bytes": len(blob), "crc32c": f"{google_crc32c.value(blob):08x}"})
+            crc = f"{google_crc32c.value(blob):08x}"
+            write_sidecar(url, {"piece": url, "bytes": len(blob), "crc32c": crc})
             pieces.append((url, len(blob)))
         cap, tasks, cur, acc = 100_000_000, [], [], 0  # greedy 100 MB shards, pieces split
         for url, n in pieces:

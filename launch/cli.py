@@ -6,9 +6,11 @@ Every failure is one line, ``tar2tf <command>: <what> (<where>)``; --debug adds 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import logging
+import signal
 import sys
 from typing import List, Optional
 
@@ -119,13 +121,33 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         # a Flink cluster's job id and web UI
-        with quiet_step_failures(args.debug), flink_watch.watching(extra):
+        with quiet_step_failures(args.debug), flink_watch.watching(extra), _terminated():
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("tar2tf: interrupted", file=sys.stderr)
         return 1
     except Exception as e:
         return job_exit.exit_code(args.command, e, debug=args.debug)
+
+
+@contextlib.contextmanager
+def _terminated():
+    """SIGTERM (a scheduler's stop, ``kill``) ends the job as Ctrl-C does: the runner's job
+    cancelled, the partial files removed, the output's lock released -- rather than a
+    launcher gone without a word, and a job on a cluster writing on without its lock."""
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (the CLI called from a thread): as it was
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

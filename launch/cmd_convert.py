@@ -16,6 +16,7 @@ import sys
 from typing import List
 
 from launch.args import UsageError, add_runner_arg, int_in, size
+from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
 
 # what ``tar2tf convert --help`` says (the module docstring names the code for developers)
@@ -151,7 +152,7 @@ def register(sub) -> None:
     p.add_argument(
         "--summary-json", help="also write the run summary (totals, counters, time) here"
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_args(p)
     p.add_argument(
         "--spool-limit",
         type=size,
@@ -220,7 +221,7 @@ def build_config(args):
         dali_index=args.dali_index,
         shuffle=args.shuffle,
         seed=args.seed,
-        progress=False if args.no_progress else None,
+        **progress_options(args),
         work_dir=args.work_dir,
         processes=args.processes,
         spool_limit=args.spool_limit,

@@ -19,6 +19,7 @@ import json
 import sys
 
 from launch.args import add_runner_arg, int_in
+from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
 
 # what ``tar2tf pcr --help`` says (the module docstring names the code for developers)
@@ -96,7 +97,7 @@ def register(sub) -> None:
     p.add_argument(
         "--resume", action="store_true", help="reuse the verified work of an interrupted run"
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_args(p)
     add_store_args(p)
     p.add_argument(
         "--summary-json", help="also write the run summary (totals, counters, time) here"
@@ -112,6 +113,7 @@ def run(args) -> int:
     from launch.job_exit import rejects_exit
     from pipelines.beam.options import PCR_IN_PROCESS, in_process
     from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from pipelines.job import report
     from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
 
@@ -135,7 +137,7 @@ def run(args) -> int:
             max_rejects=args.max_rejects,
             overwrite=args.overwrite,
             resume=args.resume,
-            progress=False if args.no_progress else None,
+            **progress_options(args),
             store=store_config(args),
         )
         try:
@@ -163,7 +165,7 @@ def run(args) -> int:
         f"time:    {res.seconds:.1f} s",
         f"rejects: {res.manifest['rejects']['count']} -> {res.rejects_path}",
     ]
-    lines += [f"  {n:6d}  {reason}" for reason, n in res.manifest["rejects"]["by_reason"].items()]
+    lines += report.reason_lines(res.manifest["rejects"])
     lines.append(f"manifest: {res.manifest_path}")
     print(printable("\n".join(lines)), file=sys.stderr)
     if args.summary_json:

@@ -13,12 +13,15 @@ log="$TAR2TF_CACHE/pip-install.log"
 venv=$VENV_DIR
 
 # pip, quiet in its log, with a line every 10 s ($TAR2TF_PROGRESS_EVERY) on stderr saying
-# how far it got: a first install fetches and unpacks about 3.5 GB for a minute or two, and
-# silence looks like a hang
+# how far it got (launch/setup.d/venv-progress.bash): a first install fetches and unpacks
+# about 3.5 GB for a minute or two, and silence looks like a hang
+# shellcheck source=launch/setup.d/venv-progress.bash
+source "$(dirname "${BASH_SOURCE[0]}")/venv-progress.bash"
 started=$SECONDS
 pip_with_progress() {
-  local ticker rc=0 base
-  base=$(wc -l <"$log")  # this call's lines only: an earlier pip's do not count
+  local ticker rc=0 first stamp
+  first=$(($(wc -l <"$log") + 1))  # this call's lines only: an earlier pip's do not count
+  stamp=$(mktemp "$TAR2TF_CACHE/pip-start.XXXXXX")  # what pip installs is newer than this
   (
     # the sleep is killed with the ticker and holds none of the caller's pipes open
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
@@ -26,20 +29,14 @@ pip_with_progress() {
       sleep "${TAR2TF_PROGRESS_EVERY:-10}" </dev/null >/dev/null 2>&1 &
       nap=$!
       wait "$nap"
-      mine=$(tail -n +"$((base + 1))" "$log" 2>/dev/null)
-      n=$(grep -c '^Collecting ' <<<"$mine" || true)
-      if grep -q '^Installing collected packages' <<<"$mine"; then
-        what="unpacking ${n:-0} packages into the venv"
-      else
-        what="resolving and fetching: ${n:-0} packages so far"
-      fi
-      echo "[venv] $((SECONDS - started)) s: $what" >&2
+      echo "[venv] $((SECONDS - started)) s: $(venv_progress "$log" "$first" "$stamp" "$venv")" >&2
     done
   ) &
   ticker=$!
   "$@" >>"$log" 2>&1 || rc=$?
   kill "$ticker" 2>/dev/null || true
   wait "$ticker" 2>/dev/null || true
+  rm -f "$stamp"
   return $rc
 }
 

@@ -12,6 +12,8 @@
 #   $TAR2TF_CACHE/flink.env  with FLINK_VERSION=, FLINK_JOB_SERVER_JAR=, BEAM_VERSION=
 # Optional component: on failure it warns loudly and exits 0 (the Flink test then skips),
 # and remembers the failure for a day ($TAR2TF_CACHE/flink.unavailable) so reruns stay fast.
+# Only tests marked with this marker need it: tests/run.sh with a selection skips it otherwise
+# setup-for-marker: flink
 set -uo pipefail
 # optional on a developer's machine; in CI (CI=true) a step that cannot do its job fails
 soft_exit() { if [[ "${CI:-}" == "true" ]]; then exit 1; fi; exit 0; }

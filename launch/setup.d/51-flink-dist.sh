@@ -8,6 +8,8 @@
 # Optional component, like the job server: on failure it warns loudly and exits 0 (the
 # cluster tests then skip, or fail under CI=true), and waits a day before trying again
 # ($TAR2TF_CACHE/flink-dist.unavailable).
+# Only tests marked with this marker need it: tests/run.sh with a selection skips it otherwise
+# setup-for-marker: flink
 set -uo pipefail
 # optional on a developer's machine; in CI (CI=true) a step that cannot do its job fails
 soft_exit() { if [[ "${CI:-}" == "true" ]]; then exit 1; fi; exit 0; }

@@ -4,7 +4,8 @@ job, and the run of a job on any runner.
 :class:`ConvertJob` is the graph, the same for both formats; its steps are named by the
 job's kind (``Kind.steps``; TFRecord's names in brackets)::
 
-    units [Shards]:          Create(units)                one element per unit
+    units [Shards]:          Create(chunks) + read        one element per unit, read from
+                                                          the files the job staged
     spread_units [SpreadShards]                           names, not bytes, cross the shuffle
     convert [ConvertShard]:  unit -> summary              the unit's work files written in
                                                           the work directory
@@ -16,9 +17,12 @@ job's kind (``Kind.steps``; TFRecord's names in brackets)::
 
 A format's transform may replace the plan and write steps (:meth:`ConvertJob.plan_and_write`:
 the TFRecord shuffle).  Every step does its work itself and looks up nothing in the
-launching process.  A worker that dies has its bundle run again: work files are rewritten
-whole under the same name (their sidecar last), and an output file is renamed into place
-only when complete, so a retry changes no byte.
+launching process; the graph holds no list that grows with the input: the units, inputs
+and listing rejects are staged as files in the work directory (``pipelines.job.staging``),
+and the ``Create`` names only their chunks.  A worker that dies has its bundle run again,
+and a runner may run a bundle twice: each attempt of a unit writes work files of its own
+(``pipelines.job.workfiles``), the later steps read those its committed summary names, and
+an output file is renamed into place only when complete, so a retry changes no byte.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
 from pipelines.beam.distribute import gather, spread
-from pipelines.job import lifecycle, progress
+from pipelines.job import lifecycle, progress, staging
 from pipelines.job.counts import COUNTERS
 from pipelines.job.element_coding import Pickled, carried
 from pipelines.job.lifecycle import ConvertResult, Job, Kind
@@ -73,8 +77,14 @@ def _write(task, kind: Kind, cfg):
     return kind.write(task, cfg)
 
 
-def _finish(rows, summaries, kind: Kind, cfg, list_rejects, inputs, extras):
+def _units(chunk: int, work: str, store):
+    return staging.read_units(work, chunk, store)
+
+
+def _finish(rows, summaries, kind: Kind, cfg, work: str, extras):
     """``Kind.finish`` as the graph's last step: yields the manifest."""
+    inputs = staging.read_inputs(work, cfg.store)
+    list_rejects = staging.read_list_rejects(work, cfg.store)
     yield Pickled(kind.finish(rows, summaries, cfg, list_rejects, inputs, extras))
 
 
@@ -83,15 +93,19 @@ class ConvertJob(beam.PTransform):
 
     def __init__(self, job: Job):
         super().__init__()
-        self.kind, self.cfg, self.work = job.kind, job.cfg, job.work
-        self.units, self.list_rejects = job.units, job.list_rejects
-        self.inputs, self.extras = job.inputs, job.extras
+        self.kind, self.cfg, self.work = job.kind, staging.for_workers(job.cfg), job.work
+        self.chunks = staging.chunk_count(len(job.units))
+        self.extras = job.extras
 
     def step(self, name: str) -> str:
         return self.kind.steps[name]
 
     def expand(self, pbegin):
-        units = pbegin | self.step("units") >> beam.Create(self.units, reshuffle=False)
+        units = (
+            pbegin
+            | self.step("units") >> beam.Create(range(self.chunks), reshuffle=False)
+            | f"{self.step('units')}Read" >> beam.FlatMap(_units, self.work, self.cfg.store)
+        )
         units = spread(units, self.step("spread_units"), itemgetter(self.kind.index_at))
         summaries = units | self.step("convert") >> beam.ParDo(
             ConvertUnitFn(self.kind, self.cfg, self.work)
@@ -103,8 +117,7 @@ class ConvertJob(beam.PTransform):
             beam.pvalue.AsSingleton(all_summaries),
             self.kind,
             self.cfg,
-            self.list_rejects,
-            self.inputs,
+            self.work,
             self.extras,
         )
 
@@ -135,6 +148,20 @@ def counters_of(result) -> Dict[str, int]:
     return {}
 
 
+def _wait(result) -> None:
+    """The runner's job waited for; if this process is stopped meanwhile (Ctrl-C, SIGTERM:
+    ``launch.cli``) or the wait fails, the job is cancelled first, so that it does not
+    write on once the output's lock is released."""
+    try:
+        result.wait_until_finish()
+    except BaseException:
+        try:
+            result.cancel()
+        except Exception as e:  # a job already ended, a runner that cannot cancel
+            log.debug("could not cancel the runner's job: %s", e)
+        raise
+
+
 def run(
     kind: Kind,
     cfg,
@@ -153,6 +180,7 @@ def run(
         p = opts.make_pipeline(args)
         _ = p | transform(job)
         lifecycle.start(job)
+        staging.stage(job.work, job.units, job.inputs, job.list_rejects, job.cfg.store)
     except BaseException:
         # nothing ran yet, so there is nothing to clean up, but the output's lock is held
         # since prepare(): left to the garbage collector, it would refuse the next job
@@ -161,10 +189,16 @@ def run(
         raise
     with (
         lifecycle.cleaned_on_failure(job),
-        progress.watch(job.work, job.cfg.store, len(job.units), job.cfg.progress) as bar,
+        progress.watch(
+            job.work,
+            job.cfg.store,
+            len(job.units),
+            job.cfg.progress,
+            every=job.cfg.progress_every,
+        ) as bar,
     ):
         result = p.run()
-        result.wait_until_finish()
+        _wait(result)
         counters = counters_of(result)
         counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
         res = lifecycle.result_of(job, counters)

@@ -222,11 +222,11 @@ def _placed(
 
 
 def _bar(job: Job, resumed: shard_journal.ResumePoint) -> Progress:
-    """The job's progress bar (quiet unless asked for, or stderr is a terminal), counting
+    """The job's progress (a bar on a terminal, else lines; none if turned off), counting
     the shards a resumed job's journal already holds."""
-    bar = Progress(len(job.urls), job.cfg.progress)
+    bar = Progress(len(job.urls), job.cfg.progress, job.cfg.progress_every)
     for piece in resumed.pieces:
-        bar.shard_done(piece.records, piece.member_bytes)
+        bar.shard_done(piece.records, piece.member_bytes, resumed=True)
     return bar
 
 

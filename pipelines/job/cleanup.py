@@ -12,6 +12,7 @@ many bytes stay held and where, as part of the failure's one line.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Optional
@@ -38,6 +39,18 @@ def _unlink(path: str) -> None:
         pass
 
 
+def _sidecar_names(path: str) -> bool:
+    """Whether the unit's sidecar describes the data file ``path``: it is the finished
+    work of the attempt a resume reuses (another attempt's, or one cut short, is not)."""
+    try:
+        with open(workfiles.sidecar_of(path), "rb") as f:
+            info = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    named = [info.get(k) for k in workfiles.DATA_KEYS] if isinstance(info, dict) else []
+    return os.path.basename(path) in {os.path.basename(u) for u in named if isinstance(u, str)}
+
+
 def after_failure(
     exc: Optional[BaseException],
     work: str,
@@ -61,8 +74,7 @@ def after_failure(
                 # a record file stays whole: a piece the in-process driver held in memory
                 # has no sidecar, and the journaled shards' pieces are read at the end
                 if LOCAL_TEMP.match(fn) or (
-                    not fn.endswith((".json", piecefiles.SUFFIX))
-                    and not os.path.exists(workfiles.sidecar_of(path))
+                    not fn.endswith((".json", piecefiles.SUFFIX)) and not _sidecar_names(path)
                 ):
                     _unlink(path)
                     continue

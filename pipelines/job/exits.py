@@ -35,8 +35,8 @@ MEANINGS = (
     ),
     (
         USAGE,
-        "bad usage, options or configuration, found before anything is written (an output"
-        " that would overwrite an input, unusable credentials)",
+        "bad usage, options or configuration, found before anything is written (no input"
+        " found, an output that would overwrite an input, unusable credentials)",
     ),
     (
         REJECTS,

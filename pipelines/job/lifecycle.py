@@ -35,6 +35,7 @@ import transforms
 from pipelines.job import cleanup, exits, job_file, output_lock
 from transforms.record_types import Reject
 from transforms.stores import dirname, get_store, join
+from transforms.tar.sources import is_missing
 
 
 class Kind:
@@ -161,6 +162,24 @@ class ConvertResult:
         return self.exit_code == 0
 
 
+class NoInputError(ValueError):
+    """None of the job's sources exists: a usage error (exit 2), raised before anything is
+    written.  (A job that ran would write an empty dataset's manifest and exit 3.)"""
+
+
+def check_found(units: List[Any], list_rejects: List[Reject]) -> None:
+    """Raise :class:`NoInputError`, naming the first missing source, when there are no
+    units and every listing reject is a missing source.  A listing that failed (an
+    unreachable store) is not the user's typo: that job runs, and its rejects say why."""
+    if units or not list_rejects or not all(is_missing(r) for r in list_rejects):
+        return
+    first, more = list_rejects[0].shard, len(list_rejects) - 1
+    raise NoInputError(
+        f"no input found: {first} does not exist"
+        + (f" ({more} other source{'s are' if more > 1 else ' is'} missing too)" if more else "")
+    )
+
+
 def prepare(kind: Kind, cfg) -> Job:
     """Check the options, resolve the inputs, take the output's lock, check the outputs
     and choose the work directory.  Raises ``ValueError`` for bad options and a refusal
@@ -170,6 +189,7 @@ def prepare(kind: Kind, cfg) -> Job:
     # command must leave nothing behind
     cfg = kind.checked(cfg)
     units, list_rejects, inputs, extras = kind.units(cfg)
+    check_found(units, list_rejects)
     work = work_dir_for(cfg, inputs)
     lock = output_lock.acquire(  # before the outputs are looked at
         kind.lock_url(cfg), cfg.store, output=cfg.output, command=kind.name

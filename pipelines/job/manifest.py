@@ -15,6 +15,7 @@ from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from pipelines.job.names import companion
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store
+from transforms.tar.sources import is_missing
 
 Summary = Union[PieceSummary, Dict[str, Any]]  # a TFRecord piece's, or a PCR unit's dict
 
@@ -105,6 +106,13 @@ def reasons_of(
             out[k] = out.get(k, 0) + n
             count += n
     return count, dict(sorted(out.items()))
+
+
+def first_missing(list_rejects: Sequence[Reject]) -> Dict[str, str]:
+    """``{"first_missing": source}``, the first input the listing did not find, for the
+    manifest's ``rejects`` (the summary names it); ``{}`` when none is missing."""
+    found = next((r.shard for r in list_rejects if is_missing(r)), None)
+    return {} if found is None else {"first_missing": found}
 
 
 def write_manifest(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from pipelines.job.counts import COMPARED
+from transforms.tar.sources import MISSING
 
 
 def mismatches(
@@ -48,8 +49,9 @@ def build(res) -> Dict[str, Any]:
         ),
         "shards_resumed": c.get("shards_resumed", 0),
         "rejects": {
-            "count": res.manifest["rejects"]["count"],
-            "by_reason": res.manifest["rejects"]["by_reason"],
+            k: res.manifest["rejects"][k]
+            for k in ("count", "by_reason", "first_missing")
+            if k in res.manifest["rejects"]
         },
         "duplicate_keys": res.manifest.get("duplicate_keys", {"count": 0, "examples": []}),
         "rates": {
@@ -58,6 +60,18 @@ def build(res) -> Dict[str, Any]:
             "mb_read_per_s": round(c.get("member_bytes_read", 0) / 1e6 / secs, 3),
         },
     }
+
+
+def reason_lines(rejects: Dict[str, Any]) -> List[str]:
+    """A line per reject reason with its count; the missing sources' line names the first
+    of them (a manifest's ``rejects.first_missing``), so that a typo in a template shows on
+    the screen, not only in the rejects file."""
+    first = rejects.get("first_missing")
+    return [
+        f"  {n:6d}  {reason}"
+        + (f" (first: {first})" if first is not None and reason == f"list: {MISSING}" else "")
+        for reason, n in rejects["by_reason"].items()
+    ]
 
 
 def text(report: Dict[str, Any]) -> str:
@@ -74,8 +88,7 @@ def text(report: Dict[str, Any]) -> str:
         f"time:    {report['seconds']:.1f} s ({r['records_per_s']:.1f} records/s, {r['mb_read_per_s']:.1f} MB/s read)",
         f"rejects: {report['rejects']['count']} -> {report['rejects_path']}",
     ]
-    for reason, n in report["rejects"]["by_reason"].items():
-        lines.append(f"  {n:6d}  {reason}")
+    lines += reason_lines(report["rejects"])
     if not report["counters_reported"]:
         lines.append("counters: the runner reported no metrics (totals are from the manifest)")
     dups = report.get("duplicate_keys") or {}

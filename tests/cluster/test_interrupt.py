@@ -21,15 +21,18 @@ N_SHARDS = 8
 
 
 @pytest.mark.parametrize(
-    "mode",
+    "mode, how",
     [
-        ["--runner", "beam", "--direct_num_workers=2"],
-        ["--runner", "local"],
-        ["--runner", "local", "--processes", "0"],
+        (["--runner", "beam", "--direct_num_workers=2"], "ctrl-c"),
+        (["--runner", "local"], "ctrl-c"),
+        (["--runner", "local", "--processes", "0"], "ctrl-c"),
+        # a scheduler's stop: SIGTERM to the launcher alone, which ends its job as Ctrl-C
+        (["--runner", "beam", "--direct_num_workers=2"], "sigterm"),
+        (["--runner", "local"], "sigterm"),
     ],
-    ids=["beam", "local-workers", "local-threads"],
+    ids=["beam", "local-workers", "local-threads", "beam-sigterm", "local-sigterm"],
 )
-def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
+def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode, how):
     shardgen.make_shards(str(tmp_path / "in"), N_SHARDS, 3, size=(32, 24))
     src = str(tmp_path / "in" / "train-{0000..0007}.tar")
     # the default as a user gets it (Beam's worker processes), not the suite's threads
@@ -43,7 +46,10 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
         lambda: glob.glob(f"{work}/*/journal-*.json") + glob.glob(f"{work}/*/piece-*.json"),
         "Ctrl-C (a journaled shard or a converted piece)",
     )
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "sigterm":
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     t = time.time()
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 1 and "tar2tf: interrupted" in err, err
@@ -55,6 +61,9 @@ def test_ctrl_c_stops_the_job_cleanly_and_resume_finishes_it(tmp_path, mode):
         time.sleep(0.1)
     assert not background.group_alive(proc.pid), "a process of the job outlived it"
     assert not os.path.exists(tmp_path / "o" / "t.record.manifest.json")
+    outs = os.listdir(tmp_path / "o") if os.path.isdir(tmp_path / "o") else []
+    left = [f for f in outs if f.endswith(".tar2tf-lock")]
+    assert not left, "the output's lock outlived the job"
     finals = sorted(glob.glob(str(tmp_path / "o" / "t-*.record")))
     assert len(finals) < N_SHARDS * 3 // 4, "Ctrl-C should land midway"
     for path in finals:  # complete shards only: every frame's CRCs check, 4 records each

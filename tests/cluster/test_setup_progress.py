@@ -56,6 +56,9 @@ def test_venv_step_prints_progress_and_builds(tmp_path):
     assert lines[0].startswith("installing dependencies into ") and "log: " in lines[0]
     ticks = [ln for ln in lines if re.fullmatch(r"\[venv\] \d+ s: .+", ln)]
     assert ticks, p.stderr  # pip takes longer than 0.2 s
+    # each with numbers that move (launch/setup.d/venv-progress.bash)
+    what = r"fetching: \d+ packages, \d+ MB so far|installing: \d+ of \d+ packages, venv \d+ MB"
+    assert all(re.fullmatch(r"\[venv\] \d+ s: (" + what + ")", ln) for ln in ticks), ticks
     assert lines[-1].startswith("[venv] done: ")
     py = (cache / "venv-current").read_text().strip()
     assert py.startswith(str(cache / "venv-")) and os.path.exists(

@@ -17,6 +17,8 @@ from conftest import DEFAULT_MODE_ENV
 from support import shardgen
 from support.cli_fixtures import ROOT, cli
 
+from pipelines.job import workfiles
+
 SECRETS = ("s3cr3t", "tok123", "sig456", "amzsig789")
 
 
@@ -312,7 +314,7 @@ def test_full_disk_is_one_line_and_leaves_only_verified_work(tmp_path, small_fs,
     work = [f for f in files if "/.tar2tf-work/" in f]
     for f in work:  # only pieces with their sidecars, and the job's records
         if not f.endswith(".json"):
-            assert os.path.exists(f[: f.rindex(".")] + ".json"), f
+            assert os.path.exists(workfiles.sidecar_of(f)), f
     held = sum(os.path.getsize(f) for f in work if not f.endswith("job.json"))
     if held:
         assert "kept in" in line and ".tar2tf-work" in line, line

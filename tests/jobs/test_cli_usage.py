@@ -331,12 +331,14 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     )
     assert "scans.txt" in _one_line(capfd)
     assert sorted(os.listdir(tmp_path)) == ["kept"]
+    # no input found is a usage error too (tests/jobs/test_missing_inputs.py)
+    assert _convert(str(tmp_path / "nothing-*.tar"), "-o", str(tmp_path / "r" / "x-{}.record")) == 2
+    assert "no input found" in _one_line(capfd)
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
     # a job that wrote something (its rejects and manifest) keeps its new directory
+    (tmp_path / "kept" / "bad.tar").write_bytes(b"not a tar\n" * 100)
     assert (
-        _convert(
-            os.path.join(str(tmp_path), "nothing-*.tar"), "-o", str(tmp_path / "r" / "x-{}.record")
-        )
-        == 3
+        _convert(str(tmp_path / "kept" / "bad.tar"), "-o", str(tmp_path / "r" / "x-{}.record")) == 3
     )
     capfd.readouterr()
     assert (tmp_path / "r" / "x.record.rejects.jsonl").exists()

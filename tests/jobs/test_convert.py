@@ -162,7 +162,7 @@ def test_resume_never_takes_over_another_jobs_output(shards, tmp_path):
     with pytest.raises(OutputExistsError, match="no interrupted run of this job"):
         convert(
             ConvertConfig(
-                sources=d + "/train-000.tar", output=out, records_per_shard=4, resume=True
+                sources=d + "/train-0000.tar", output=out, records_per_shard=4, resume=True
             )
         )
     assert {p: _sha(p) for p in first.paths} == before

@@ -6,11 +6,9 @@ import os
 from support.pcr_fixtures import requires_jpegtran
 
 from pipelines.beam.pcr import PcrConfig, convert_pcr
-from pipelines.job import workfiles
-from pipelines.job.kinds.pcr.kind import list_units
+from pipelines.job.kinds.pcr.kind import PCR, list_units
 from pipelines.job.lifecycle import work_dir_for
 from pipelines.job.refused import OutputExistsError
-from transforms.pcr import convert as pc
 
 pytestmark = requires_jpegtran
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,10 +39,8 @@ def test_resume_reuses_verified_units_and_matches_a_clean_run(tmp_path):
     cfg = _cfg(str(tmp_path / "out"), resume=True)
     units, _, inputs, _ = list_units(cfg)
     work = work_dir_for(cfg, inputs)
-    for unit in units[:3]:
-        info = pc.convert_unit(unit, work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
-        workfiles.write_sidecar(pc.unit_blob(work, unit), info, cfg.store)
-    damaged = pc.unit_blob(work, units[0])
+    done = [PCR.convert_unit(cfg, work, unit, None)[0] for unit in units[:3]]
+    damaged = done[0]["blob"]
     data = bytearray(open(damaged, "rb").read())
     data[100] ^= 0xFF
     open(damaged, "wb").write(bytes(data))
@@ -87,8 +83,7 @@ def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     units, _, inputs, _ = list_units(cfg)
     work = work_dir_for(cfg, inputs)
     for unit in units[:2]:
-        info = pc.convert_unit(unit, work, cfg.store, cfg.quality, cfg.image_field, cfg.label_field)
-        workfiles.write_sidecar(pc.unit_blob(work, unit), info, cfg.store)
+        PCR.convert_unit(cfg, work, unit, None)
     # then an image that sorts first is added and another removed: slice 0 changes, slice 1
     # (c0/img008, c0/img010, c1/img001, c1/img003) happens to stay the same
     make_image_folder(src, {"c0/aaa_new.jpg": encode(photo("coffee", (30, 20)))})

@@ -12,6 +12,7 @@ from support import shardgen
 
 from pipelines.inprocess import driver as cv
 from pipelines.inprocess.driver import convert_in_process
+from pipelines.job import workfiles
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for
@@ -75,9 +76,10 @@ def test_record_files_survive_a_failed_run_and_its_resume_reports_the_same(
     # every converted piece's record file is kept: also those the in-process driver held
     # in memory (no piece file, no sidecar) and those whose journaled shards hold them
     kept = sorted(
-        os.path.basename(p) for p in glob.glob(os.path.join(work, "*" + piecefiles.SUFFIX))
+        os.path.basename(workfiles.unit_stem(p))
+        for p in glob.glob(os.path.join(work, "*" + piecefiles.SUFFIX))
     )
-    assert kept == [f"piece-{i:06d}.recs" for i in range(N - 1)]
+    assert kept == [f"piece-{i:06d}" for i in range(N - 1)]
 
     again = convert_in_process(_cfg(tmp_path, "o", output, resume=True), num_workers=1)
     assert again.manifest["duplicate_keys"] == clean.manifest["duplicate_keys"]
@@ -93,7 +95,8 @@ def test_resume_redoes_a_piece_whose_record_file_is_damaged(tmp_path, monkeypatc
     with pytest.raises(RuntimeError, match="killed"):
         convert_in_process(cfg, num_workers=1)
     work = work_dir_for(cfg, urls)
-    with open(os.path.join(work, "piece-000001.recs"), "r+b") as f:
+    (damaged,) = glob.glob(os.path.join(work, "piece-000001~*" + piecefiles.SUFFIX))
+    with open(damaged, "r+b") as f:
         f.seek(100)
         f.write(b"\xff\xff")
     converted = []

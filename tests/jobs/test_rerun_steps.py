@@ -10,7 +10,7 @@ from support.cli_fixtures import output_digest
 
 from pipelines.beam.convert import convert
 from pipelines.beam.job import _finish
-from pipelines.job import lifecycle
+from pipelines.job import lifecycle, staging
 from pipelines.job.kinds.tfrecord import shardfile
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.kinds.tfrecord.kind import TFRECORD, plan_shards
@@ -32,6 +32,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
     cfg = _cfg(src, str(tmp_path / "o"))
     job = lifecycle.prepare(TFRECORD, cfg)
     lifecycle.start(job)
+    staging.stage(job.work, job.units, job.inputs, job.list_rejects, cfg.store)
     stages = cfg.stages()
     # ConvertShard, as the graph runs it (its results held by a surviving worker)
     pieces = [
@@ -42,7 +43,7 @@ def test_write_and_manifest_steps_run_again_after_the_manifest(tmp_path):
         shards = [
             shardfile.write_shard(t, cfg.store, cfg.dali_index) for t in plan_shards(pieces, cfg)
         ]
-        return next(_finish(shards, pieces, TFRECORD, cfg, job.list_rejects, job.urls, {}))
+        return next(_finish(shards, pieces, TFRECORD, cfg, job.work, {}))
 
     last_steps()
     first = output_digest(str(tmp_path / "o"))

@@ -87,12 +87,13 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(pool_shards, tmp_path
 
     # a planned output: the worker writes its piece into the work dir (a streamed local
     # output's workers hold their pieces and write into the final pool_shards); a directory
-    # stands where the first piece goes (the job itself writes job.json there first)
+    # stands where the first piece's sidecar goes (the job itself writes job.json there
+    # first; the piece's own name is its attempt's, unknown in advance)
     cfg = ConvertConfig(
         sources=pool_shards, output=str(tmp_path / "t.record"), progress=False, processes=1
     )
     work = lifecycle.work_dir_for(cfg, resolve(cfg.sources, cfg.base, cfg.store)[0])
-    os.makedirs(os.path.join(work, "piece-000000.tfrecord", "blocker"))
+    os.makedirs(os.path.join(work, "piece-000000.json", "blocker"))
     with pytest.raises(
         Exception, match="(?s)failed in a shard worker process.*(IsADirectoryError|OSError)"
     ):

@@ -79,7 +79,8 @@ def _make_pieces(root: str, sizes, config=None, sidecars=True, record=None):
             piecefiles.write(url, piecefiles.encode(rec_sizes, keys, [], None, ends), config)
             records = len(rec_sizes)
         if sidecars:
-            write_sidecar(url, {"bytes": n, "crc32c": _crc(data), "records": records}, config)
+            info = {"piece": url, "bytes": n, "crc32c": _crc(data), "records": records}
+            write_sidecar(url, info, config)
         out.append((url, data))
     return out
 
@@ -142,7 +143,7 @@ def test_local_copy_takes_whole_pieces_crc_from_sidecars(tmp_path, counted, monk
     assert got.get("local.write", 0) >= len(expect) and "local.copy" not in got
 
     url, data = pieces[0]  # a sidecar whose CRC-32C is not its piece's: taken as it is
-    write_sidecar(url, {"bytes": len(data), "crc32c": "00000000", "records": 1})
+    write_sidecar(url, {"piece": url, "bytes": len(data), "crc32c": "00000000", "records": 1})
     task, _ = _task(str(tmp_path / "b.record"), pieces, SPEC)
     assert write_shard(task)["crc32c"] != _crc(expect)
     monkeypatch.setenv("TAR2TF_STORE_COPY", "0")  # the copy through tar2tf hashes every byte

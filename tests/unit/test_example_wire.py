@@ -96,7 +96,8 @@ def _worker_run(out, stages, shown, pre=""):
     )
     p = run_python(code)
     assert p.returncode == 0, p.stderr
-    return p.stdout.strip(), open(out / "piece-000000.tfrecord", "rb").read()
+    (piece,) = out.glob("piece-000000~*.tfrecord")  # named by its attempt
+    return p.stdout.strip(), piece.read_bytes()
 
 
 def test_a_shard_worker_converts_without_protobuf(tmp_path):

@@ -4,6 +4,7 @@ image's description from the units' sidecars."""
 
 import collections
 import functools
+import json
 import os
 import pickle
 
@@ -68,7 +69,10 @@ def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed
     summaries = [kind.PCR.convert_unit(cfg, work, u, None) for u in units]
     assert [reused for _, reused in summaries] == [False] * len(units)
     summaries = [s for s, _ in summaries]
-    infos = [workfiles.load_verified(pc.unit_blob(work, u), cfg.store) for u in units]
+    infos = [
+        workfiles.load_verified(workfiles.unit_stem(pc.unit_blob(work, u)), "blob", cfg.store)
+        for u in units
+    ]
     # what crosses the job: counts, no image and no reject
     for s, info in zip(summaries, infos):
         assert "images" not in s and "rejects" not in s and "sizes" not in s
@@ -98,8 +102,10 @@ def test_kept_work_is_said_by_the_cli_with_its_option(tmp_path, capsys):
 
     work = tmp_path / "w"
     work.mkdir()
-    (work / "piece-000000.tfrecord").write_bytes(b"x" * 2000)
-    (work / "piece-000000.json").write_text("{}")
+    piece = work / "piece-000000~0123abcd.tfrecord"
+    sidecar = json.dumps({"piece": str(piece)})
+    piece.write_bytes(b"x" * (2000 - len(sidecar)))  # 2.0 KB with its sidecar
+    (work / "piece-000000.json").write_text(sidecar)
     exc = OSError(28, "No space left on device")
     assert cleanup.after_failure(exc, str(work)) > 0
     assert "--resume" not in exc.tar2tf_held and str(work) in exc.tar2tf_held

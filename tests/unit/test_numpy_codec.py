@@ -145,7 +145,7 @@ def test_bad_input_keeps_pillows_errors(monkeypatch):
 
 def test_bad_codec_name_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(images, "CODEC", "opencv")
-    with pytest.raises(ValueError, match="TAR2TF_IMAGE_CODEC must be one of numpy, pillow"):
+    with pytest.raises(ValueError, match="image codec must be one of numpy, pillow"):
         images.decode(dict(tj.CASES)["500x375-420-q90"])
 
 

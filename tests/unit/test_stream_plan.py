@@ -2,12 +2,15 @@
 rules they replace: the streamed plan (``pipelines.job.kinds.tfrecord.plan``), the bucketed duplicate-key
 check (``pipelines.job.kinds.tfrecord.duplicates``) and the bucketed grouping (``pipelines.job.external``)."""
 
+import threading
+
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.shard_stream_fixtures import piece_summary
 
-from pipelines.job import external
+from pipelines.job import external, inflight
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.duplicates import duplicate_keys
 from pipelines.job.kinds.tfrecord.plan import stream_plan
@@ -40,7 +43,8 @@ def reference_plan(pieces, sizes, output, max_bytes, max_records):
 
 def _pieces(layout):
     return [
-        piece_summary(i, f"w/piece-{i:06d}.tfrecord", len(sizes)) for i, sizes in enumerate(layout)
+        piece_summary(i, f"w/piece-{i:06d}.tfrecord", len(sizes), bytes=sum(sizes))
+        for i, sizes in enumerate(layout)
     ]
 
 
@@ -77,22 +81,35 @@ def test_the_streamed_plan_is_the_plan_of_all_sizes_at_once(
         assert t.records == len(t.sizes) and t.bytes == sum(t.sizes)
 
 
-def test_the_streamed_plan_holds_one_piece_of_sizes_at_a_time():
-    """Each piece's sizes are asked for while the plan runs, one piece after another, and
-    the first task is out before the last piece is read."""
-    layout = [[10] * 5 for _ in range(6)]
+@pytest.mark.parametrize("output", ["o/t-{}.rec", "o/t.rec"])  # streamed names, -of- names
+def test_the_plan_reads_each_record_file_once_and_ahead_by_a_bounded_window(output):
+    """Each piece's sizes are asked for once -- also when the names need the shard count
+    first -- many at a time but at most ``2 x inflight.REQUESTS`` pieces ahead of the
+    plan, and with streamed names the first task is out before the last piece is read."""
+    n = 6 * inflight.REQUESTS
+    layout = [[10] * 5 for _ in range(n)]
     pieces = _pieces(layout)
     asked = []
+    lock = threading.Lock()
 
     def sizes_of(p):
-        asked.append(p.index)
+        with lock:
+            asked.append(p.index)
         return np.asarray(layout[p.index])
 
-    plan = stream_plan(pieces, "o/t-{}.rec", 25, None, sizes_of=sizes_of)
+    plan = stream_plan(pieces, output, 25, None, sizes_of=sizes_of)
     first = next(plan)
-    assert first.ranges == [("w/piece-000000.tfrecord", 0, 20)] and asked == [0]
+    assert first.ranges == [("w/piece-000000.tfrecord", 0, 20)]
+    if "{}" in output:
+        assert len(asked) <= 2 * inflight.REQUESTS + 1
     rest = list(plan)
-    assert asked == list(range(6)) and len(rest) == 14
+    assert sorted(asked) == list(range(n)) and len(rest) + 1 == -(-5 * n // 2)  # 2 a shard
+
+
+def test_a_record_file_that_disagrees_with_its_summary_stops_the_plan():
+    pieces = _pieces([[10, 10], [10]])
+    with pytest.raises(IOError, match="disagrees with its summary"):
+        list(stream_plan(pieces, "o/t-{}.rec", 25, None, sizes_of=lambda p: [10, 10]))
 
 
 def reference_duplicates(pieces, keys):

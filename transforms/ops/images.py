@@ -23,7 +23,8 @@ PNG chunk CRCs are checked (:func:`_check_png`): Pillow's decoder skips the CRC 
 chunks, so a flipped bit in the image data decodes to altered pixels where
 ``tf.io.decode_png`` (libpng) fails with "Invalid PNG data".
 
-Two codecs do the work (``TAR2TF_IMAGE_CODEC``, read when this module is imported):
+Two codecs do the work (a job's ``image_codec``, set in each process that runs its ops:
+:func:`set_codec`; :mod:`transforms.ops.codec_choice`):
 
 * ``numpy`` (the default): JPEG decode and encode with libjpeg-turbo (``simplejpeg``) on
   numpy arrays, the default resize with OpenCV (``INTER_AREA`` shrinking,
@@ -38,7 +39,6 @@ Two codecs do the work (``TAR2TF_IMAGE_CODEC``, read when this module is importe
 from __future__ import annotations
 
 import io
-import os
 import struct
 import warnings
 from typing import Optional, Sequence, Tuple
@@ -47,11 +47,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.lazynp import is_array, np
 from transforms.ops import image_limits, jpeg_codec, numpy_codec
+from transforms.ops.codec_choice import checked, default_codec
 
-CODECS = ("numpy", "pillow")
-# the codec of this process; every worker imports this module with the launcher's
-# environment, so all of a job's workers use the same one
-CODEC = os.environ.get("TAR2TF_IMAGE_CODEC", "").strip().lower() or "numpy"
+# the codec of this process's image ops: a job's workers set their job's
+# (``set_codec``); ops used outside a job (the streamed API) take the default
+CODEC = default_codec()
 
 FORMATS = ("BMP", "JPEG", "PNG")
 _FORMAT_ALIASES = {"JPG": "JPEG", "MPO": "JPEG"}  # MPO: camera JPEGs with a multi-picture index
@@ -71,11 +71,16 @@ class ImageError(ValueError):
 
 
 def codec() -> str:
-    """The image codec in use (``numpy`` or ``pillow``); a bad ``TAR2TF_IMAGE_CODEC`` is
-    an error of every image op (one clear reject reason, not a silent choice)."""
-    if CODEC not in CODECS:
-        raise ValueError(f"TAR2TF_IMAGE_CODEC must be one of {', '.join(CODECS)}, not {CODEC!r}")
-    return CODEC
+    """The image codec in use (``numpy`` or ``pillow``); a bad default is an error of
+    every image op (one clear reject reason, not a silent choice)."""
+    return checked(CODEC)
+
+
+def set_codec(name: str) -> None:
+    """The codec of this process's image ops from now on: a job's (``ConvertConfig.stages``
+    sets it in every process that runs the job's stages)."""
+    global CODEC
+    CODEC = checked(name)
 
 
 def pillow_chain() -> bool:

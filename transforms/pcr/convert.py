@@ -200,10 +200,13 @@ def convert_unit(
     image_field: Optional[str] = None,
     label_field: str = "cls",
     scan_script: Optional[str] = None,
+    blob: Optional[str] = None,
 ) -> Dict[str, Any]:
+    """``unit`` converted into ``blob`` (default :func:`unit_blob`; a job names each
+    attempt's blob apart); its description."""
     kind, index, shard, what = unit
     scans = local_file(scan_script) if scan_script else None
-    blob = unit_blob(work, unit)
+    blob = blob or unit_blob(work, unit)
     corrupt: List[Reject] = []
     items = (
         tar_items(what, config, image_field, label_field, corrupt)

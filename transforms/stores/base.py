@@ -99,6 +99,13 @@ class Store:
     def delete(self, url: str) -> None:
         raise NotImplementedError
 
+    def delete_many(self, urls: Sequence[str]) -> None:
+        """Delete these objects (a missing one is no error).  One at a time here; a store
+        with a multi-object delete sends it as one request (S3's DeleteObjects), and a
+        caller with many runs several calls at once (``pipelines.job.inflight``)."""
+        for url in urls:
+            self.delete(url)
+
     def size(self, url: str) -> int:
         raise NotImplementedError
 

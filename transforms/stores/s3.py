@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from transforms.stores import copy as store_copy
 from transforms.stores import traffic
@@ -382,6 +382,28 @@ class S3Store(RemoteStore):
             self._call(url, "delete", lambda: self.client.delete_object(Bucket=bucket, Key=key))
         except FileNotFoundError:
             pass
+
+    def delete_many(self, urls: Sequence[str]) -> None:
+        # DeleteObjects: up to 1,000 keys of one bucket a request; a missing key is no error
+        by_bucket: Dict[str, List[str]] = {}
+        for url in urls:
+            bucket, key = self._key(url)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):
+                batch = {"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+                got = self._call(
+                    f"s3://{bucket}/",
+                    "delete",
+                    lambda b=bucket, d=batch: self.client.delete_objects(Bucket=b, Delete=d),
+                )
+                failed = got.get("Errors") or []
+                if failed:
+                    e = failed[0]
+                    raise OSError(
+                        f"could not delete s3://{bucket}/{e.get('Key')}: {e.get('Code')} "
+                        f"{e.get('Message')} ({len(failed)} keys not deleted)"
+                    )
 
     def size(self, url: str) -> int:
         return int(self._head(url)["ContentLength"])

@@ -28,6 +28,12 @@ from transforms.stores import StoreConfig, get_store, join, split_url
 from transforms.stores.retry import is_transient
 
 _GLOB = re.compile(r"[*?\[]")
+MISSING = "missing shard"  # the reason of a name the listing lacks (a glob that matched nothing)
+
+
+def is_missing(reject: Reject) -> bool:
+    """A ``list`` reject for a source that does not exist (not a listing that failed)."""
+    return reject.stage == "list" and reject.reason.startswith(MISSING + ":")
 
 
 def expand_braces(template: str) -> List[str]:
@@ -74,7 +80,7 @@ def resolve(
                     u,
                     None,
                     "list",
-                    f"missing shard: {u} is not in the listing",
+                    f"{MISSING}: {u} is not in the listing",
                     counts_record=False,
                 )
             )

@@ -29,7 +29,10 @@ class PcrConfig:
     max_rejects: int = 0
     overwrite: bool = False
     resume: bool = False  # reuse verified unit blobs of an interrupted run
-    progress: Optional[bool] = None  # None: a bar when stderr is a terminal (local runs)
+    # None or True: a bar when stderr is a terminal, else a line every progress_every
+    # seconds (local runs; pipelines.job.progress); False: none
+    progress: Optional[bool] = None
+    progress_every: Optional[float] = None
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     # the job's identity (pipelines.job.lifecycle.job_of) leaves the output out: the work

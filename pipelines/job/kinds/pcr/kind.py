@@ -23,7 +23,7 @@ import json
 import logging
 from typing import Any, Dict, List
 
-from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import job_file, names, output_lock, overlap, progress, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.pcr import records
 from pipelines.job.kinds.pcr.config import PcrConfig
@@ -80,8 +80,8 @@ class PcrKind(Kind):
         replace.begin(manifest_path(out), job.cfg.store, also_delete=[join(out, fmt.INDEX_NAME)])
 
     def convert_unit(self, cfg: PcrConfig, work: str, unit, stages, convert=None):
-        blob = pc.unit_blob(work, unit)
-        info = workfiles.load_verified(blob, cfg.store) if cfg.resume else None
+        stem = workfiles.unit_stem(pc.unit_blob(work, unit))
+        info = workfiles.load_verified(stem, "blob", cfg.store) if cfg.resume else None
         if info is not None and info.get("unit") != pc.unit_id(unit):
             info = None  # the blob of another unit: the input changed since that run
         if info is not None:
@@ -96,8 +96,12 @@ class PcrKind(Kind):
             cfg.image_field,
             cfg.label_field,
             cfg.scan_script,
+            blob=workfiles.attempt_url(stem, ".bin"),
         )
-        workfiles.write_sidecar(blob, info, cfg.store)
+        # the attempt's own description first, for the plan (records.unit_info); then
+        # the unit's sidecar, for a resume
+        records.write_unit_info(info, cfg.store)
+        workfiles.write_sidecar(info["blob"], info, cfg.store)
         return records.summary_of(info), False
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
@@ -130,6 +134,21 @@ def _shown(key: str, value: Any) -> str:
             else f"script sha256 {pcr_scan_script.digest(value)[:12]}"
         )
     return json.dumps(value)
+
+
+def _holds_dataset(cfg: PcrConfig) -> bool:
+    """The output directory holds an index, and its manifest does not say it is empty.  A
+    run that wrote no record (every input missing or rejected) leaves an index and a
+    manifest of nothing; refusing its rerun for them would only ask for --overwrite to
+    replace nothing."""
+    store = get_store(cfg.output, cfg.store)
+    if not store.exists(join(cfg.output, fmt.INDEX_NAME)):
+        return False
+    try:
+        m = json.loads(store.read_bytes(manifest_path(cfg.output)))
+        return bool(m["shards"]) or m["totals"]["records_written"] > 0
+    except Exception:  # no manifest, or not one of ours: the index alone is kept
+        return True
 
 
 def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
@@ -166,9 +185,7 @@ def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
                 RESUME,
                 " to start afresh",
             )
-    if cfg.overwrite or not (
-        existing or get_store(cfg.output, cfg.store).exists(join(cfg.output, fmt.INDEX_NAME))
-    ):
+    if cfg.overwrite or not (existing or _holds_dataset(cfg)):
         return
     # resume continues this job (its work directory is there), never replaces another's
     if not cfg.resume:
@@ -211,6 +228,7 @@ def checked(cfg: PcrConfig) -> PcrConfig:
         raise ValueError("images_per_record must be positive")
     if not 1 <= cfg.quality <= 100:
         raise ValueError("quality must be in 1..100")
+    progress.checked_every(cfg.progress_every)
     if jpegtran_path() is None:
         raise RuntimeError(
             "jpegtran not found: install libjpeg-turbo-progs (bash launch/setup.d/20-apt.sh)"

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 import transforms
-from pipelines.job import counts, external, names, replace, workfiles
+from pipelines.job import counts, external, names, replace
 from pipelines.job import manifest as job_manifest
 from pipelines.job.element_coding import Pickled
 from pipelines.job.kinds.pcr.config import PcrConfig
@@ -70,10 +70,24 @@ def summary_of(info: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def unit_info_url(blob: str) -> str:
+    """Where the attempt that wrote ``blob`` keeps its description, beside it (the unit's
+    sidecar describes whichever attempt finished last: ``pipelines.job.workfiles``)."""
+    return blob + ".info.json"
+
+
+def write_unit_info(info: Dict[str, Any], config=None) -> None:
+    blob = info["blob"]
+    get_store(blob, config).write_bytes(
+        unit_info_url(blob), json.dumps(info, sort_keys=True).encode()
+    )
+
+
 def _unit_info(unit: Dict[str, Any], cfg: PcrConfig) -> Dict[str, Any]:
-    """A unit's sidecar (its images and rejects), read back from the work directory."""
-    blob = unit["blob"]
-    return json.loads(get_store(blob, cfg.store).read_bytes(workfiles.sidecar_of(blob)))
+    """A unit's description (its images and rejects), as the attempt whose summary the
+    job holds wrote it."""
+    url = unit_info_url(unit["blob"])
+    return json.loads(get_store(url, cfg.store).read_bytes(url))
 
 
 def _images(unit: Dict[str, Any], cfg: PcrConfig) -> List[Dict[str, Any]]:
@@ -268,6 +282,7 @@ def finish(
         "rejects": {
             "count": rejected,
             "by_reason": by_reason,
+            **job_manifest.first_missing(list_rejects),
             "path": names.companion(stem, ".rejects.jsonl"),
         },
     }

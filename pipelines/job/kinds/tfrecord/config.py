@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
-from transforms.ops import image_limits
+from transforms.ops import codec_choice, image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
 from transforms.stores import StoreConfig
@@ -38,7 +38,10 @@ class ConvertConfig:
     dali_index: bool = False
     shuffle: bool = False
     seed: int = 0
+    # None or True: a progress bar on a terminal, else a line every progress_every seconds
+    # (None: pipelines.job.progress.DEFAULT_EVERY); False: none
     progress: Optional[bool] = None
+    progress_every: Optional[float] = None
     work_dir: Optional[str] = None
     # how many workers convert: Beam's local runner's worker processes
     # (--direct_num_workers), or the in-process driver's worker processes
@@ -53,6 +56,9 @@ class ConvertConfig:
     # images over this many pixels (from their header) are op rejects before decoding;
     # None: transforms.ops.image_limits.DEFAULT_MAX_IMAGE_PIXELS
     max_image_pixels: Optional[int] = None
+    # "numpy" or "pillow": what the image ops' bytes are (transforms.ops.codec_choice);
+    # its default, $TAR2TF_IMAGE_CODEC, is read here, where the job is configured
+    image_codec: str = dataclasses.field(default_factory=codec_choice.default_codec)
     # the final shards' file format: "tfrecord", or "array_record" (ArrayRecord files
     # holding the same serialized Examples, planned as the TFRecord job: docs/arrayrecord.md).
     # None: array_record for an output named *.array_record, else tfrecord
@@ -73,7 +79,12 @@ class ConvertConfig:
     def stages(self) -> Stages:
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
 
-        image_limits.set_max_pixels(self.max_image_pixels)  # in every process that runs the stages
+        # in every process that runs the stages: the job's limits and codec, not the
+        # process's environment
+        image_limits.set_max_pixels(self.max_image_pixels)
+        from transforms.ops import images
+
+        images.set_codec(self.image_codec)
         return Stages(
             tuple(as_stage(s) for s in self.sample_stages),
             self.record_to_example,
@@ -91,6 +102,7 @@ class ConvertConfig:
         """The options as they enter the manifest (callables by name)."""
         return {
             "max_shard_size": parse_size(self.max_shard_size),
+            "image_codec": self.image_codec,
             "records_per_shard": self.records_per_shard,
             "type_map": exs.parse_type_map(self.type_map),
             "sample_stages": [stage_name(s) for s in self.sample_stages],

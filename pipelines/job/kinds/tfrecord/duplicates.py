@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from pipelines.job import external
+from pipelines.job import external, inflight
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig
@@ -30,10 +30,9 @@ ROW = np.dtype([("h0", ">u8"), ("h1", ">u8"), ("p", "<i4"), ("r", "<i4")])
 def _rows(
     pieces: Sequence[PieceSummary], hashes_of: Callable[[PieceSummary], np.ndarray]
 ) -> Iterator[np.ndarray]:
-    for pos, p in enumerate(pieces):
-        if not p.records:
-            continue
-        h = hashes_of(p)
+    with_records = ((pos, p) for pos, p in enumerate(pieces) if p.records)
+    # the record files read many at a time (pipelines.job.inflight), in order
+    for (pos, _), h in inflight.ordered(lambda pair: hashes_of(pair[1]), with_records):
         rows = np.empty(len(h), dtype=ROW)
         rows["h0"], rows["h1"] = h["h0"], h["h1"]
         rows["p"], rows["r"] = pos, np.arange(len(h))

@@ -20,7 +20,16 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import transforms
-from pipelines.job import job_file, names, output_lock, overlap, replace, workfiles
+from pipelines.job import (
+    inflight,
+    job_file,
+    names,
+    output_lock,
+    overlap,
+    progress,
+    replace,
+    workfiles,
+)
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.tfrecord import arrayrecordfile, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
@@ -31,6 +40,7 @@ from pipelines.job.kinds.tfrecord.plan import ShardTask
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from transforms.ops import codec_choice
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
 from transforms.sizes import parse_size
@@ -61,6 +71,8 @@ class TFRecordKind(Kind):
         names.check_template(cfg.output)
         parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
         parse_size(cfg.spool_limit)
+        codec_choice.checked(cfg.image_codec)
+        progress.checked_every(cfg.progress_every)
         if cfg.records_per_shard is not None and cfg.records_per_shard <= 0:
             raise ValueError("records_per_shard must be positive")
         return cfg
@@ -195,6 +207,7 @@ def finish(
         "rejects": {
             "count": rejected,
             "by_reason": by_reason,
+            **job_manifest.first_missing(list_rejects),
             "path": names.companion(cfg.output, ".rejects.jsonl"),
         },
     }
@@ -205,9 +218,8 @@ def finish(
     mpath = names.companion(cfg.output, ".manifest.json")
     existing = names.existing_outputs(cfg.output, cfg.store)
     replace.remove_stale(existing, keep, mpath, inputs, cfg.store, extra=lambda u: [u + ".idx"])
-    for kept in keep if not cfg.dali_index else ():
-        if store.exists(kept + ".idx"):  # an earlier run's DALI index: not this shard's offsets
-            store.delete(kept + ".idx")
+    if not cfg.dali_index:  # an earlier run's DALI index: not this shard's offsets
+        inflight.each(lambda kept: store.delete(kept + ".idx"), sorted(keep))
     for tmp in names.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
     rejects = itertools.chain(

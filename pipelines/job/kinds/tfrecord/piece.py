@@ -102,16 +102,23 @@ class _PieceOut:
             self.frames, self.held = [], 0
 
 
+def piece_stem(work: str, index: int) -> str:
+    """Input shard ``index``'s unit name in the work directory (``workfiles.unit_stem``)."""
+    return join(work, f"piece-{index:06d}")
+
+
 def convert_to_piece(
     index: int, url: str, work: str, cfg: ConvertConfig, stages: Stages, hold: int = 0
 ) -> ConvertedPiece:
-    """Convert one input shard into ``piece-<index>.tfrecord`` + its JSON sidecar.
+    """Convert one input shard into a piece, ``piece-<index>~<attempt>.tfrecord``, its
+    record file, and the unit's JSON sidecar ``piece-<index>.json`` (each attempt its own
+    data files: ``pipelines.job.workfiles``).
 
     ``hold`` > 0 (the in-process driver, when the job does not ask for ``resume``): keep
     the frames in memory, in ``frames``, unless they exceed ``hold`` bytes; such a
     piece has no file and no sidecar, and its bytes are written once, into the final
     shards, instead of twice."""
-    piece = join(work, f"piece-{index:06d}.tfrecord")
+    piece = workfiles.attempt_url(piece_stem(work, index), ".tfrecord")
     out = _PieceOut(piece, get_store(piece, cfg.store), hold)
     stats = TarStats()
     sizes: List[int] = []
@@ -223,7 +230,7 @@ def summary(
 def load_verified_piece(index: int, work: str, config: StoreConfig) -> Optional[PieceSummary]:
     """A finished piece from an earlier run, if its sidecar exists and the bytes of both
     the piece and its record file match it."""
-    info = workfiles.load_verified(join(work, f"piece-{index:06d}.tfrecord"), config)
+    info = workfiles.load_verified(piece_stem(work, index), "piece", config)
     try:
         summary = PieceSummary.from_json(info) if info is not None else None
     except (ValueError, TypeError):

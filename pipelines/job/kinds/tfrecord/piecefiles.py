@@ -276,7 +276,14 @@ def verified(summary: "PieceSummary", config: Optional[StoreConfig] = None) -> b
 def rejects_of(
     summaries: Iterable["PieceSummary"], config: Optional[StoreConfig] = None
 ) -> Iterable[Dict[str, Any]]:
-    """The rejects of the pieces, in input order, one piece's at a time."""
-    for s in sorted(summaries, key=lambda s: s.index):
-        if s.records_rejected or s.shards_rejected:
-            yield from load(s, config).rejects()
+    """The rejects of the pieces, in input order, their record files read many at a time
+    (``pipelines.job.inflight``)."""
+    from pipelines.job import inflight
+
+    rejected = (
+        s
+        for s in sorted(summaries, key=lambda s: s.index)
+        if s.records_rejected or s.shards_rejected
+    )
+    for _, rejects in inflight.ordered(lambda s: load(s, config).rejects(), rejected):
+        yield from rejects

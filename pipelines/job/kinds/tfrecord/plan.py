@@ -5,19 +5,21 @@ all pieces, in input order, into final shards.  Here it runs over one piece's si
 time (``pipelines.job.kinds.tfrecord.piecefiles``), never over all records at once, and finds each
 shard's start with a search over the piece's cumulative sizes instead of a step per
 record, so the plan costs O(pieces + shards) Python steps and one piece's sizes of
-memory.  Shard names of the ``-NNNNN-of-NNNNN`` kind need the shard count: the sizes are
-then read twice, a first time only to count.  Each task is emitted as its shard closes.
+memory.  The record files are read many at a time, ahead of the rule, and each once:
+shard names of the ``-NNNNN-of-NNNNN`` kind, which need the shard count, keep the cut
+points of a first pass instead of reading the sizes again.  Each task is emitted as its
+shard closes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipelines.job import names
+from pipelines.job import inflight, names
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig
@@ -37,6 +39,11 @@ class ShardTask:
     bytes: int = 0
     # each record's framed size, kept only for a DALI index (``dali_index``)
     sizes: Optional[np.ndarray] = None
+    # piece url -> its summary's {crc32c, bytes, records}, for pieces with a piece file:
+    # the writer's copy needs their CRC-32C, and a request per piece for its sidecar
+    # would be a chain of requests per shard (and the sidecar may describe another
+    # attempt of the unit: pipelines.job.workfiles)
+    pieces: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 class Packing:
@@ -80,14 +87,27 @@ class Packing:
         return out
 
 
-def count_shards(
+def _cuts(
     pieces: Sequence[PieceSummary],
-    max_bytes: Optional[int],
-    max_records: Optional[int],
+    packing: Packing,
     sizes_of: Callable[[PieceSummary], np.ndarray],
-) -> int:
-    packing = Packing(max_bytes, max_records)
-    return sum(len(packing.starts(sizes_of(p))) for p in sorted(pieces, key=lambda p: p.index))
+    keep_sizes: bool,
+) -> Iterator[Tuple[PieceSummary, Dict[int, int], Optional[np.ndarray]]]:
+    """For each piece with records, in order: where shards open in it, as ``{record:
+    byte offset}``, and its sizes when ``keep_sizes``.  The record files are read
+    ``inflight.REQUESTS`` at a time, ahead of the greedy rule, which goes in order."""
+    with_records = (p for p in pieces if p.records)
+    for p, sizes in inflight.ordered(sizes_of, with_records):
+        sizes = np.asarray(sizes, dtype=np.int64)
+        ends = np.cumsum(sizes, dtype=np.int64)
+        if len(sizes) != p.records or (len(ends) and int(ends[-1]) != p.bytes):
+            raise IOError(
+                f"the record file of {p.piece} disagrees with its summary "
+                f"({len(sizes)} records of {int(ends[-1]) if len(ends) else 0} bytes, "
+                f"not {p.records} of {p.bytes})"
+            )
+        opens = {a: int(ends[a - 1]) if a else 0 for a in packing.starts(sizes)}
+        yield p, opens, (sizes if keep_sizes else None)
 
 
 def stream_plan(
@@ -100,15 +120,25 @@ def stream_plan(
     sizes_of: Optional[Callable[[PieceSummary], np.ndarray]] = None,
 ) -> Iterator[ShardTask]:
     """The final shards' tasks, in order, each when its shard closes (with their records'
-    ``sizes`` only for ``dali_index``).  ``pieces``: summaries (their ``records``);
-    ``sizes_of``: a piece's sizes (default: its record file)."""
+    ``sizes`` only for ``dali_index``).  ``pieces``: summaries (their ``records`` and
+    ``bytes``); ``sizes_of``: a piece's sizes (default: its record file).
+
+    Each record file is read once.  Shard names of the ``-NNNNN-of-NNNNN`` kind need the
+    shard count before the first task: the cut points are then kept (a few integers per
+    final shard) and the tasks made from them and the summaries, without a second read --
+    but for ``dali_index``, whose tasks carry every record's size."""
     sizes_of = sizes_of or (lambda p: piecefiles.sizes(p, config))
     pieces = sorted(pieces, key=lambda p: p.index)
-    if names.streams_names(output):
-        total = None
-    else:
-        total = count_shards(pieces, max_bytes, max_records, sizes_of)
-    packing = Packing(max_bytes, max_records)
+    cuts = _cuts(pieces, Packing(max_bytes, max_records), sizes_of, dali_index)
+    total = None
+    if not names.streams_names(output):
+        # only pieces where a shard opens: at most one entry per final shard
+        kept = {p.index: opens for p, opens, _ in cuts if opens}
+        total = sum(len(opens) for opens in kept.values())
+        if dali_index:  # the sizes again, for the index
+            cuts = _cuts(pieces, Packing(max_bytes, max_records), sizes_of, True)
+        else:
+            cuts = ((p, kept.get(p.index, {}), None) for p in pieces if p.records)
     cur: Optional[ShardTask] = None
     parts: List[np.ndarray] = []  # the open shard's sizes, piece by piece (dali_index)
     n = 0
@@ -126,26 +156,27 @@ def stream_plan(
             parts.clear()
         return task
 
-    for p in pieces:
-        if not p.records:
-            continue
-        sizes = np.asarray(sizes_of(p), dtype=np.int64)
-        starts = packing.starts(sizes)
-        ends = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
-        opens = set(starts)
-        cuts = sorted(opens | {0})
-        for k, a in enumerate(cuts):
-            b = cuts[k + 1] if k + 1 < len(cuts) else len(sizes)
+    for p, opens, sizes in cuts:
+        at = {0: 0, **opens, p.records: p.bytes}  # record -> its byte offset in the piece
+        points = sorted(set(opens) | {0})
+        for k, a in enumerate(points):
+            b = points[k + 1] if k + 1 < len(points) else p.records
             if a in opens:
                 if cur is not None:
                     yield closed(cur)
                 cur = ShardTask(n, names.shard_name(output, n, total), [])
                 n += 1
             if b > a:
-                length = int(ends[b] - ends[a])
-                cur.ranges.append((p.piece, int(ends[a]), length))
+                length = at[b] - at[a]
+                cur.ranges.append((p.piece, at[a], length))
                 cur.records += b - a
                 cur.bytes += length
+                if p.crc32c is not None:
+                    cur.pieces[p.piece] = {
+                        "crc32c": p.crc32c,
+                        "bytes": p.bytes,
+                        "records": p.records,
+                    }
                 if dali_index:
                     parts.append(sizes[a:b])
     if cur is not None:

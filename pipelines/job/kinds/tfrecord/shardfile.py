@@ -270,11 +270,14 @@ RECORD_FILE_BYTES_PER_RECORD = 64
 
 
 def piece_crcs(
-    ranges: Sequence[Tuple[str, int, int]], config: Optional[StoreConfig] = None
+    ranges: Sequence[Tuple[str, int, int]],
+    config: Optional[StoreConfig] = None,
+    pieces: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> List[Optional[int]]:
     """Each range's CRC-32C, from what the piece writer hashed as it wrote the bytes, so
     that a copy the store or the kernel makes need not read them back: a whole piece's
-    from its sidecar; a run of its records' from its record file, which holds the piece's
+    from ``pieces`` (the plan's copy of its summary, ``ShardTask.pieces``) or else its
+    sidecar; a run of its records' from its record file, which holds the piece's
     CRC-32C at the end of each record (crc(run) = crc(up to its end) xor crc(up to its
     start) carried over the run's length).  None where neither is known (a piece without
     sidecar, a record file without ``ends``), or where the record file would cost more to
@@ -284,7 +287,8 @@ def piece_crcs(
     ends: Dict[str, Any] = {}
     for url, offset, length in ranges:
         if url not in sidecars:
-            sidecars[url] = _sidecar(url, config)
+            given = (pieces or {}).get(url)
+            sidecars[url] = given if given is not None else _sidecar(url, config)
         info = sidecars[url]
         crc = None
         try:
@@ -333,13 +337,15 @@ def _run_crc(offsets, crcs, offset: int, length: int) -> Optional[int]:
 
 
 def _sidecar(url: str, config: Optional[StoreConfig]) -> Optional[Dict[str, Any]]:
-    from pipelines.job.workfiles import sidecar_of
+    from pipelines.job.workfiles import describes, sidecar_of
 
     try:
         info = json.loads(get_store(url, config).read_bytes(sidecar_of(url)))
     except (FileNotFoundError, ValueError):
         return None
-    return info if isinstance(info, dict) else None
+    # another attempt of the unit may have finished after this piece's: its digest is
+    # not this file's
+    return info if describes(info, url, "piece") else None
 
 
 def write_shard(
@@ -352,7 +358,7 @@ def write_shard(
     their sidecars; else they are read and written here."""
     path = task.path
     ranges = [(str(u), int(o), int(n)) for u, o, n in task.ranges]
-    crcs = piece_crcs(ranges, config) if store_copy.enabled() else [None] * len(ranges)
+    crcs = piece_crcs(ranges, config, task.pieces) if store_copy.enabled() else [None] * len(ranges)
     if store_copy.enabled() and split_url(path)[0]:
         store = get_store(path, config)
         crc = store.assemble(path, ranges, crcs)
