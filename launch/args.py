@@ -8,7 +8,9 @@ import ``launch.cli``, which imports them.
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Optional
+import difflib
+import re
+from typing import Callable, Iterable, List, Optional
 
 # how the options a job's refusal names (pipelines.job.refused) are spelt on the command line
 CLI_WORDS = {"overwrite": "--overwrite", "resume": "--resume"}
@@ -27,6 +29,78 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}")
+
+    def _check_value(self, action, value):
+        # argparse's own check, with a "did you mean" for a misspelt choice or subcommand
+        # (argparse suggests only from Python 3.14 on, with suggest_on_error)
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint = f", did you mean {close[0]!r}?" if close else ""
+            raise argparse.ArgumentError(
+                action,
+                f"invalid choice: {value!r}{hint} (choose from {', '.join(map(repr, choices))})",
+            )
+        super()._check_value(action, value)
+
+
+def add_runner_arg(p: argparse.ArgumentParser, default: str) -> None:
+    """``--runner`` in the subcommand's ``--help``; :func:`known_args` hands it on with the
+    Beam options, whose driver choice (pipelines.beam.options) and runners read it."""
+    p.add_argument(
+        "--runner",
+        metavar="NAME",
+        default=None,
+        help=f"where the job runs: local ({default}), beam (Beam's local runner, one worker "
+        "process per core), or a Beam runner: FlinkRunner, DataflowRunner, PortableRunner "
+        "... with its pipeline options (docs/runners.md)",
+    )
+
+
+def known_args(parser: argparse.ArgumentParser, argv: Optional[List[str]] = None):
+    """``parser.parse_known_args(argv)``, with a ``--runner`` the subcommand parsed put back
+    first among the leftover (Beam) arguments."""
+    args, extra = parser.parse_known_args(argv)
+    runner = getattr(args, "runner", None)
+    if runner is not None:
+        extra = ["--runner", runner, *extra]
+    return args, extra
+
+
+def _flag_key(flag: str) -> str:
+    return flag.split("=", 1)[0].replace("_", "-").lower()
+
+
+def close_flag(flag: str, candidates: Iterable[str]) -> Optional[str]:
+    """The long flag of ``candidates`` closest to a misspelt ``flag`` (``--max-shard-szie``
+    -> ``--max-shard-size``; ``_`` and ``-`` alike, ``--x=v`` by its name), or None.
+    Earlier candidates win a tie: pass tar2tf's flags before Beam's."""
+    keys: dict = {}
+    for c in candidates:
+        if c.startswith("--"):
+            keys.setdefault(_flag_key(c), c)
+    close = difflib.get_close_matches(_flag_key(flag), list(keys), n=1, cutoff=0.8)
+    return keys[close[0]] if close else None
+
+
+def did_you_mean(unknown: List[str], candidates: Iterable[str]) -> str:
+    """``"did you mean --x?"`` for the flags among ``unknown`` (leftover arguments) that are
+    close to one of ``candidates``; "" when none is."""
+    candidates = list(candidates)
+    found: List[str] = []
+    for word in unknown:
+        if word.startswith("--"):
+            close = close_flag(word, candidates)
+            if close and close not in found:
+                found.append(close)
+    return f"did you mean {', '.join(found)}?" if found else ""
+
+
+def plain(text: str) -> str:
+    """A docstring as ``--help`` shows it: no reStructuredText markup (````x````,
+    ``:func:`x```` -> ``x``)."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
 
 
 def int_in(lo: int, hi: Optional[int] = None) -> Callable[[str], int]:

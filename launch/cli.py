@@ -15,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from launch import beam_service_log, job_server_log
-from launch.args import Parser, UsageError
+from launch.args import Parser, UsageError, did_you_mean, known_args, plain
 from launch.runner_args import check_beam_args
 
 SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="tar2tf",
         description=__doc__.split("\n")[0],
-        epilog=_exit_status() + "\n\n" + __doc__.split("\n", 2)[2],
+        epilog=_exit_status() + "\n\n" + plain(__doc__.split("\n", 2)[2]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -88,7 +88,7 @@ def check_runner_args(extra: List[str], tar2tf_flags) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
+        args, extra = known_args(parser, argv)
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING,
             format="%(levelname)s %(name)s: %(message)s",
@@ -99,7 +99,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         job_server_log.show()  # a Flink job server's own log records, at their Java level
         beam_service_log.quiet()  # not Beam's "Really starting service" chatter (unless -v)
         if extra and not getattr(args, "accepts_beam_args", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            flags = parser.subcommands[args.command]._option_string_actions
+            hint = did_you_mean(extra, flags)
+            parser.error(
+                f"unrecognized arguments: {' '.join(extra)}" + (f" ({hint})" if hint else "")
+            )
         if extra:
             check_runner_args(extra, parser.subcommands[args.command]._option_string_actions)
     except UsageError as e:

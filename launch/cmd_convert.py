@@ -15,9 +15,22 @@ import json
 import sys
 from typing import List
 
-from launch.args import UsageError, int_in, size
+from launch.args import UsageError, add_runner_arg, int_in, size
 from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
+
+# what ``tar2tf convert --help`` says (the module docstring names the code for developers)
+DESCRIPTION = """\
+tar2tf convert SOURCE... --output PATH: tar shards to size-bounded TFRecord shards (or
+ArrayRecord shards of the same records: --format array_record).
+
+With no runner flag the job runs on tar2tf's in-process driver (also --runner local), the
+fastest on one machine.  --runner beam runs it on Beam's local runner, --runner FlinkRunner
+(DataflowRunner ...) on that Beam runner; any other Beam pipeline option
+(--direct_num_workers=4 ...) makes it a Beam job too, and a flag that is neither tar2tf's
+nor Beam's is a usage error.  --shuffle needs Beam, so with no runner flag it runs on
+Beam's local runner.  Every flag: docs/cli.md.
+"""
 
 # the CLI's bound when --max-shard-size is not given (docs/cli.md says why this size); the
 # Python API keeps writing one file unless asked
@@ -28,7 +41,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "convert",
         help="convert tar shards to TFRecord (or ArrayRecord) shards",
-        description=__doc__,
+        description=DESCRIPTION,
     )
     p.add_argument(
         "sources",
@@ -40,7 +53,8 @@ def register(sub) -> None:
         "--output",
         "-o",
         required=True,
-        help="output path: 'out/train-{}.record' numbers 1..N; 'out/train.record' gives "
+        help="output path: 'out/train-{:05d}.record' numbers 00001..N (a Python format "
+        "spec: padded names sort; 'out/train-{}.record' gives 1..N); 'out/train.record' gives "
         "out/train-00000-of-0000N.record; 'out/train.array_record' writes ArrayRecord; "
         "local, gs://, ais:// or s3://",
     )
@@ -153,6 +167,7 @@ def register(sub) -> None:
         help="local runs: N worker processes (default: one per core); on the in-process "
         "driver, 0 converts on threads of this process",
     )
+    add_runner_arg(p, "tar2tf's in-process driver, the default")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
@@ -234,7 +249,7 @@ def check_paths(args) -> List[str]:
     from pipelines.job.names import companion
 
     name = args.output.rsplit("/", 1)[-1]
-    if name in ("", "{}") or companion(name, "").startswith("."):
+    if not companion(name, "") or companion(name, "").startswith("."):
         # an empty stem: shards named "-00000-of-00003" or "1", a hidden ".manifest.json"
         # (also "{}.record": its manifest would be ".record.manifest.json")
         raise UsageError("--output needs a file name (e.g. out/train-{}.record)")

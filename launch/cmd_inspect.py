@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from launch.args import int_in
+from launch.args import int_in, plain
 from launch.store_args import add_store_args, store_config
 from transforms.ops.image_names import IMAGE_EXTENSIONS
 from transforms.stores import StoreConfig, basename, get_store
@@ -35,7 +35,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "inspect",
         help="print a shard's schema and records; PNG contact sheet of its images",
-        description=__doc__,
+        description=plain(__doc__),
     )
     p.add_argument(
         "shard",

@@ -18,14 +18,30 @@ from __future__ import annotations
 import json
 import sys
 
-from launch.args import int_in
+from launch.args import add_runner_arg, int_in
 from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
+
+# what ``tar2tf pcr --help`` says (the module docstring names the code for developers)
+DESCRIPTION = """\
+tar2tf pcr SOURCE... --output DIR: images to Progressive Compressed Records.
+
+SOURCE is an ImageFolder directory (root/<class>/<image>, labels = positions of the sorted
+class names) or tar shard templates (local, ais://, gs://, s3://, https://; label = the
+integer in --label-field, default cls).  JPEGs are made progressive losslessly with
+jpegtran; other images are encoded once at --quality.  --scans FILE gives jpegtran a
+custom scan script for 3-component images (a bad script is a usage error).  With no
+runner flag (or --runner local) the job runs in this process, on threads of Beam's local
+runner; --runner beam uses its worker processes, --runner FlinkRunner ... another Beam
+runner, and other flags must be Beam pipeline options.  See docs/pcr.md.
+"""
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "pcr", help="convert images to Progressive Compressed Records (Beam)", description=__doc__
+        "pcr",
+        help="convert images to Progressive Compressed Records (Beam)",
+        description=DESCRIPTION,
     )
     p.add_argument("sources", nargs="+", help="ImageFolder directory, or tar shard templates")
     p.add_argument(
@@ -86,6 +102,7 @@ def register(sub) -> None:
     p.add_argument(
         "--summary-json", help="also write the run summary (totals, counters, time) here"
     )
+    add_runner_arg(p, "threads of Beam's local runner in this process, the default")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 

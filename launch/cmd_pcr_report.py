@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
-from launch.args import int_in
+from launch.args import int_in, plain
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "pcr-report", help="quality and bytes per scan group of a PCR dataset", description=__doc__
+        "pcr-report",
+        help="quality and bytes per scan group of a PCR dataset",
+        description=plain(__doc__),
     )
     p.add_argument("directory", help="PCR dataset directory (PCR_index.pb + record files)")
     p.add_argument(
@@ -37,6 +39,13 @@ def run(args) -> int:
     if not os.path.exists(os.path.join(directory, "PCR_index.pb")):
         print(f"tar2tf pcr-report: {directory}/PCR_index.pb not found", file=sys.stderr)
         return 2
+    if args.sample and not args.verbose:
+        # MS-SSIM and PSNR are TensorFlow's: imported here without its start-up log
+        # (oneDNN, CPU features, no CUDA driver, cuInit), which says nothing about the
+        # report; as quiet as the other commands, which import no TensorFlow.  -v shows it.
+        from pipelines.tfdata.tfquiet import quiet_import
+
+        quiet_import()
     rep = pcr_quality.report(directory, sample=args.sample)
     json_path = args.json or os.path.join(directory, "PCR_report.json")
     png_path = args.png or os.path.join(directory, "PCR_report.png")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
+from launch.args import plain
 from launch.store_args import add_store_args, store_config
 
 EXIT_MISMATCH = 5
@@ -22,7 +23,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "verify",
         help="check output shards against their manifest (exit 5 on mismatch)",
-        description=__doc__,
+        description=plain(__doc__),
     )
     p.add_argument("output", help="manifest path, or the output template given to convert")
     p.add_argument(

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from launch.args import UsageError
+from launch.args import UsageError, known_args
 from launch.cli import build_parser, check_runner_args
 from transforms.stores import split_url
 
@@ -38,7 +38,7 @@ def describe(argv: List[str]) -> Dict[str, Any]:
     from pipelines.beam import options as opts
 
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = known_args(parser, argv)
     check_runner_args(extra, parser.subcommands[args.command]._option_string_actions)
     # what the CLI would run (launch/cmd_convert.py, launch/cmd_pcr.py): with no Beam
     # option, convert's in-process driver, or pcr's graph on the local runner's threads

@@ -10,7 +10,7 @@ import importlib
 import logging
 from typing import Collection, Dict, List
 
-from launch.args import UsageError
+from launch.args import UsageError, did_you_mean
 
 log = logging.getLogger("tar2tf")
 
@@ -65,7 +65,9 @@ def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) ->
     ``--records_per_shard``) is still an error.  ``tar2tf_flags``: the subcommand's own."""
     from pipelines.beam.options import runner_name
 
-    _, unknown = beam_parser(beam_args).parse_known_args(beam_args)
+    check_runner(beam_args)
+    parser = beam_parser(beam_args)
+    _, unknown = parser.parse_known_args(beam_args)
     if not unknown:
         return
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
@@ -89,4 +91,48 @@ def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) ->
         if not unknown[0].startswith("-")
         else "neither a tar2tf option nor a Beam pipeline option"
     )
+    # tar2tf's own flags first: a misspelt flag is more often tar2tf's than Beam's
+    hint = did_you_mean(unknown, [*sorted(tar2tf_flags), *parser._option_string_actions])
+    why += f"; {hint}" if hint else ""
     raise UsageError(f"tar2tf: unrecognized arguments: {' '.join(unknown)} ({why})")
+
+
+# tar2tf's own runner names (pipelines.beam.options), listed before Beam's in an error
+OWN_RUNNERS = {"local": "tar2tf's in-process driver", "beam": "Beam's local runner"}
+
+
+def beam_runner_names() -> List[str]:
+    """The runner names Beam knows (``FlinkRunner`` ...), as ``--runner`` takes them."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    return sorted({path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS})
+
+
+def check_runner(beam_args: List[str]) -> None:
+    """Raise :class:`UsageError` when ``--runner`` names no runner: tar2tf's (``local``,
+    ``beam``), Beam's (as Beam matches them: any case, ``Runner`` optional) or a runner
+    class's qualified name.  Beam would refuse it only once the job starts, listing its
+    own runners but not tar2tf's."""
+    import difflib
+
+    from pipelines.beam.options import LOCAL_BEAM, runner_name
+
+    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        return
+    name = runner_name(beam_args)
+    beam = beam_runner_names()
+    known = {n.lower() for n in [*OWN_RUNNERS, *LOCAL_BEAM, *beam]}
+    if "." in name or name.lower() in known or name.lower() + "runner" in known:
+        return
+    listed = [
+        *OWN_RUNNERS,
+        *(n for n in beam if not n.startswith("Test")),
+    ]  # not Beam's test runners
+    lower = [n.lower() for n in listed]
+    close = difflib.get_close_matches(name.lower(), lower, n=1, cutoff=0.6)
+    hint = f" (did you mean {listed[lower.index(close[0])]}?)" if close else ""
+    own = ", ".join(f"{n} ({what})" for n, what in OWN_RUNNERS.items())
+    raise UsageError(
+        f"tar2tf: --runner {name}: not a runner{hint}; tar2tf's: {own}; Beam's: "
+        f"{', '.join(listed[len(OWN_RUNNERS) :])}, or a PipelineRunner subclass's qualified name"
+    )

@@ -40,6 +40,7 @@ import tempfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pipelines.export.tfds_features import TfdsError, feature_specs, nest, parse_image, to_tfds
+from pipelines.job import names
 from transforms.stores import split_url
 from transforms.stores.exclusive import flocked
 from transforms.tfrecord.schema import BYTES, parse_type_map
@@ -86,7 +87,7 @@ def check_output(
         )
     name = os.path.basename(_local(output))
     stem, dot, suffix = name.rpartition(".")
-    if "{}" in name or not dot or suffix not in FILE_FORMATS:
+    if names.is_template(name) or not dot or suffix not in FILE_FORMATS:
         raise TfdsError(
             f"--tfds needs an output named <split>.tfrecord (or <split>.array_record), whose "
             f"shards <split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"
@@ -240,12 +241,66 @@ def _replace_file(path: str, data: bytes) -> None:
 def _feature_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """Names of the top-level features that differ between two features.json dicts."""
 
-    def feats(d):
-        return d.get("featuresDict", {}).get("features", {})
 
-    a, b = feats(old), feats(new)
-    names = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-    return ", ".join(names) if names else "their layout"
+def _leaves(features: Mapping[str, Any], prefix: str = "") -> Dict[str, Mapping[str, Any]]:
+    """A features.json dict -> feature name (``a/b`` when nested, as in the Examples) -> its
+    leaf (a Tensor's or an Image's JSON)."""
+    out: Dict[str, Mapping[str, Any]] = {}
+    for name, f in features.get("featuresDict", {}).get("features", {}).items():
+        if "featuresDict" in f:
+            out.update(_leaves(f, prefix + name + "/"))
+        else:
+            out[prefix + name] = f
+    return out
+
+
+def _tensor(leaf: Mapping[str, Any]):
+    """``(dtype, dims)`` of a Tensor leaf (-1: a dimension of any length), else None."""
+    t = leaf.get("tensor")
+    if t is None:
+        return None
+    return t.get("dtype"), [int(d) for d in t.get("shape", {}).get("dimensions", [])]
+
+
+def _describe(leaf: Mapping[str, Any]) -> str:
+    t = _tensor(leaf)
+    if t is None:
+        kind = leaf.get("pythonClassName", "").rpartition(".")[2] or "another feature"
+        return f"an {kind}" if kind[:1] in "AEIOU" else f"a {kind}"
+    dtype, dims = t
+    dtype = "bytes" if dtype == "string" else dtype
+    if not dims:
+        return f"{dtype}, one value in every record"
+    if dims == [-1]:
+        return f"{dtype}, a vector of any length (or missing)"
+    return f"{dtype}, {dims[0]} values in every record"
+
+
+def _misfits(dataset: Mapping[str, Any], split: Mapping[str, Any]) -> List[str]:
+    """Why a split whose own features are ``split`` cannot be read with the ``dataset``'s
+    (features.json dicts), one phrase per feature; none when every record of the split
+    parses with the dataset's features.  A split may lack a feature the dataset has as a
+    variable-length vector (an optional member: TFDS reads it empty where a record lacks
+    it), or hold one, or a fixed number, of the values of such a vector."""
+    have, want = _leaves(dataset), _leaves(split)
+    out = []
+    for name in sorted(set(have) | set(want)):
+        there, here = have.get(name), want.get(name)
+        if there == here:
+            continue
+        if there is None:
+            out.append(f"{name}: not a feature of the dataset")
+            continue
+        vector = _tensor(there)
+        if vector is not None and vector[1] == [-1]:
+            if here is None:
+                continue  # read as an empty vector
+            mine = _tensor(here)
+            if mine is not None and mine[0] == vector[0] and len(mine[1]) <= 1:
+                continue  # a scalar or fixed-length vector of the same type: a vector
+        here_text = "missing from every record" if here is None else _describe(here)
+        out.append(f"{name}: {here_text} here, {_describe(there)} there")
+    return out
 
 
 def _write_files(info, directory: str) -> None:
@@ -306,10 +361,25 @@ def write_metadata(
             with open(fpath, encoding="utf-8") as f:
                 old_features = json.load(f)
             if old_features != new_features:
-                raise TfdsError(
-                    f"--tfds: the features of split {split!r} differ from those of the splits "
-                    f"already in {directory} ({_feature_diff(old_features, new_features)}); "
-                    "every split of a TFDS dataset has the same features"
+                misfits = _misfits(old_features, new_features)
+                if misfits:
+                    raise TfdsError(
+                        f"--tfds: the features of split {split!r} differ from those of the "
+                        f"splits already in {directory} ({'; '.join(misfits)}); every split "
+                        "of a TFDS dataset has the same features: convert this split with "
+                        "the --type-map, --tfds-image and --ops selections of the others "
+                        "(it may lack a feature they have as a vector), or into another "
+                        "directory"
+                    )
+                # a compatible subset (a split without an optional member...): declared,
+                # and read, with the dataset's features
+                from tensorflow_datasets.core.features import FeatureConnector
+
+                features = FeatureConnector.from_config(directory)
+                log.info(
+                    "--tfds: split %r is declared with the features of the splits in %s",
+                    split,
+                    directory,
                 )
             # keep the name and version the other splits' templates were written with
             name, version = old.name or name, old.version or version

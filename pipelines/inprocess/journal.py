@@ -27,7 +27,7 @@ import json
 import logging
 from typing import Any, Dict, List, Optional
 
-from pipelines.job import workfiles
+from pipelines.job import names, workfiles
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, join
 from transforms.tfrecord import digests
@@ -121,13 +121,13 @@ def load(
             more = [PieceSummary.from_json(p) for p in more]
         except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
             break
-        if output is not None and row["path"] != output.replace("{}", str(n)):
+        if output is not None and row["path"] != names.fill(output, n):
             log.warning(
                 "resume: journal entry %d names %r, not this output's shard %r: ignored, "
                 "that shard and the ones after it are written again",
                 n,
                 row["path"],
-                output.replace("{}", str(n)),
+                names.fill(output, n),
             )
             break
         if not _intact(row, config):

@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pipelines.inprocess import journal as shard_journal
-from pipelines.job import workfiles
+from pipelines.job import names, workfiles
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 from pipelines.job.kinds.tfrecord.shardfile import ShardFile
@@ -51,8 +51,9 @@ log = logging.getLogger("tar2tf")
 
 
 def can_stream(output: str) -> bool:
-    """Whether final shard names are known before the last record is (``{}`` templates)."""
-    return "{}" in output
+    """Whether final shard names are known before the last record is (``{}`` or
+    ``{:05d}`` templates)."""
+    return names.is_template(output)
 
 
 class ShardStream:
@@ -132,7 +133,7 @@ class ShardStream:
         """Close the current shard and open the next, whose first record is ``position``."""
         self._close_current(position)
         self.count += 1
-        shard = ShardFile(self.output.replace("{}", str(self.count)), self.config, self.dali_index)
+        shard = ShardFile(names.fill(self.output, self.count), self.config, self.dali_index)
         with self._cv:
             self.current = shard
             stopped = self._stopped

@@ -52,41 +52,100 @@ def _split_ext(url: str) -> Tuple[str, str]:
     return url[: len(url) - len(ext) - 1], "." + ext
 
 
+# The shard-number field of an output template: ``{}`` or a Python format spec for an int,
+# ``{:05d}`` (zero-padded names sort: ``sorted(glob(...))`` then reads shards in order).
+_FIELD = re.compile(r"\{(?::([^{}]*))?\}")
+
+
+def template_field(output: str) -> Optional["re.Match[str]"]:
+    """The first shard-number field of ``output`` (``{}``, ``{:05d}``...), or None."""
+    return _FIELD.search(output)
+
+
+def is_template(output: str) -> bool:
+    """Whether ``output`` numbers its shards through a field (``{}``, ``{:05d}``...)."""
+    return template_field(output) is not None
+
+
+def check_template(output: str) -> None:
+    """ValueError unless ``output`` has at most one field and that field writes a shard
+    number as decimal digits (``{}``, ``{:05d}``, ``{:03}``; not ``{:x}`` or ``{:5d}``,
+    whose names hold letters or spaces and would not be found again as this output's)."""
+    fields = _FIELD.findall(output)
+    if len(fields) > 1:
+        raise ValueError(
+            f"output may contain only one shard-number field ('{{}}' or '{{:05d}}'), not {output!r}"
+        )
+    if not fields:
+        return
+    spec = fields[0]
+    for n in (1, 12, 123456):
+        try:
+            text = format(n, spec)
+        except ValueError as e:
+            raise ValueError(
+                f"output field '{{:{spec}}}' cannot format a shard number: {e}"
+            ) from None
+        if not (text.isascii() and text.isdigit() and int(text) == n):
+            raise ValueError(
+                f"output field '{{:{spec}}}' writes shard {n} as {text!r}: use decimal digits, "
+                "e.g. '{:05d}' (zero-padded, so the names sort)"
+            )
+
+
+def fill(output: str, n: int) -> str:
+    """``output`` with its field replaced by shard number ``n`` (``t-{:03d}`` -> ``t-007``)."""
+    m = template_field(output)
+    return output[: m.start()] + format(n, m.group(1) or "") + output[m.end() :]
+
+
 def shard_names(output: str, n: int) -> List[str]:
-    """Final shard URLs: ``{}`` -> 1..n; otherwise ``<stem>-00000-of-0000n<ext>``."""
-    if "{}" in output:
-        return [output.replace("{}", str(i + 1)) for i in range(n)]
+    """Final shard URLs: a field (``{}``, ``{:05d}``) -> 1..n; otherwise
+    ``<stem>-00000-of-0000n<ext>``."""
+    if is_template(output):
+        return [fill(output, i + 1) for i in range(n)]
     stem, ext = _split_ext(output)
     return [f"{stem}-{i:05d}-of-{n:05d}{ext}" for i in range(n)]
 
 
 def streams_names(output: str) -> bool:
-    """Whether shard names are known before the shard count is (``{}`` templates)."""
-    return "{}" in output
+    """Whether shard names are known before the shard count is (templates with a field)."""
+    return is_template(output)
 
 
 def shard_name(output: str, i: int, total: Optional[int]) -> str:
-    """Final shard ``i`` (0-based) of ``total`` (None: a ``{}`` template, which needs no
-    count); one name of :func:`shard_names`."""
-    if "{}" in output:
-        return output.replace("{}", str(i + 1))
+    """Final shard ``i`` (0-based) of ``total`` (None: a template, which needs no count);
+    one name of :func:`shard_names`."""
+    if is_template(output):
+        return fill(output, i + 1)
     stem, ext = _split_ext(output)
     return f"{stem}-{i:05d}-of-{total:05d}{ext}"
 
 
 def output_pattern(output: str) -> "re.Pattern[str]":
     """Regex matching any shard name this output template could produce (for stale files)."""
-    if "{}" in output:
-        head, tail = output.split("{}", 1)
+    m = template_field(output)
+    if m:
+        head, tail = output[: m.start()], output[m.end() :]
         return re.compile(re.escape(head) + r"\d+" + re.escape(tail) + r"\Z")
     stem, ext = _split_ext(output)
     return re.compile(re.escape(stem) + r"-\d{5,}-of-\d{5,}" + re.escape(ext) + r"\Z")
 
 
+def prefix(output: str) -> str:
+    """What every shard name of ``output`` starts with (to list a store's candidates)."""
+    m = template_field(output)
+    return output[: m.start()] if m else _split_ext(output)[0]
+
+
 def companion(output: str, suffix: str) -> str:
-    """``train-{}.record`` -> ``train.record<suffix>``: manifest, rejects, report."""
-    base = re.sub(r"[-_.]?\{\}", "", output) if "{}" in output else output
-    return base + suffix
+    """``train-{}.record`` (or ``train-{:05d}.record``) -> ``train.record<suffix>``:
+    manifest, rejects, report."""
+    m = template_field(output)
+    if m:
+        head = re.sub(r"[-_.]\Z", "", output[: m.start()])
+        output = head + output[m.end() :]
+    return output + suffix
 
 
 def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List[str]:
@@ -117,5 +176,4 @@ def stale_temporaries(output: str, config: Optional[StoreConfig] = None) -> List
 def existing_outputs(output: str, config: Optional[StoreConfig] = None) -> List[str]:
     pat = output_pattern(output)
     store = get_store(output, config)
-    prefix = output.split("{}", 1)[0] if "{}" in output else _split_ext(output)[0]
-    return [u for u in store.list(prefix) if pat.match(u)]
+    return [u for u in store.list(prefix(output)) if pat.match(u)]

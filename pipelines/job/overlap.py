@@ -52,7 +52,7 @@ def _dir_forms(path: str) -> Set[str]:
         return _forms(path)
     a = os.path.abspath(os.path.expanduser(split_url(path)[2]))
     head, name = os.path.split(a)
-    if "{}" in head:  # a template in the directory part: compared as written
+    if names.is_template(head):  # a template in the directory part: compared as written
         return {a}
     return {a, os.path.join(os.path.realpath(head), name)}
 

@@ -40,20 +40,21 @@ def _records(directory) -> list:
 
 
 @pytest.mark.parametrize(
-    "typo",
+    "typo, meant",
     [
-        ["--max-shard-szie", "20KB"],
-        ["--records_per_shard", "5"],
-        ["--max-shard-szie=20KB"],
-        ["--direct_num_workerz=2"],
+        (["--max-shard-szie", "20KB"], "--max-shard-size"),
+        (["--records_per_shard", "5"], "--records-per-shard"),
+        (["--max-shard-szie=20KB"], "--max-shard-size"),
+        (["--direct_num_workerz=2"], "--direct_num_workers"),
     ],
 )
-def test_misspelled_flag_is_a_usage_error(tmp_path, capfd, typo):
-    """Beam only logged what it could not parse (or nothing), and the job ran without it."""
+def test_misspelled_flag_is_a_usage_error(tmp_path, capfd, typo, meant):
+    """Beam only logged what it could not parse (or nothing), and the job ran without it;
+    the error names the flag meant (tar2tf's or Beam's)."""
     assert _convert(SHARD, "-o", str(tmp_path / "o" / "d-{}.record"), *typo) == 2
     assert _one_line(capfd) == (
         f"tar2tf: unrecognized arguments: {' '.join(typo)} "
-        "(neither a tar2tf option nor a Beam pipeline option)"
+        f"(neither a tar2tf option nor a Beam pipeline option; did you mean {meant}?)"
     )
     assert not os.path.exists(tmp_path / "o")
 
@@ -318,7 +319,7 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
     error the job itself finds then takes away what was made, if still empty, and only that."""
     (tmp_path / "kept").mkdir()
     assert _convert(SHARD, "-o", str(tmp_path / "kept" / "new" / "a-{}-{}.record")) == 2
-    assert "'{}' only once" in _one_line(capfd)
+    assert "only one shard-number field" in _one_line(capfd)
     assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
     bad = tmp_path / "kept" / "scans.txt"
     bad.write_text("0 1 2: 0 0 0 0;\n")  # DC only: AC never sent, which jpegtran itself accepts
@@ -399,6 +400,10 @@ def test_argparse_errors_are_one_line_and_returned(capfd):
     assert _one_line(capfd) == "tar2tf convert: the following arguments are required: --output/-o"
     assert cli.main(["verify", "x", "--bogus"]) == 2
     assert _one_line(capfd) == "tar2tf: unrecognized arguments: --bogus"
+    assert cli.main(["verify", "x", "--decode-imags"]) == 2
+    assert _one_line(capfd) == (
+        "tar2tf: unrecognized arguments: --decode-imags (did you mean --decode-images?)"
+    )
 
 
 # -- 4. --output without a file name ------------------------------------------------------------------
@@ -463,7 +468,8 @@ def test_usage_errors_are_one_line_from_python_m_too(tmp_path):
     for args in (["--max_shard_size=10KB"], ["--max-shard-szie", "20KB"]):
         p = run_cli("convert", SHARD, "-o", str(tmp_path / "d-{}.record"), *args)
         assert p.returncode == 2 and [line for line in p.stderr.splitlines() if line.strip()] == [
-            f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a Beam pipeline option)"
+            f"tar2tf: unrecognized arguments: {' '.join(args)} (neither a tar2tf option nor a "
+            "Beam pipeline option; did you mean --max-shard-size?)"
         ]
     assert not os.path.exists(tmp_path / "d-1.record")
 

@@ -56,3 +56,28 @@ def test_ms_ssim_handles_small_images():
         noisy = pcr_quality.ms_ssim(a, b)[0]
         assert same == pytest.approx(1.0, abs=1e-5) and 0 < noisy < 0.99
     assert np.isinf(pcr_quality.psnr(a, a)[0]) and pcr_quality.psnr(a, b)[0] < 40
+
+
+@requires_jpegtran
+def test_report_cli_prints_no_tensorflow_start_up_log(tmp_path):
+    """About 9 lines of TensorFlow's (oneDNN, CPU features, no CUDA driver, a cuInit error
+    line) came before the table; TensorFlow 2.21 writes them whatever
+    TF_CPP_MIN_LOG_LEVEL says.  In a fresh process, as a user runs it."""
+    import subprocess
+    import sys
+
+    root = make_image_folder(
+        str(tmp_path / "f"), {"c0/a.jpg": encode(photo("coffee", (48, 32)), quality=90)}
+    )
+    out, _ = convert_local(tmp_path, root, images_per_record=1)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    p = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "pcr-report", out, "--sample", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stderr == "" and "MS-SSIM" in p.stdout, p.stderr[-3000:]

@@ -49,3 +49,23 @@ def test_with_keys_puts_the_key_first(pcr_out):
     assert all(isinstance(k[0], str) and k[0] for k in keyed)
     with open(os.path.join(ROOT, "docs", "pcr.md")) as f:
         assert "for key, jpeg_bytes, label in iter_pcr(" in f.read()
+
+
+def test_loaders_read_full_quality_by_default(pcr_out):
+    """Run as docs/pcr.md shows them, the loaders read one scan group (the coarsest
+    quality) unless told otherwise: every image differed from its source."""
+    from transforms.pcr.format import read_index, record_files
+    from transforms.pcr.reader import ProgressiveCompressedRecordDataset, iter_pcr
+
+    out, _ = pcr_out
+    files = record_files(out)
+    index = os.path.join(out, "PCR_index.pb")
+    groups = max(e.groups for e in read_index(index)[1].values())
+    full = list(iter_pcr(files, index, scan_groups=groups))
+    assert list(iter_pcr(files, index)) == full
+    tf_default = ProgressiveCompressedRecordDataset(files, index).as_numpy_iterator()
+    assert [(bytes(j), int(label)) for j, label in tf_default] == full
+    coarse = list(iter_pcr(files, index, scan_groups=1))
+    assert sum(len(j) for j, _ in coarse) < sum(len(j) for j, _ in full)
+    with open(os.path.join(ROOT, "docs", "pcr.md")) as f:
+        assert "default `scan_groups=None` reads every scan group" in " ".join(f.read().split())

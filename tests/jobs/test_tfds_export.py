@@ -298,7 +298,8 @@ def test_image_feature(sources, tmp_path):
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("tar2tf convert: --tfds: the features of split 'test' differ")
-    assert "(jpg)" in lines[-1] and "Traceback" not in r.stderr
+    assert "(jpg: bytes, one value in every record here, an Image there)" in lines[-1]
+    assert "--tfds-image" in lines[-1] and "Traceback" not in r.stderr
     assert (d / "dataset_info.json").read_bytes() == before
 
 

@@ -68,8 +68,7 @@ def test_every_documented_flag_exists(sub):
         for f in re.findall(r"(?<!not )`(--?[a-zA-Z][\w-]*)", m.group(1))
     ]
     assert cells, sub
-    # --runner: read by the driver choice and Beam, not by tar2tf's parser
-    extra = set(cells) - _flags(sub) - GLOBAL - {"--runner"}
+    extra = set(cells) - _flags(sub) - GLOBAL
     assert extra == set(), sorted(extra)
 
 

@@ -6,7 +6,9 @@ with ``tf.data.FixedLengthRecordDataset`` (one record of exactly that many bytes
 rest of the file declared as footer, a read buffer of exactly the prefix size so nothing
 past it is fetched), cuts the chunks with ``tf.strings.substr``, parses them with
 ``tf.io.decode_proto`` against the schema in ``pcr.proto`` and joins pieces 1..k plus
-``FFD9`` per image.  Asking for more groups than a record has gives the full image.
+``FFD9`` per image.  Asking for more groups than a record has gives the full image, and so
+does the default (``scan_groups=None``: every group, full quality); fewer groups read fewer
+bytes at a lower quality (docs/pcr.md, "Scan groups").
 
 ``iter_pcr(...)`` is the same without TensorFlow (for PyTorch: wrap it in an
 ``IterableDataset``).  Both read the reference layout too (``.pcr`` names, int32-only
@@ -28,31 +30,34 @@ EOI = b"\xff\xd9"
 def _plan(
     filenames: Union[str, Sequence[str]],
     index_filename: str,
-    scan_groups: int,
+    scan_groups: Optional[int],
     config: Optional[StoreConfig] = None,
 ):
-    if scan_groups < 1:
-        raise ValueError("scan_groups must be >= 1")
+    if scan_groups is not None and scan_groups < 1:
+        raise ValueError("scan_groups must be >= 1 (or None: every group)")
     if isinstance(filenames, str):
         filenames = [filenames]
     _, entries = fmt.read_index(index_filename, config)
     plan = []
     for fn in filenames:
         e = fmt.lookup(entries, fn)
-        plan.append((fn, e, min(scan_groups, e.groups)))
+        plan.append((fn, e, e.groups if scan_groups is None else min(scan_groups, e.groups)))
     return plan
 
 
 def iter_pcr(
     filenames: Union[str, Sequence[str]],
     index_filename: str,
-    scan_groups: int = 1,
+    scan_groups: Optional[int] = None,
     decode: bool = False,
     with_keys: bool = False,
     config: Optional[StoreConfig] = None,
     opener: Optional[Callable[[str], io.BufferedIOBase]] = None,
 ) -> Iterator[Tuple]:
     """Yield ``(jpeg_bytes, label)`` (``(key, jpeg_bytes, label)`` with ``with_keys``).
+
+    ``scan_groups``: how many scan groups of each image to read; None (the default) reads
+    them all, the full-quality image.
 
     ``decode=True`` yields an RGB ``uint8`` ndarray (HxWx3, via Pillow) instead of bytes.
     ``opener(url)`` replaces the store's ``open_read`` (e.g. to count bytes read).
@@ -88,7 +93,7 @@ def descriptor_source() -> bytes:
 def ProgressiveCompressedRecordDataset(
     filenames: Union[str, Sequence[str]],
     index_filename: str,
-    scan_groups: int = 1,
+    scan_groups: Optional[int] = None,
     decode: bool = False,
     channels: int = 3,
     num_parallel_reads: Optional[int] = None,
@@ -96,7 +101,8 @@ def ProgressiveCompressedRecordDataset(
     config: Optional[StoreConfig] = None,
 ):
     """A ``tf.data.Dataset`` of ``(jpeg_bytes, label)``; ``decode=True`` gives
-    ``(uint8 image HxWxchannels, label)``.  File names may be local paths or any
+    ``(uint8 image HxWxchannels, label)``.  ``scan_groups`` as for :func:`iter_pcr` (None,
+    the default: every group, full quality).  File names may be local paths or any
     filesystem TensorFlow reads (``gs://``); the index is read once, here."""
     import tensorflow as tf
 

@@ -68,8 +68,7 @@ class TFRecordKind(Kind):
     }
 
     def checked(self, cfg: ConvertConfig) -> ConvertConfig:
-        if cfg.output.count("{}") > 1:
-            raise ValueError("output may contain '{}' only once")
+        names.check_template(cfg.output)
         parse_size(cfg.max_shard_size), parse_size(cfg.max_member_size)
         parse_size(cfg.spool_limit)
         codec_choice.checked(cfg.image_codec)
