@@ -194,10 +194,34 @@ def _synthetic_work(work: str, records: int, shards: int) -> None:
     os.rename(done + ".tmp", done)
 
 
-def _global_steps(work: str, out: str, max_shard_size: str) -> None:
+def _delayed(latency_s: float) -> None:
+    """Every request the global steps make to the work directory's store waits
+    ``latency_s`` first, as a bucket's round trip would: record-file reads, deletes,
+    writes (the synthetic work directory is local)."""
+    from pipelines.job.kinds.tfrecord import piecefiles
+    from transforms.stores.registry import LocalStore
+
+    def slow(fn):
+        def call(*a, **k):
+            time.sleep(latency_s)
+            return fn(*a, **k)
+
+        return call
+
+    piecefiles._members = slow(piecefiles._members)
+    piecefiles._load = slow(piecefiles._load)
+    for name in ("read_bytes", "write_bytes", "delete", "exists", "size"):
+        setattr(LocalStore, name, slow(getattr(LocalStore, name)))
+
+
+def _global_steps(work: str, out: str, max_shard_size: str, latency_ms: float = 0) -> None:
     """In a fresh process: the real plan, duplicate check and finish over ``work``."""
     import resource
 
+    if latency_ms:
+        _delayed(latency_ms / 1000)
+
+    from pipelines.job import inflight
     from pipelines.job.kinds.tfrecord import duplicates
     from pipelines.job.kinds.tfrecord.config import ConvertConfig
     from pipelines.job.kinds.tfrecord.kind import finish, plan_shards
@@ -221,11 +245,16 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
             }
         )
     t2 = time.time()
-    dups = duplicates.duplicate_keys(pieces)
+    found = duplicates.scan_here(pieces)
     t3 = time.time()
-    # the job's end as it runs (its duplicate check included, so timed again there)
+    # the job's end as the in-process driver runs it (its duplicate check included, so
+    # timed again there)
     manifest = finish(rows, pieces, cfg, [], [p.shard for p in pieces])
     t4 = time.time()
+    # the job's end as the Beam graph's Manifest step runs it: the duplicate buckets were
+    # scanned on the workers (pipelines.beam.duplicates), only their merge is left
+    finish(rows, pieces, cfg, [], [p.shard for p in pieces], found)
+    t5 = time.time()
     print(
         json.dumps(
             {
@@ -233,8 +262,11 @@ def _global_steps(work: str, out: str, max_shard_size: str) -> None:
                 "plan_s": round(t2 - t1, 1),
                 "duplicates_s": round(t3 - t2, 1),
                 "finish_s": round(t4 - t3, 1),
+                "finish_beam_s": round(t5 - t4, 1),
+                "latency_ms": latency_ms,
+                "requests_in_flight": inflight.REQUESTS,
                 "final_shards": len(rows),
-                "duplicate_count": dups["count"],
+                "duplicate_count": found[0],
                 "records_written": manifest["totals"]["records_written"],
                 "rejects": manifest["rejects"]["count"],
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -256,7 +288,16 @@ def sim(args) -> None:
     made = time.time() - t0
     out = tempfile.mkdtemp(prefix="scale-sim-out-", dir=args.dir)
     res = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "_steps", work, out, args.max_shard_size],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.scale",
+            "_steps",
+            work,
+            out,
+            args.max_shard_size,
+            str(args.latency_ms),
+        ],
         check=True,
         cwd=ROOT,
         capture_output=True,
@@ -282,6 +323,12 @@ def main(argv=None) -> None:
     s.add_argument("--records", default="1e8")
     s.add_argument("--shards", default="1e4")
     s.add_argument("--max-shard-size", default="256MB")
+    s.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0,
+        help="delay every request to the work directory by this much, as a bucket would",
+    )
     m = sub.add_parser("_make")
     m.add_argument("work")
     m.add_argument("records", type=int)
@@ -290,6 +337,7 @@ def main(argv=None) -> None:
     g.add_argument("work")
     g.add_argument("out")
     g.add_argument("max_shard_size")
+    g.add_argument("latency_ms", type=float, nargs="?", default=0)
     args = ap.parse_args(argv)
     if args.cmd == "real":
         real(args)
@@ -298,7 +346,7 @@ def main(argv=None) -> None:
     elif args.cmd == "_make":
         _synthetic_work(args.work, args.records, args.shards)
     else:
-        _global_steps(args.work, args.out, args.max_shard_size)
+        _global_steps(args.work, args.out, args.max_shard_size, args.latency_ms)
 
 
 if __name__ == "__main__":

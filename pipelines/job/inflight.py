@@ -18,7 +18,7 @@ from typing import Callable, Deque, Iterable, Iterator, Tuple, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-REQUESTS = 32  # in flight at once: what a bucket answers without throttling one client
+REQUESTS = 64  # in flight at once: 2,560 requests/s at 25 ms, under S3's 5,500 GETs/s a prefix
 
 
 def ordered(

@@ -276,6 +276,52 @@ def test_sdk_worker_killed_mid_job(session_cluster, slow_shards, slow_reference,
     _same_as_reference(out, slow_reference, text)
 
 
+def test_a_launcher_killed_mid_job_leaves_a_job_that_writes_nothing_without_its_lock(
+    session_cluster, slow_shards, tmp_path
+):
+    """kill -9 of the launcher: the Flink job runs on without it (docs/runners.md).  Then
+    another job takes the output's lock (the dead launcher's is taken over): the orphan's
+    workers read the lock again before the first final shard and stop, so it writes no
+    final shard and no manifest, and ends failed."""
+    from pipelines.job import output_lock
+    from transforms.stores import StoreConfig
+
+    c = session_cluster
+    out = tmp_path / "out"
+    output = str(out / "s-{}.record")
+    log = str(tmp_path / "cli.log")
+    proc = c.popen(
+        "convert",
+        slow_shards,
+        "-o",
+        output,
+        *TF_ARGS,
+        "--ops",
+        "support.slow_ops:slow_ops",
+        log=log,
+    )
+    lock = None
+    try:
+        F.wait_for(
+            lambda: F.pieces_done(str(out)) >= 2, 300, "two converted input shards", proc, log
+        )
+        jid = c.job_id(open(log).read())
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: no cancel, no clean-up
+        proc.wait(timeout=30)
+        assert c.rest(f"/jobs/{jid}")["state"] == "RUNNING"
+        lock = output_lock.acquire(
+            output_lock.lock_url_for(output), StoreConfig(), output=output, command="convert"
+        )
+        job = c.wait_job(jid, timeout=500)
+        assert job["state"] == "FAILED", job["state"]
+    finally:
+        F.end_group(proc)
+        if lock is not None:
+            lock.release()
+    left = sorted(os.listdir(out))
+    assert not [n for n in left if n.endswith(".record") or "manifest" in n], left
+
+
 def test_stop_ends_every_process_by_pid(session_cluster):
     """launch/flink-cluster.sh stop: the JobManager, every TaskManager (the killed one is
     already gone), the pool and its workers end; no job server of these runs is left."""

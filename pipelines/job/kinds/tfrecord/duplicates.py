@@ -110,9 +110,19 @@ def duplicate_keys(
     itself (the Beam graph); else they are scanned here."""
     key_of = key_of or (lambda p, r: piecefiles.load(p, config).key(r))
     if found is None:
-        hashes_of = hashes_of or (lambda p: piecefiles.member(p, "hashes", config))
-        pieces = sorted(pieces, key=lambda p: p.index)
-        total = sum(p.records for p in pieces)
-        buckets = external.buckets(_rows(pieces, hashes_of), ROW, total, per_bucket)
-        found = merge([scan(rows) for rows in buckets])
+        found = scan_here(pieces, config, hashes_of, per_bucket)
     return report(found, pieces, key_of)
+
+
+def scan_here(
+    pieces: Sequence[PieceSummary],
+    config: Optional[StoreConfig] = None,
+    hashes_of: Optional[Callable[[PieceSummary], np.ndarray]] = None,
+    per_bucket: int = external.BUCKET_ROWS,
+) -> Tuple[int, List[Found]]:
+    """Every bucket scanned on this worker, merged: the rows in local bucket files."""
+    hashes_of = hashes_of or (lambda p: piecefiles.member(p, "hashes", config))
+    pieces = sorted(pieces, key=lambda p: p.index)
+    total = sum(p.records for p in pieces)
+    buckets = external.buckets(_rows(pieces, hashes_of), ROW, total, per_bucket)
+    return merge([scan(rows) for rows in buckets])
