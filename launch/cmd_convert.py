@@ -124,7 +124,8 @@ def register(sub) -> None:
         "--tfds-image",
         metavar="NAMES",
         help="with --tfds: features holding one encoded image each, read as "
-        "tfds.features.Image: jpg, or jpg,png:1 (channels; default 3)",
+        "tfds.features.Image: jpg, or jpg,png:1 (channels; default 3); a record whose image "
+        "TFDS could not decode is an op reject",
     )
     p.add_argument(
         "--shuffle", action="store_true", help="globally shuffle records across shards (seeded)"
@@ -169,6 +170,11 @@ def build_config(args):
         from transforms.ops.leaves import selection_stage
 
         stages.append(selection_stage(selections))
+    if args.tfds_image:
+        from pipelines.export.tfds_features import image_checks
+
+        # after every other stage: the features as written are the ones TFDS decodes
+        stages.extend(image_checks(args.tfds_image))
     fmt = output_format(args)
     if fmt == "array_record" and (args.shuffle or args.dali_index):
         raise UsageError(
@@ -278,8 +284,8 @@ def run(args) -> int:
 
     if args.shuffle and names_in_process(args.beam_args):
         raise UsageError("--shuffle needs the Beam graph: drop --runner local (or --runner beam)")
-    cfg = build_config(args)
     check_tfds(args)
+    cfg = build_config(args)
     created = check_paths(args)
     try:
         # no Beam import: seconds a small job need not pay
