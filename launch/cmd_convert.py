@@ -17,6 +17,7 @@ from typing import List
 
 from launch.args import UsageError, int_in, size
 from launch.store_args import add_store_args, store_config
+from pipelines.inprocess import MAX_PROCESSES
 
 # the CLI's bound when --max-shard-size is not given (docs/cli.md says why this size); the
 # Python API keeps writing one file unless asked
@@ -148,10 +149,11 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--processes",
-        type=int_in(0),
+        type=int_in(0, MAX_PROCESSES),
         metavar="N",
-        help="local runs: N worker processes (default: one per core); on the in-process "
-        "driver, 0 converts on threads of this process",
+        help="local runs: N worker processes (default: one per core), never more than the "
+        f"input shards; at most {MAX_PROCESSES}; on the in-process driver, 0 converts on "
+        "threads of this process",
     )
     p.set_defaults(func=run, accepts_beam_args=True)
 
