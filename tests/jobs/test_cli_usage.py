@@ -351,7 +351,7 @@ def test_a_usage_error_found_by_the_job_leaves_no_new_directory(tmp_path, capfd)
         (["--records-per-shard", "0"], "argument --records-per-shard: must be >= 1, got 0"),
         (["--retry-attempts", "0"], "argument --retry-attempts: must be >= 1, got 0"),
         (["--retry-total", "0"], "argument --retry-total: must be > 0, got 0"),
-        (["--processes", "-1"], "argument --processes: must be >= 0, got -1"),
+        (["--processes", "-1"], "argument --processes: must be 0..256, got -1"),
         (["--max-rejects", "many"], "argument --max-rejects: not an integer: 'many'"),
         (["--spool-limit", "0"], "argument --spool-limit: size must be positive, got '0'"),
         (
