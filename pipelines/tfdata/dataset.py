@@ -112,6 +112,7 @@ class Dataset:
         ``tfds=True`` with ``path="DIR/<split>.tfrecord"`` also writes TensorFlow Datasets
         metadata into DIR; ``tfds_image`` names features read as images (docs/tfds.md)."""
         arguments.num_workers(num_workers)
+        path = writing.as_path(path)  # bytes and path objects are file names
         remote_exec = self.remote_exec if remote_exec is _UNSET else remote_exec
         write = (
             template,

@@ -89,6 +89,17 @@ def convert(ds, cfg, num_workers, remote_exec, extra=()):
     return res
 
 
+def as_path(path):
+    """``path`` as ``load`` takes it: a path-like object or bytes is a file name (decoded
+    as the file system does, ``os.fsdecode``), never an iterable of names -- the bytes
+    ``b"out/x-{}.record"`` iterated are the numbers 111, 117, ...  Anything else as is."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        path = os.fsdecode(bytes(path))
+    return path
+
+
 def to_tfrecords(
     ds,
     template,
@@ -102,8 +113,7 @@ def to_tfrecords(
 ):
     """``load(path=...)``: the paths of the TFRecord shards written; ``checks``: see
     :func:`config`."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
+    path = as_path(path)
     if isinstance(path, str):
         cfg = config(ds, template, path, record_to_example, max_shard_size, options, checks=checks)
         return list(convert(ds, cfg, num_workers, remote_exec, [record_to_example]).paths)
@@ -139,6 +149,7 @@ def to_tfds(ds, tfds_flag, image, template, path, *args):
     if not tfds_flag:
         raise ValueError("tfds_image needs tfds=True")
     options = args[-1]  # the convert options, last of to_tfrecords' arguments
+    path = as_path(path)
     tfds.check_output(path, image, options.get("type_map"))
     # each record's image checked as TFDS will decode it: a reject, not a split that fails
     paths = to_tfrecords(ds, template, path, *args, checks=image_checks(image))
