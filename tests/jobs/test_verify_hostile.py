@@ -149,3 +149,23 @@ def test_rejects_file_is_read_no_further_than_its_count(demo_output, tmp_path):
     assert [q.detail for q in rep.problems] == ["rejects file has 2 lines, manifest says 3"]
     big.write_bytes(b'{"key": "a"}\n{"key": "b"}\n{"key": "c"}\n')
     assert verify(mpath).problems == []
+
+
+def test_huge_frame_length_is_one_reason_in_inspect_and_verify(demo_output, tmp_path):
+    """A length field of 2^40: ``inspect`` says in one line what ``verify`` lists (the
+    record is truncated: the file holds fewer bytes than the frame claims), no
+    ``MemoryError`` from reading the claimed size at once."""
+    d, mpath = _dataset(demo_output, tmp_path)
+    target = os.path.join(d, "demo-2.record")
+    data = bytearray(open(target, "rb").read())
+    header = struct.pack("<Q", 1 << 40)
+    data[0:12] = header + struct.pack("<I", masked_crc32c(header))
+    open(target, "wb").write(bytes(data))
+    reason = f"truncated record at offset 0: {len(data) - 12} of {(1 << 40) + 4} bytes"
+    p = cli("inspect", target, "--no-sheet")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stderr.splitlines() == [
+        f"tar2tf inspect: {target} is not a readable TFRecord file: {reason}"
+    ]
+    crc = [q.detail for q in verify(mpath).problems if q.check == "crc"]
+    assert crc == [f"{reason} (after 0 good records)"]
