@@ -5,6 +5,7 @@ with the real ``tensorflow_datasets``."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from support import shardgen, tfds_images
@@ -124,3 +125,93 @@ def test_python_api_rejects_them_too(tmp_path):
     b = tfds.builder_from_directory(str(out.parent))
     keys = [ex["__key__"] for ex in tfds.as_numpy(b.as_dataset(split="train"))]
     assert len(keys) == 4
+
+
+# -- damaged metadata beside the output ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_split(tmp_path_factory):
+    """A dataset directory holding split ``train`` (and its metadata), and a source shard
+    for another split."""
+    d = tmp_path_factory.mktemp("tfds-damaged")
+    shardgen.write_tar(str(d / "in-0.tar"), shardgen.sample_members(0, 4, (32, 24)))
+    r = cli("convert", str(d / "in-0.tar"), "-o", str(d / "ds" / "train.tfrecord"), "--tfds")
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def _damage(ds, name, how):
+    path = ds / name
+    path.unlink()
+    if how == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text(how)
+
+
+@pytest.mark.parametrize(
+    "name, how, why",
+    [
+        ("features.json", "[1, 2", None),
+        ("features.json", "/dev/zero", "not a regular file"),
+        ("features.json", "[1, 2]", "a JSON list, not an object"),
+        ("dataset_info.json", "not json", None),
+        ("dataset_info.json", "{}", "it names no splits"),
+        ("dataset_info.json", '{"splits": [{"name": "train", "shardLengths": "x"}]}', "Failed"),
+        ("dataset_info.json", "/dev/zero", "not a regular file"),
+    ],
+)
+def test_damaged_metadata_is_one_line_naming_the_file(one_split, tmp_path, name, how, why):
+    """Metadata there that cannot be read as TFDS metadata: exit 1, one line naming the
+    file and why (None: the JSON parser's own words); the damaged file is left as it was and
+    split ``train`` is never dropped from it (``{}`` was read as a dataset of no splits, and
+    written over)."""
+    import shutil
+
+    if why is None:
+        with pytest.raises(ValueError) as parsed:
+            json.loads(how)
+        why = f"(not JSON: {parsed.value})"
+
+    ds = tmp_path / "ds"
+    shutil.copytree(one_split / "ds", ds, symlinks=True)
+    _damage(ds, name, how)
+    before = {
+        n: os.readlink(ds / n) if (ds / n).is_symlink() else (ds / n).read_bytes()
+        for n in (
+            "dataset_info.json",
+            "features.json",
+        )
+    }
+    r = cli("convert", str(one_split / "in-0.tar"), "-o", str(ds / "validation.tfrecord"), "--tfds")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tar2tf convert: --tfds: {ds / name} is not TFDS metadata ("), last
+    assert why in last and "this split was not added" in last, last
+    after = {
+        n: os.readlink(ds / n) if (ds / n).is_symlink() else (ds / n).read_bytes()
+        for n in (
+            "dataset_info.json",
+            "features.json",
+        )
+    }
+    assert after == before
+    assert (ds / "validation.tfrecord.manifest.json").exists()  # the shards themselves stay
+
+
+def test_damaged_metadata_in_the_python_api(one_split, tmp_path):
+    import shutil
+
+    from pipelines import Dataset
+    from transforms.ops import Select
+
+    ds = tmp_path / "ds"
+    shutil.copytree(one_split / "ds", ds, symlinks=True)
+    _damage(ds, "dataset_info.json", "{}")
+    with pytest.raises(ValueError, match=r"dataset_info.json is not TFDS metadata \(it names no"):
+        Dataset(str(one_split), selections=[Select("jpg"), Select("cls")]).load(
+            "in-0.tar", path=str(ds / "validation.tfrecord"), tfds=True
+        )
+    assert (ds / "dataset_info.json").read_text() == "{}"
