@@ -42,6 +42,7 @@ from pipelines.inprocess import journal as shard_journal
 from pipelines.job import workfiles
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
+from pipelines.job.kinds.tfrecord.plan import Oversized
 from pipelines.job.kinds.tfrecord.shardfile import ShardFile
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, split_url, upload
@@ -87,6 +88,7 @@ class ShardStream:
         self.output, self.config, self.dali_index = output, config, dali_index
         self.journal = journal
         self.packer = Packer(max_bytes, max_records)
+        self.oversized = Oversized(max_bytes)  # said once, when the stream finishes
         self.current: Optional[ShardFile] = None
         resume = resume or shard_journal.ResumePoint()
         self._before = list(resume.rows)  # journaled by a run before
@@ -214,13 +216,7 @@ class ShardStream:
                     yield lo, r
                 self._next_shard((index, r))
                 lo = r
-                if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
-                    log.warning(
-                        "record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                        sizes[r],
-                        self.packer.max_bytes,
-                        self.current.path,
-                    )
+                self.oversized.note(sizes[r], self.current.path)
         if len(sizes) > lo:
             yield lo, len(sizes)
 
@@ -263,7 +259,9 @@ class ShardStream:
         self._close_current((self._last + 1, 0), wait=False)  # the closer's queue drains next
         self._closer.shutdown(wait=True)
         try:
-            return self._before + [f.result() for f in self._closing]
+            rows = self._before + [f.result() for f in self._closing]
+            self.oversized.say()
+            return rows
         except BaseException:
             if self.journal is None:  # with a journal, what was finished is kept for resume
                 self._remove_finished()
