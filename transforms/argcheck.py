@@ -30,15 +30,16 @@ def count(
 
 
 def size(name: str, value: Any) -> Optional[int]:
-    """``value`` as a positive byte count (``500MB``, ``2GiB``, an int), or None for None."""
+    """``value`` as a positive byte count (``500MB``, ``2GiB``, a number), or None for None."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
         raise TypeError(
-            f"{name} must be a byte size (an int, or text such as '500MB'), not {value!r}"
+            f"{name} must be a byte size (a number, or text such as '500MB'), not {value!r}"
         )
     try:
-        return parse_size(int(value) if isinstance(value, numbers.Integral) else value)
+        # a float is taken as the CLI takes "1e6": bytes, if it is a whole number
+        return parse_size(int(value) if isinstance(value, numbers.Integral) else str(value))
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
 

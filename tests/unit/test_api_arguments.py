@@ -29,7 +29,8 @@ from transforms.stores import StoreConfig
         ("max_member_size", 0, ValueError, "max_member_size: size must be positive, got 0"),
         ("max_member_size", None, TypeError, "max_member_size must be a byte size, not None"),
         ("max_shard_size", "lots", ValueError, "max_shard_size: invalid size 'lots'"),
-        ("max_record_size", 2.5, TypeError, "max_record_size must be a byte size"),
+        ("max_record_size", 2.5, ValueError, "max_record_size: invalid size '2.5': not a whole"),
+        ("max_record_size", [1], TypeError, "max_record_size must be a byte size"),
         ("spool_limit", "-1MB", ValueError, "spool_limit: "),
         ("seed", "7", TypeError, "seed must be an integer"),
         ("type_map", "cls", ValueError, "type map entry 'cls' is not name:type"),
@@ -57,7 +58,7 @@ def test_convert_config_takes_what_the_cli_takes(tmp_path):
         sources=[str(tmp_path / "a.tar")],
         output=tmp_path / "t-{}.record",
         records_per_shard=3,
-        max_shard_size="1MB",
+        max_shard_size=1e6,
         max_member_size=1 << 20,
         max_rejects=0,
         processes=0,
@@ -66,6 +67,7 @@ def test_convert_config_takes_what_the_cli_takes(tmp_path):
         store=StoreConfig(),
     )
     assert cfg.output == str(tmp_path / "t-{}.record")
+    assert cfg.describe()["max_shard_size"] == 1_000_000
     assert ConvertConfig(sources=tmp_path / "a.tar", output="o").sources == str(tmp_path / "a.tar")
 
 
