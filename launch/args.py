@@ -122,14 +122,22 @@ def int_in(lo: int, hi: Optional[int] = None) -> Callable[[str], int]:
     return parse
 
 
-def positive_float(text: str) -> float:
-    """argparse type: seconds and the like, where 0 or less makes no sense."""
+def seconds(text: str) -> float:
+    """argparse type: a duration in seconds (timeouts, backoffs), more than 0 (no wait
+    makes no sense) and finite, at most :data:`transforms.stores.base.MAX_SECONDS`: ``inf``
+    or ``1e10`` would be taken, then overflow the clock arithmetic of every read."""
+    from transforms.stores.base import MAX_SECONDS
+
     try:
         x = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not x > 0:
+    if x <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not x <= MAX_SECONDS:  # inf, nan
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, at most {MAX_SECONDS} (7 days), got {text}"
+        )
     return x
 
 

@@ -18,6 +18,7 @@ from typing import List
 from launch.args import UsageError, add_runner_arg, int_in, size
 from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
+from pipelines.inprocess import MAX_PROCESSES
 
 # what ``tar2tf convert --help`` says (the module docstring names the code for developers)
 DESCRIPTION = """\
@@ -139,7 +140,8 @@ def register(sub) -> None:
         "--tfds-image",
         metavar="NAMES",
         help="with --tfds: features holding one encoded image each, read as "
-        "tfds.features.Image: jpg, or jpg,png:1 (channels; default 3)",
+        "tfds.features.Image: jpg, or jpg,png:1 (channels; default 3); a record whose image "
+        "TFDS could not decode is an op reject",
     )
     p.add_argument(
         "--shuffle", action="store_true", help="globally shuffle records across shards (seeded)"
@@ -162,10 +164,11 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--processes",
-        type=int_in(0),
+        type=int_in(0, MAX_PROCESSES),
         metavar="N",
-        help="local runs: N worker processes (default: one per core); on the in-process "
-        "driver, 0 converts on threads of this process",
+        help="local runs: N worker processes (default: one per core), never more than the "
+        f"input shards; at most {MAX_PROCESSES}; on the in-process driver, 0 converts on "
+        "threads of this process",
     )
     add_runner_arg(p, "tar2tf's in-process driver, the default")
     p.set_defaults(func=run, accepts_beam_args=True)
@@ -185,6 +188,11 @@ def build_config(args):
         from transforms.ops.leaves import selection_stage
 
         stages.append(selection_stage(selections))
+    if args.tfds_image:
+        from pipelines.export.tfds_features import image_checks
+
+        # after every other stage: the features as written are the ones TFDS decodes
+        stages.extend(image_checks(args.tfds_image))
     fmt = output_format(args)
     if fmt == "array_record" and (args.shuffle or args.dali_index):
         raise UsageError(
@@ -294,8 +302,8 @@ def run(args) -> int:
 
     if args.shuffle and names_in_process(args.beam_args):
         raise UsageError("--shuffle needs the Beam graph: drop --runner local (or --runner beam)")
-    cfg = build_config(args)
     check_tfds(args)
+    cfg = build_config(args)
     created = check_paths(args)
     try:
         # no Beam import: seconds a small job need not pay

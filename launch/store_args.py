@@ -4,8 +4,9 @@ AIS ETL.  See docs/object-stores.md."""
 
 from __future__ import annotations
 
-from launch.args import int_in, positive_float, size
+from launch.args import int_in, seconds, size
 from transforms.stores import StoreConfig
+from transforms.stores.base import MAX_SECONDS
 
 # the options in seconds: (flag, StoreConfig field, help)
 _SECONDS = (
@@ -14,6 +15,7 @@ _SECONDS = (
     ("--retry-total", "retry_total_s", "give up a request this many seconds after its first fault"),
     ("--read-timeout", "read_timeout_s", "seconds to wait for a server's answer or next bytes"),
 )
+# each of them is more than 0 and at most transforms.stores.base.MAX_SECONDS
 
 
 def add_store_args(p, etl: bool = True) -> None:
@@ -51,9 +53,9 @@ def add_store_args(p, etl: bool = True) -> None:
     for flag, field, text in _SECONDS:
         g.add_argument(
             flag,
-            type=positive_float,
+            type=seconds,
             default=getattr(d, field),
-            help=f"{text} (default {getattr(d, field)})",
+            help=f"{text} (default {getattr(d, field)}; at most {MAX_SECONDS})",
         )
     g.add_argument(
         "--min-read-rate",

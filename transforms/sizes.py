@@ -9,6 +9,12 @@ from __future__ import annotations
 import math
 from typing import Optional, Union
 
+#: what a size may look like, for the message of one that does not
+FORMS = (
+    "give a number of bytes, with a unit if you like: 5000000, 1e6, 500KB, 100MB, 1.5GB, "
+    "2GiB (kB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB of 1024)"
+)
+
 
 def parse_size(value: Union[None, int, str]) -> Optional[int]:
     """Return a positive number of bytes, or None for None/empty."""
@@ -25,12 +31,16 @@ def parse_size(value: Union[None, int, str]) -> Optional[int]:
             plain = None
         if plain is not None and not (math.isfinite(plain) and plain == int(plain)):
             raise ValueError(f"invalid size {value!r}: not a whole number of bytes")
-        import humanfriendly  # imported when a size string is parsed: workers get numbers (~8 ms)
+        if plain is not None:  # 5000000, 1e6: humanfriendly reads no exponent
+            n = int(plain)
+        else:
+            import humanfriendly  # imported for a size with a unit: workers get numbers (~8 ms)
 
-        try:
-            n = humanfriendly.parse_size(str(value).strip(), binary=False)
-        except humanfriendly.InvalidSize as e:
-            raise ValueError(f"invalid size {value!r}: {e}") from None
+            try:
+                n = humanfriendly.parse_size(str(value).strip(), binary=False)
+            except humanfriendly.InvalidSize:
+                # its own message quotes its tokenizer, which tells a user nothing
+                raise ValueError(f"invalid size {value!r}: {FORMS}") from None
     if n <= 0:
         raise ValueError(f"size must be positive, got {value!r}")
     return int(n)

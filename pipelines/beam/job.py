@@ -28,6 +28,7 @@ an output file is renamed into place only when complete, so a retry changes no b
 from __future__ import annotations
 
 import logging
+import os
 import time
 from operator import itemgetter
 from typing import Callable, Dict, Optional, Sequence
@@ -197,7 +198,9 @@ def run(
     ``pipelines.beam.options``)."""
     job = lifecycle.prepare(kind, cfg)
     try:
-        args = opts.effective_args(beam_args, workers=getattr(job.cfg, "processes", None))
+        # never more worker processes than units: one more only starts and waits
+        workers = getattr(job.cfg, "processes", None) or os.cpu_count() or 1
+        args = opts.effective_args(beam_args, workers=max(1, min(workers, len(job.units))))
         # built before the job starts: ops that cannot be pickled stop the job before it
         # leaves anything in its work directory
         worker_logs.install()

@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -323,6 +324,67 @@ def _write_files(info, directory: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: the largest metadata file read back: a dataset_info.json of thousands of splits and
+#: shards is well under it; a file beyond it (a link to a device, a stray dump) is no metadata
+MAX_METADATA_BYTES = 64 << 20
+
+
+def _json_file(path: str) -> Any:
+    """The JSON in one of the metadata files, or a :class:`TfdsError` naming the file: not
+    a regular file (a link to /dev/zero), larger than :data:`MAX_METADATA_BYTES`, not JSON."""
+    try:
+        # O_NONBLOCK: a FIFO under the name must not hold the job at the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise _damaged(path, e.strerror or str(e)) from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise _damaged(path, "not a regular file")
+        data = f.read(MAX_METADATA_BYTES + 1)
+    if len(data) > MAX_METADATA_BYTES:
+        raise _damaged(path, f"larger than {MAX_METADATA_BYTES} bytes")
+    try:
+        return json.loads(data)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise _damaged(path, f"not JSON: {e}") from None
+
+
+def _damaged(path: str, why: str) -> TfdsError:
+    return TfdsError(
+        f"--tfds: {path} is not TFDS metadata ({why}); its splits would be lost, so this "
+        f"split was not added: restore the file, or delete {INFO_NAME} and {FEATURES_NAME} "
+        "to describe this split alone"
+    )
+
+
+def _existing(directory: str):
+    """``(DatasetInfo proto, features.json)`` of the metadata already in ``directory``,
+    checked: a file that cannot be read as the metadata tar2tf writes is a
+    :class:`TfdsError` naming it, never metadata written over it without its splits (an
+    empty ``{}`` would otherwise be read as a dataset of no splits)."""
+    from google.protobuf import json_format
+    from tensorflow_datasets.core.proto import dataset_info_pb2
+
+    info_path = os.path.join(directory, INFO_NAME)
+    doc = _json_file(info_path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("splits"), list) or not doc["splits"]:
+        raise _damaged(info_path, "it names no splits")
+    try:
+        old = json_format.ParseDict(doc, dataset_info_pb2.DatasetInfo())
+    except (json_format.ParseError, TypeError, ValueError) as e:
+        raise _damaged(info_path, " ".join(str(e).split())[:200]) from None
+    if not all(p.name for p in old.splits):
+        raise _damaged(info_path, "a split has no name")
+    if old.file_format not in FILE_FORMATS.values():
+        raise _damaged(info_path, f"file format {old.file_format!r}")
+    features_path = os.path.join(directory, FEATURES_NAME)
+    features = _json_file(features_path)
+    if not isinstance(features, dict):
+        raise _damaged(features_path, f"a JSON {type(features).__name__}, not an object")
+    return old, features
+
+
 def write_metadata(
     output: Any,
     manifest: Mapping[str, Any],
@@ -356,10 +418,7 @@ def write_metadata(
         name, version = identity(directory)
         protos = []
         if os.path.exists(info_path):
-            old = dataset_info.read_from_json(info_path)
-            fpath = os.path.join(directory, FEATURES_NAME)
-            with open(fpath, encoding="utf-8") as f:
-                old_features = json.load(f)
+            old, old_features = _existing(directory)
             if old_features != new_features:
                 misfits = _misfits(old_features, new_features)
                 if misfits:

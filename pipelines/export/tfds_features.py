@@ -10,7 +10,7 @@ reasons are in docs/tfds.md.  TFDS itself is imported only by :func:`to_tfds`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from transforms.tfrecord.schema import BYTES, FLOAT, INT64
 
@@ -43,6 +43,15 @@ def parse_image(spec: Union[None, str, Sequence[str]]) -> Dict[str, int]:
             )
         out[name] = int(channels) if sep else 3
     return out
+
+
+def image_checks(spec: Union[None, str, Sequence[str]]) -> List[Any]:
+    """The stages that check each ``--tfds-image`` feature of every record as TFDS will
+    decode it (:class:`transforms.ops.image_check.TfdsImage`), to run after the job's own
+    stages: a record TFDS could not decode is a reject, not a split ``as_dataset`` fails on."""
+    from transforms.ops.image_check import TfdsImage
+
+    return [TfdsImage(name, channels) for name, channels in parse_image(spec).items()]
 
 
 def feature_specs(

@@ -123,10 +123,12 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
     # through this process (auto_processes)
     local_output = split_url(cfg.output)[0] == ""
     placed = streams(cfg) and local_output
+    left = len(urls) - resumed.next_piece
+    # never more workers than shards to convert: one more would only start and wait
     procs = (
-        auto_processes(num_workers, len(urls) - resumed.next_piece, cfg.has_heavy_ops() or placed)
+        auto_processes(num_workers, left, cfg.has_heavy_ops() or placed)
         if auto
-        else int(cfg.processes)
+        else min(int(cfg.processes), left)
     )
     # automatic: ops that cannot be pickled (the reason this path runs) stay on threads
     blob = shard_pool.pack(cfg, required=not auto) if procs else None

@@ -42,6 +42,7 @@ from pipelines.inprocess import journal as shard_journal
 from pipelines.job import names, workfiles
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
+from pipelines.job.kinds.tfrecord.plan import Oversized
 from pipelines.job.kinds.tfrecord.shardfile import ShardFile
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
 from transforms.stores import StoreConfig, get_store, split_url, upload
@@ -92,6 +93,7 @@ class ShardStream:
         # lock: lifecycle.check_held); what it raises stops the job, that shard unwritten
         self.guard = guard
         self.packer = Packer(max_bytes, max_records)
+        self.oversized = Oversized(max_bytes)  # said once, when the stream finishes
         self.current: Optional[ShardFile] = None
         resume = resume or shard_journal.ResumePoint()
         self._before = list(resume.rows)  # journaled by a run before
@@ -219,13 +221,7 @@ class ShardStream:
                     yield lo, r
                 self._next_shard((index, r))
                 lo = r
-                if self.packer.max_bytes is not None and sizes[r] > self.packer.max_bytes:
-                    log.warning(
-                        "record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                        sizes[r],
-                        self.packer.max_bytes,
-                        self.current.path,
-                    )
+                self.oversized.note(sizes[r], self.current.path)
         if len(sizes) > lo:
             yield lo, len(sizes)
 
@@ -268,7 +264,9 @@ class ShardStream:
         self._close_current((self._last + 1, 0), wait=False)  # the closer's queue drains next
         self._closer.shutdown(wait=True)
         try:
-            return self._before + [f.result() for f in self._closing]
+            rows = self._before + [f.result() for f in self._closing]
+            self.oversized.say()
+            return rows
         except BaseException:
             if self.journal is None:  # with a journal, what was finished is kept for resume
                 self._remove_finished()

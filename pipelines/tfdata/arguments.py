@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence
 
+from transforms import argcheck
 from transforms.ops import Convert, Decode, Resize, fuse, leaves, with_seed
+from transforms.stores import StoreConfig
 
 IMAGE_SIZE = (224, 224)
 #: the original API's default value: "jpg" decoded, resized to 224x224x3, float32 in [0, 1]
@@ -37,8 +39,51 @@ def location(source: str, proxy_url: Optional[str]) -> str:
 
 
 def conversions(ops: Sequence[Any], seed: int) -> List[Any]:
-    """The conversions as they run: seeded, nested where they can be (``fuse``)."""
+    """The conversions as they run: seeded, nested where they can be (``fuse``); each one
+    an op or a callable ``record -> record``, else a ``TypeError`` naming it."""
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, (list, tuple, type(None))):
+        raise TypeError(f"conversions must be a list of ops, not {ops!r}")
+    for i, op in enumerate(ops or ()):
+        if not callable(op):
+            raise TypeError(
+                f"conversions[{i}] must be an op (Decode('jpg'), ...) or a callable, not {op!r}"
+            )
     return fuse(with_seed(list(ops or ()), seed))
+
+
+def source(value: Any) -> str:
+    """``Dataset``'s ``bucket_or_source``: a bucket name, URL or directory."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return argcheck.text("bucket_or_source", value, "a bucket name, URL or directory")
+
+
+def template(value: Any) -> Any:
+    """``load``'s ``template``: a shard template or a list of them."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and value and all(isinstance(t, str) for t in value)
+    ):
+        return value
+    raise TypeError(
+        f"template must be a shard template such as 'train-{{0..9}}.tar' (str) or a list of "
+        f"them, not {value!r}"
+    )
+
+
+def dataset_options(remote_exec, seed, beam_args, max_member_size, remote_output, store) -> None:
+    """The rest of ``Dataset``'s arguments, checked as ``ConvertConfig`` checks its own."""
+    if remote_exec not in (None, True, False):
+        raise TypeError(f"remote_exec must be None, True or False, not {remote_exec!r}")
+    argcheck.count("seed", seed, -(2**63), 2**64 - 1, optional=False)
+    if isinstance(beam_args, (str, bytes)) or not all(isinstance(a, str) for a in beam_args):
+        raise TypeError(f"beam_args must be a list of str (['--runner=...']), not {beam_args!r}")
+    argcheck.size("max_member_size", max_member_size)
+    if remote_output is not None:
+        argcheck.text("remote_output", remote_output, "a directory or bucket URL")
+    if store is not None and not isinstance(store, StoreConfig):
+        raise TypeError(f"store must be a StoreConfig, not {store!r}")
 
 
 def selections(given: Optional[Sequence[Any]], converted: bool, seed: int) -> List[Any]:

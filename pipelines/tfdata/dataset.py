@@ -29,6 +29,7 @@ from pipelines.tfdata import arguments, remote_load, runner_choice, streamed_loa
 from pipelines.tfdata import tfrecord_writing as writing
 from pipelines.tfdata.arguments import DEFAULT_LABEL, DEFAULT_VALUE, location
 from pipelines.tfdata.streamed_load import LoadStats
+from transforms import argcheck
 from transforms.ops.gostages import as_stage
 from transforms.stores import StoreConfig
 from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
@@ -66,6 +67,13 @@ class Dataset:
         remote_output: Optional[str] = None,
         store: Optional[StoreConfig] = None,
     ):
+        # checked here, each naming the argument, not where a job first trips over them
+        bucket_or_source = arguments.source(bucket_or_source)
+        if proxy_url is not None:
+            argcheck.text("proxy_url", proxy_url, "an AIStore URL")
+        arguments.dataset_options(
+            remote_exec, seed, beam_args, max_member_size, remote_output, store
+        )
         self.base = location(bucket_or_source, proxy_url)
         self.store = store or StoreConfig(ais_endpoint=proxy_url)
         self.conversions = arguments.conversions(conversions, seed)
@@ -112,6 +120,8 @@ class Dataset:
         ``tfds=True`` with ``path="DIR/<split>.tfrecord"`` also writes TensorFlow Datasets
         metadata into DIR; ``tfds_image`` names features read as images (docs/tfds.md)."""
         arguments.num_workers(num_workers)
+        template = arguments.template(template)
+        path = writing.as_path(path)  # bytes and path objects are file names
         remote_exec = self.remote_exec if remote_exec is _UNSET else remote_exec
         write = (
             template,
@@ -149,6 +159,7 @@ class Dataset:
 
         Rejects are logged once the stream ends (or is closed), grouped: one line per
         reason with its count and an example (``report=False``: not logged)."""
+        template = arguments.template(template)
         return streamed_load.elements(self, template, num_workers, spec, prefetch, stats, report)
 
 

@@ -45,7 +45,9 @@ def run_with_path_generator(
     left = f"the shards are left in {os.path.dirname(res.paths[0])}" if res.paths else ""
     for _ in res.paths:
         try:
-            dests.append(str(next(names)))
+            name = next(names)
+            # a name given as bytes or a path object names that file, not its repr
+            dests.append(os.fsdecode(name) if isinstance(name, (bytes, os.PathLike)) else str(name))
         except StopIteration:
             raise ValueError(
                 f"the path generator yielded {len(dests)} names for {len(res.paths)} shards; {left}"

@@ -24,9 +24,12 @@ from transforms.ops.selection_names import through_selections
 log = logging.getLogger("tar2tf")
 
 
-def config(ds, template, output, record_to_example, max_shard_size, options, stored=True):
+def config(
+    ds, template, output, record_to_example, max_shard_size, options, stored=True, checks=()
+):
     """The ``ConvertConfig`` of a load of ``ds`` written to ``output``; ``stored=False``:
-    the selections as the streamed load gives them (the remote load reads them back)."""
+    the selections as the streamed load gives them (the remote load reads them back);
+    ``checks``: stages run after all others (``tfds_image``'s)."""
     from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     sels = arguments.stored_selections(ds) if stored else ds.selections
@@ -40,6 +43,7 @@ def config(ds, template, output, record_to_example, max_shard_size, options, sto
     elif options.get("type_map"):
         # type_map names the record's entries; the selections store them as value/label
         options = dict(options, type_map=through_selections(options["type_map"], sels))
+    stages += list(checks)
     return ConvertConfig(
         sources=template,
         output=output,
@@ -85,14 +89,33 @@ def convert(ds, cfg, num_workers, remote_exec, extra=()):
     return res
 
 
-def to_tfrecords(
-    ds, template, path, num_workers, record_to_example, max_shard_size, remote_exec, options
-):
-    """``load(path=...)``: the paths of the TFRecord shards written."""
+def as_path(path):
+    """``path`` as ``load`` takes it: a path-like object or bytes is a file name (decoded
+    as the file system does, ``os.fsdecode``), never an iterable of names -- the bytes
+    ``b"out/x-{}.record"`` iterated are the numbers 111, 117, ...  Anything else as is."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        path = os.fsdecode(bytes(path))
+    return path
+
+
+def to_tfrecords(
+    ds,
+    template,
+    path,
+    num_workers,
+    record_to_example,
+    max_shard_size,
+    remote_exec,
+    options,
+    checks=(),
+):
+    """``load(path=...)``: the paths of the TFRecord shards written; ``checks``: see
+    :func:`config`."""
+    path = as_path(path)
     if isinstance(path, str):
-        cfg = config(ds, template, path, record_to_example, max_shard_size, options)
+        cfg = config(ds, template, path, record_to_example, max_shard_size, options, checks=checks)
         return list(convert(ds, cfg, num_workers, remote_exec, [record_to_example]).paths)
     if callable(path):  # the original client took a generator function as well
         path = path()
@@ -121,12 +144,15 @@ def to_tfds(ds, tfds_flag, image, template, path, *args):
     (pipelines/export/tfds.py), written only for a complete output.  ``args``: the rest
     of :func:`to_tfrecords`' arguments."""
     from pipelines.export import tfds
+    from pipelines.export.tfds_features import image_checks
 
     if not tfds_flag:
         raise ValueError("tfds_image needs tfds=True")
     options = args[-1]  # the convert options, last of to_tfrecords' arguments
+    path = as_path(path)
     tfds.check_output(path, image, options.get("type_map"))
-    paths = to_tfrecords(ds, template, path, *args)
+    # each record's image checked as TFDS will decode it: a reject, not a split that fails
+    paths = to_tfrecords(ds, template, path, *args, checks=image_checks(image))
     res = ds.last_result
     if res.exit_code != 0:
         count = res.manifest["rejects"]["count"]

@@ -103,3 +103,69 @@ def test_file_longer_than_the_manifest_says(demo_output, tmp_path):
         f.write(b"\0" * 100)
     rep = verify(mpath)
     assert any(p.check == "size" and "more than" in p.detail for p in rep.problems)
+
+
+def _with_rejects_at(mpath, path, count):
+    m = json.load(open(mpath))
+    m["rejects"] = dict(m["rejects"], path=str(path), count=count)
+    json.dump(m, open(mpath, "w"))
+
+
+def test_rejects_path_that_is_a_device(demo_output, tmp_path):
+    """A manifest whose rejects file is /dev/zero: a listed ``rejects`` problem, exit 5,
+    and every shard is still checked (it used to read the device until memory ran out)."""
+    d, mpath = _dataset(demo_output, tmp_path)
+    _with_rejects_at(mpath, "/dev/zero", 0)
+    p = cli("verify", mpath)
+    assert p.returncode == 5, p.stdout + p.stderr
+    _no_traceback(p)
+    rep = verify(mpath)
+    assert [(q.check, q.detail) for q in rep.problems] == [
+        (
+            "rejects",
+            "rejects file /dev/zero cannot be read: "
+            "not a regular file (a character device): /dev/zero",
+        )
+    ]
+    assert rep.shards_checked == len(json.load(open(mpath))["shards"])
+
+
+def test_rejects_file_is_read_no_further_than_its_count(demo_output, tmp_path):
+    """A rejects file longer than the manifest's count is read only past that count: a
+    64 GiB (sparse) file after 4 lines is a problem found at once, never read whole."""
+    d, mpath = _dataset(demo_output, tmp_path)
+    big = tmp_path / "big.rejects.jsonl"
+    with open(big, "wb") as f:
+        f.write(b'{"key": "a"}\n' * 4)
+        f.truncate(1 << 36)
+    _with_rejects_at(mpath, big, 3)
+    rep = verify(mpath)
+    assert [(q.check, q.detail) for q in rep.problems] == [
+        ("rejects", "rejects file has more than 3 lines, manifest says 3")
+    ]
+    # fewer lines than the count, blank lines not counted, a last line with no newline
+    big.write_bytes(b'{"key": "a"}\n\n  \n{"key": "b"}')
+    rep = verify(mpath)
+    assert [q.detail for q in rep.problems] == ["rejects file has 2 lines, manifest says 3"]
+    big.write_bytes(b'{"key": "a"}\n{"key": "b"}\n{"key": "c"}\n')
+    assert verify(mpath).problems == []
+
+
+def test_huge_frame_length_is_one_reason_in_inspect_and_verify(demo_output, tmp_path):
+    """A length field of 2^40: ``inspect`` says in one line what ``verify`` lists (the
+    record is truncated: the file holds fewer bytes than the frame claims), no
+    ``MemoryError`` from reading the claimed size at once."""
+    d, mpath = _dataset(demo_output, tmp_path)
+    target = os.path.join(d, "demo-2.record")
+    data = bytearray(open(target, "rb").read())
+    header = struct.pack("<Q", 1 << 40)
+    data[0:12] = header + struct.pack("<I", masked_crc32c(header))
+    open(target, "wb").write(bytes(data))
+    reason = f"truncated record at offset 0: {len(data) - 12} of {(1 << 40) + 4} bytes"
+    p = cli("inspect", target, "--no-sheet")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stderr.splitlines() == [
+        f"tar2tf inspect: {target} is not a readable TFRecord file: {reason}"
+    ]
+    crc = [q.detail for q in verify(mpath).problems if q.check == "crc"]
+    assert crc == [f"{reason} (after 0 good records)"]

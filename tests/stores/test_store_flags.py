@@ -4,12 +4,15 @@ work with ``--s3-endpoint`` alone, as ``convert`` does, with no environment vari
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 from support.cli_fixtures import cli
+from support.range_server import RangeServer
 
-from launch.cli import build_parser
+from launch.cli import build_parser, main
+from transforms.stores.base import MAX_SECONDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards")
@@ -74,3 +77,44 @@ def test_verify_and_inspect_a_bucket_with_the_flags_only(moto_server, s3_env, tm
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"{paths[0]}: ") and "cls" in p.stdout, p.stdout
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+SECONDS_FLAGS = ("--retry-initial", "--retry-max", "--retry-total", "--read-timeout")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e10", str(MAX_SECONDS + 1)])
+@pytest.mark.parametrize("flag", SECONDS_FLAGS)
+def test_seconds_beyond_the_maximum_are_a_usage_error(tmp_path, capfd, flag, value):
+    """``inf`` (or any count of seconds beyond the stated maximum) is refused when parsed:
+    taken, it made every HTTP shard a reject (``OverflowError: timestamp out of range``)."""
+    out = tmp_path / "o" / "t-{}.record"
+    assert main(["convert", os.path.join(DEMO, "demo-0.tar"), "-o", str(out), flag, value]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        f"tar2tf convert: argument {flag}: must be a finite number of seconds, "
+        f"at most {MAX_SECONDS} (7 days), got {value}"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
+def test_seconds_at_the_maximum_read_http_shards(tmp_path):
+    """The largest value each seconds flag takes works: the HTTP shards convert."""
+    server = RangeServer(DEMO).start()
+    try:
+        top = str(MAX_SECONDS)
+        p = cli(
+            "convert",
+            server.url + "/demo-{0..1}.tar",
+            "-o",
+            str(tmp_path / "t-{}.record"),
+            *[a for f in SECONDS_FLAGS for a in (f, top)],
+            "--runner",
+            "local",
+            "--no-progress",
+        )
+    finally:
+        server.stop()
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "t.record.manifest.json", encoding="utf-8") as f:
+        totals = json.load(f)["totals"]
+    assert totals["records_rejected"] == 0 and totals["records_written"] > 0

@@ -183,3 +183,22 @@ def test_a_read_failing_mid_object_is_a_fetch_error_whatever_its_type(how, says)
     with pytest.raises(FetchError) as err:
         r.read(10)
     assert str(err.value).startswith("obj: read failed at byte 1000 ") and says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "field", ["retry_initial_s", "retry_max_s", "retry_total_s", "read_timeout_s"]
+)
+def test_store_config_refuses_seconds_out_of_range(field):
+    """The Python API's StoreConfig holds its seconds to the CLI's bounds when built, so a
+    job never starts with a wait that overflows the clocks (``inf``, ``1e10``), none, or
+    one that is not a number."""
+    from transforms.stores import StoreConfig
+    from transforms.stores.base import MAX_SECONDS
+
+    StoreConfig(**{field: MAX_SECONDS})
+    for bad in (float("inf"), float("nan"), 1e10, MAX_SECONDS + 1, 0, -1.0):
+        with pytest.raises(ValueError, match=f"StoreConfig {field} must be seconds > 0"):
+            StoreConfig(**{field: bad})
+    for bad in ("60", None, True):
+        with pytest.raises(TypeError, match=f"StoreConfig {field} must be a number of seconds"):
+            StoreConfig(**{field: bad})

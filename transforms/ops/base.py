@@ -108,6 +108,14 @@ def _show(a: Any) -> str:
     return repr(a)
 
 
+def check_what(op: str, what: Any) -> Any:
+    """An op's input, checked when the op is built: a record entry's name or another op.
+    Anything else (``Decode(5)``) would only fail on every record, as rejects."""
+    if not isinstance(what, (str, Op)):
+        raise TypeError(f"{op} takes an extension name (such as 'jpg') or an op, not {what!r}")
+    return what
+
+
 def evaluate(what: Any, record: Record, size_hint: Optional[Tuple[int, int]] = None) -> Any:
     """The value ``what`` stands for: a record entry (str) or a nested op's value."""
     if isinstance(what, str):

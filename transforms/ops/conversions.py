@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from transforms.lazynp import is_array, np
 from transforms.ops import images
-from transforms.ops.base import Op, OpError, evaluate, map_ops
+from transforms.ops.base import Op, OpError, check_what, evaluate, map_ops
 from transforms.record_types import KEY, Record
 
 
@@ -67,7 +67,7 @@ class Decode(Op):
         formats: Sequence[str] = images.FORMATS,
         exif: bool = True,
     ):
-        self.what, self.channels, self.exif = what, channels, exif
+        self.what, self.channels, self.exif = check_what("Decode", what), channels, exif
         self.formats = tuple(images.norm_format(f) for f in formats)
         if channels not in (None, 1, 2, 3, 4):
             raise ValueError(f"channels must be 1, 2, 3, 4 or None, not {channels!r}")
@@ -102,7 +102,7 @@ class Convert(Op):
     """
 
     def __init__(self, what, dtype):
-        self.what = what
+        self.what = check_what("Convert", what)
         self.dtype = images.as_numpy_dtype(dtype)
 
     def _args(self):
@@ -131,7 +131,7 @@ class Resize(Op):
         method: str = "bilinear",
         draft_gap: Optional[float] = 2.0,
     ):
-        self.what, self.method, self.draft_gap = what, method, draft_gap
+        self.what, self.method, self.draft_gap = check_what("Resize", what), method, draft_gap
         if len(size) != 2 or int(size[0]) <= 0 or int(size[1]) <= 0:
             raise ValueError(f"Resize size must be (width, height) > 0, got {size!r}")
         self.size = (int(size[0]), int(size[1]))
@@ -184,7 +184,8 @@ class Rotate(Op):
         seed: Optional[int] = None,
         method: str = "bilinear",
     ):
-        self.what, self.angle, self.seed, self.method = what, angle, seed, method
+        self.what, self.angle, self.seed = check_what("Rotate", what), angle, seed
+        self.method = method
         images.resample_method(method)
 
     def _args(self):
@@ -246,7 +247,7 @@ class Encode(Op):
     """
 
     def __init__(self, what, fmt: str = "jpeg", quality: int = 95):
-        self.what, self.fmt, self.quality = what, fmt.lower(), int(quality)
+        self.what, self.fmt, self.quality = check_what("Encode", what), fmt.lower(), int(quality)
         if images.norm_format(fmt) not in ("JPEG", "PNG"):
             raise ValueError(f"Encode supports jpeg and png, not {fmt!r}")
 

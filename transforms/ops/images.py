@@ -498,3 +498,47 @@ def encode_image(img: Image.Image, fmt: str = "jpeg", quality: int = 95) -> byte
     else:
         raise ValueError(f"Encode supports jpeg and png, not {fmt.lower()}")
     return buf.getvalue()
+
+
+# -- what TFDS's Image feature decodes ------------------------------------------------------
+
+#: bits per pixel tf.io.decode_bmp reads (it refuses 1, 4 and 16-bit BMPs)
+_TF_BMP_BITS = (8, 24, 32)
+
+
+def check_tfds_image(data, channels: int) -> None:
+    """Raise :class:`ImageError` unless ``tf.image.decode_image(data, channels)``, what a
+    TFDS ``Image(shape=(None, None, channels))`` feature runs on every record it reads,
+    gives an ``H x W x channels`` image.  One such record makes a whole split fail in
+    ``as_dataset``, so ``--tfds-image`` rejects it at conversion instead.
+
+    TF decodes JPEG, PNG and BMP to three axes; GIF and WebP to four (frames first),
+    which the feature's shape refuses; TIFF not at all.  Besides: JPEG to 1 or 3
+    channels only (and CMYK JPEG to 3), BMP to 3 or 4, of 8, 24 or 32 bits.  The
+    header is read first (format, the ``--max-image-pixels`` bound), then the pixels
+    are decoded with the job's codec -- at 1/8 scale for a JPEG: its entropy-coded data
+    is read whole all the same -- so a truncated or damaged image is found too."""
+    try:
+        img = _open(data, FORMATS)
+    except ImageError as e:
+        if not str(e).startswith("unsupported image format"):
+            raise
+        raise ImageError(
+            f"{e}: TFDS's Image feature decodes JPEG, PNG and BMP to one image (GIF and WebP "
+            "to a stack of frames)"
+        ) from None
+    fmt = norm_format(img.format or "?")
+    why = None
+    if fmt == "JPEG" and channels == 4:
+        why = "TFDS decodes a JPEG to 1 or 3 channels, not 4"
+    elif fmt == "JPEG" and channels == 1 and img.mode == "CMYK":
+        why = "TFDS decodes a CMYK JPEG to 3 channels only, not 1"
+    elif fmt == "BMP" and channels == 1:
+        why = "TFDS decodes a BMP to 3 or 4 channels, not 1"
+    elif fmt == "BMP":
+        bits = struct.unpack("<H", bytes(data[28:30]))[0] if len(data) >= 30 else 0
+        if bits not in _TF_BMP_BITS:
+            why = f"TFDS decodes BMPs of 8, 24 or 32 bits per pixel, not {bits}"
+    if why is not None:
+        raise ImageError(why)
+    decode(data, None, FORMATS, False, (1, 1))

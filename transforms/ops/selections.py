@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Mapping, Sequence, Union
 
-from transforms.ops.base import Op, OpError, entry, evaluate
+from transforms.ops.base import Op, OpError, check_what, entry, evaluate
 
 Path = Union[str, int, Sequence[Union[str, int]]]
 
@@ -38,7 +38,7 @@ class SelectJSON(Op):
     """
 
     def __init__(self, ext_name: str, path: Path):
-        self.what = ext_name
+        self.what = check_what("SelectJSON", ext_name)
         self.path = list(path) if isinstance(path, (list, tuple)) else [path]
         for p in self.path:
             if not isinstance(p, (str, int)) or isinstance(p, bool):

@@ -12,6 +12,12 @@ import os
 from typing import BinaryIO, Iterator, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+#: the longest a seconds setting of :class:`StoreConfig` may be (7 days): enough for any
+#: retry or read wait, and far from where the clocks' arithmetic overflows (``inf``, or
+#: about 9.2e9 s, made every read fail with "timestamp out of range")
+MAX_SECONDS = 7 * 24 * 3600
+_SECONDS = ("retry_initial_s", "retry_max_s", "retry_total_s", "read_timeout_s")
+
 
 @dataclasses.dataclass(frozen=True)
 class StoreConfig:
@@ -47,6 +53,16 @@ class StoreConfig:
         default_factory=lambda: _default_headers(), repr=False
     )
     http_cross_origin: bool = dataclasses.field(default_factory=lambda: _default_cross_origin())
+
+    def __post_init__(self):
+        for name in _SECONDS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"StoreConfig {name} must be a number of seconds, not {v!r}")
+            if not 0 < v <= MAX_SECONDS:  # nan too
+                raise ValueError(
+                    f"StoreConfig {name} must be seconds > 0 and at most {MAX_SECONDS}, not {v!r}"
+                )
 
     def resolved_ais_endpoint(self) -> str:
         ep = self.ais_endpoint or os.environ.get("AIS_ENDPOINT")

@@ -73,6 +73,25 @@ class TFRecordWriter:
         return len(data)
 
 
+#: the most one read of a frame's body asks for: a length field is only a claim (2^40 in a
+#: damaged or hostile file), and one read of that size allocates it before the file ends
+_READ_STEP = 64 << 20
+
+
+def _read_up_to(fileobj: BinaryIO, n: int) -> bytes:
+    """``n`` bytes of ``fileobj``, or fewer where it ends; memory follows the bytes there
+    are, not ``n``."""
+    if n <= _READ_STEP:
+        return fileobj.read(n)
+    buf = bytearray()
+    while len(buf) < n:
+        part = fileobj.read(min(_READ_STEP, n - len(buf)))
+        if not part:
+            break
+        buf += part
+    return bytes(buf)
+
+
 def iter_frames(fileobj: BinaryIO, check_crc: bool = True) -> Iterator[Tuple[int, bytes]]:
     """Yield (offset, payload) for each record; raise CorruptRecordError on damage."""
     offset = 0
@@ -86,7 +105,7 @@ def iter_frames(fileobj: BinaryIO, check_crc: bool = True) -> Iterator[Tuple[int
         (lcrc,) = _U32.unpack_from(header, 8)
         if check_crc and masked_crc32c(header[:8]) != lcrc:
             raise CorruptRecordError(f"length CRC mismatch at offset {offset}")
-        body = fileobj.read(length + 4)
+        body = _read_up_to(fileobj, length + 4)
         if len(body) < length + 4:
             raise CorruptRecordError(
                 f"truncated record at offset {offset}: {len(body)} of {length + 4} bytes"

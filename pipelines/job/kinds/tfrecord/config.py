@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
+from transforms import argcheck
 from transforms.ops import codec_choice, image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
@@ -65,6 +67,7 @@ class ConvertConfig:
     format: Optional[str] = None
 
     def __post_init__(self):
+        self._check()
         if self.format is None:
             named = isinstance(self.output, str) and self.output.endswith(".array_record")
             self.format = "array_record" if named else "tfrecord"
@@ -75,6 +78,50 @@ class ConvertConfig:
                 "format array_record takes neither shuffle (Grain shuffles an ArrayRecord "
                 "dataset by index as it reads) nor dali_index (a TFRecord index)"
             )
+
+    def _check(self) -> None:
+        """The options, checked when the config is built, with the CLI's rules
+        (``transforms.argcheck``): a ``TypeError`` or ``ValueError`` naming the option,
+        not a job that fails late (or rejects every record) because of it."""
+        from pipelines.inprocess import MAX_PROCESSES
+        from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
+
+        if isinstance(self.sources, os.PathLike):
+            self.sources = os.fspath(self.sources)
+        if isinstance(self.output, os.PathLike):
+            self.output = os.fspath(self.output)
+        srcs = self.sources
+        if not isinstance(srcs, str) and not (
+            isinstance(srcs, (list, tuple)) and all(isinstance(t, str) for t in srcs)
+        ):
+            raise TypeError(
+                f"sources must be a shard template (str) or a list of them, not {srcs!r}"
+            )
+        argcheck.text("output", self.output, "a file name or template")
+        if self.base is not None:
+            argcheck.text("base", self.base, "a directory or bucket URL")
+        argcheck.count("records_per_shard", self.records_per_shard, 1)
+        argcheck.count("max_rejects", self.max_rejects, 0, optional=False)
+        argcheck.count("processes", self.processes, 0, MAX_PROCESSES)
+        argcheck.count("max_image_pixels", self.max_image_pixels, 1)
+        argcheck.count("seed", self.seed, -(2**63), 2**64 - 1, optional=False)
+        for name in ("max_shard_size", "max_member_size", "max_record_size", "spool_limit"):
+            argcheck.size(name, getattr(self, name))
+        if self.max_member_size is None:
+            raise TypeError("max_member_size must be a byte size, not None")
+        exs.parse_type_map(self.type_map)  # its own ValueError names the entry
+        for name in ("sample_stages", "example_stages"):
+            stages = getattr(self, name)
+            if isinstance(stages, (str, bytes)) or not isinstance(stages, (list, tuple)):
+                raise TypeError(f"{name} must be a list of callables, not {stages!r}")
+            for i, st in enumerate(stages):
+                try:
+                    as_stage(st)
+                except TypeError as e:
+                    raise TypeError(f"{name}[{i}]: {e}") from None
+        argcheck.callable_or_none("record_to_example", self.record_to_example)
+        if not isinstance(self.store, StoreConfig):
+            raise TypeError(f"store must be a StoreConfig, not {self.store!r}")
 
     def stages(self) -> Stages:
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns

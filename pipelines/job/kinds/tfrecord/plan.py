@@ -87,6 +87,45 @@ class Packing:
         return out
 
 
+class Oversized:
+    """The records larger than the max shard size, each of which sits alone in its shard:
+    counted as the shards are cut and said in one warning (:meth:`say`) with the first
+    as the example -- a job with ``--max-shard-size 1`` has one per record, and a line
+    each would bury everything else the job says."""
+
+    def __init__(self, max_bytes: Optional[int]):
+        self.max_bytes = max_bytes
+        self.count = 0
+        self.first: Optional[Tuple[int, str]] = None  # (framed bytes, shard path)
+
+    def note(self, size: int, path: str) -> None:
+        if self.max_bytes is not None and size > self.max_bytes:
+            self.count += 1
+            if self.first is None:
+                self.first = (int(size), path)
+
+    def say(self) -> None:
+        if self.first is None:
+            return
+        size, path = self.first
+        if self.count == 1:
+            log.warning(
+                "record of %d bytes exceeds max shard size %d: it sits alone in %s",
+                size,
+                self.max_bytes,
+                path,
+            )
+        else:
+            log.warning(
+                "%d records exceed max shard size %d: each sits alone in its shard "
+                "(the first, of %d bytes, in %s)",
+                self.count,
+                self.max_bytes,
+                size,
+                path,
+            )
+
+
 def _cuts(
     pieces: Sequence[PieceSummary],
     packing: Packing,
@@ -143,14 +182,11 @@ def stream_plan(
     parts: List[np.ndarray] = []  # the open shard's sizes, piece by piece (dali_index)
     n = 0
 
+    oversized = Oversized(max_bytes)
+
     def closed(task: ShardTask) -> ShardTask:
-        if max_bytes is not None and task.records == 1 and task.bytes > max_bytes:
-            log.warning(
-                "record of %d bytes exceeds max shard size %d: it sits alone in %s",
-                task.bytes,
-                max_bytes,
-                task.path,
-            )
+        if task.records == 1:
+            oversized.note(task.bytes, task.path)
         if dali_index:
             task.sizes = np.concatenate(parts)
             parts.clear()
@@ -181,3 +217,4 @@ def stream_plan(
                     parts.append(sizes[a:b])
     if cur is not None:
         yield closed(cur)
+    oversized.say()  # once the plan is whole: one line for every such record
