@@ -191,3 +191,52 @@ def test_pcr_attempts_keep_their_own_descriptions(tmp_path):
     assert a["blob"] != b["blob"]
     for s in (a, b):
         assert pcr_records._unit_info(s, cfg)["blob"] == s["blob"]
+
+
+@pytest.mark.parametrize("committed", ["good", "failed"])
+def test_the_beam_graph_writes_the_committed_attempts_output(
+    tmp_path, monkeypatch, clean, committed
+):
+    """The same on Beam's runner: its ConvertShard step runs each unit's conversion twice
+    (as a retried bundle or a backup task would), the first input shard's two attempts
+    differing, and commits one; the graph's plan, writes and manifest read only that
+    attempt's files (beside the other's, in the same work directory)."""
+    from pipelines.beam.convert import convert
+    from pipelines.job.kinds.tfrecord.kind import TFRecordKind
+
+    _, clean_manifest = clean
+    real_convert = TFRecordKind.convert_unit
+    real_read = piece_mod.read_shard
+    failing = _failing_reader(real_read)
+    mine = threading.local()
+
+    def read(url, *args, **kwargs):
+        reader = failing if getattr(mine, "fails", False) else real_read
+        return reader(url, *args, **kwargs)
+
+    def twice(self, cfg, work, unit, stages, convert=None):
+        got = {}
+        for which in ("good", "failed"):
+            mine.fails = which == "failed" and unit[0] == 0
+            try:
+                got[which] = real_convert(self, cfg, work, unit, stages, convert)
+            finally:
+                mine.fails = False
+        return got[committed]
+
+    monkeypatch.setattr(piece_mod, "read_shard", read)
+    monkeypatch.setattr(TFRecordKind, "convert_unit", twice)
+    cfg = ConvertConfig(
+        sources=DEMO,
+        output=str(tmp_path / "beam" / "t-{}.record"),
+        max_shard_size="150KB",
+        progress=False,
+    )
+    # in this process (threads), where the patches apply
+    res = convert(cfg, ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    records = _records(res.manifest)
+    if committed == "good":
+        assert records == _records(clean_manifest)
+    else:
+        assert len(records) == len(_records(clean_manifest)) - clean[0].records + CUT_AFTER
+    assert verify(TFRECORD.manifest_path(cfg)).ok
