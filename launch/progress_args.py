@@ -4,16 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import math
 
-from launch.args import positive_float
-
-
-def _seconds(text: str) -> float:
-    x = positive_float(text)
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
-    return x
+from launch.args import seconds
 
 
 def add_progress_args(p: argparse.ArgumentParser) -> None:
@@ -27,7 +19,7 @@ def add_progress_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--progress-every",
-        type=_seconds,
+        type=seconds,
         metavar="SECONDS",
         help="seconds between progress lines where stderr is not a terminal (default 60)",
     )
