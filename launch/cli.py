@@ -22,10 +22,10 @@ SUBCOMMANDS = ("convert", "pcr", "pcr_report", "verify", "inspect")
 
 
 def _exit_status() -> str:
-    """The exit codes for ``--help``, from the one table of them (pipelines/job/exits.py)."""
+    """The exit codes for ``--help``, from the one table of them (launch/job_exit.py)."""
     import textwrap
 
-    from pipelines.job.exits import MEANINGS
+    from launch.job_exit import MEANINGS
 
     lines = ["Exit status (all subcommands):"]
     for code, meaning in MEANINGS:

@@ -1,6 +1,5 @@
-"""Exit codes: the one place that maps a job's totals and its errors to them, and the one
-table of what each code means (:data:`MEANINGS`: ``tar2tf --help`` prints it, and a test
-holds the README's table to it).
+"""Exit codes: the one place that maps a job's totals and its errors to them.  What each
+code means to a user, in the CLI's words, is the CLI's table (``launch.job_exit.MEANINGS``).
 
 A finished job's code comes from its totals (:func:`of_totals`; :func:`rejects_said`
 words a 3).  A failed job's comes from its exception (:func:`classify`), classified by
@@ -21,35 +20,6 @@ import re
 from typing import Callable, Dict, Iterator, Optional, Tuple
 
 OK, FAILED, USAGE, REJECTS, EXISTS, MISMATCH = 0, 1, 2, 3, 4, 5
-# (code, meaning) in the README's Markdown; every subcommand's codes
-MEANINGS = (
-    (
-        OK,
-        "success (rejects within `--max-rejects`); a failed clean-up after a complete output"
-        " is a warning",
-    ),
-    (
-        FAILED,
-        "the job failed while running: full disk, permission, unreachable server, any error"
-        " inside the job; also Ctrl-C (`tar2tf: interrupted`)",
-    ),
-    (
-        USAGE,
-        "bad usage, options or configuration, found before anything is written (no input"
-        " found, an output that would overwrite an input, unusable credentials)",
-    ),
-    (
-        REJECTS,
-        "the job finished, but rejects exceeded `--max-rejects`, or it wrote nothing (every"
-        " record rejected)",
-    ),
-    (
-        EXISTS,
-        "the output exists and `--overwrite` was not given (or `--resume` found no"
-        " interrupted run of this job)",
-    ),
-    (MISMATCH, "`tar2tf verify` found a mismatch"),
-)
 MAX_LINE = 2000  # characters of an exception's message kept in the line (an SDK's may run on)
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 
@@ -123,8 +93,6 @@ def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     ``started``: whether the job had begun to write (:func:`started`)."""
     if isinstance(exc, KeyboardInterrupt):
         return FAILED, "interrupted", ""
-    if _is(exc, "launch", "UsageError"):
-        return USAGE, _message(exc), ""
     if _is(exc, "pipelines", "OutputExistsError"):
         return EXISTS, _message(exc), ""
     full = _first(exc, lambda e: isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))

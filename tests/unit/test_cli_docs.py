@@ -93,9 +93,9 @@ def test_help_strings_name_every_store():
 
 
 def test_the_readme_exit_codes_are_the_one_table():
-    """The README's table of exit codes is pipelines/job/exits.py's, row for row, and
+    """The README's table of exit codes is launch/job_exit.py's, row for row, and
     ``tar2tf --help`` prints every code of it."""
-    from pipelines.job.exits import MEANINGS
+    from launch.job_exit import MEANINGS
 
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
