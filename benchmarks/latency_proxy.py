@@ -7,7 +7,7 @@ same time -- so a job that keeps many requests in flight pays the delay once per
 and a job that sends them one after another pays it per request.
 
 It counts every request by method, by S3 operation kind (:func:`s3_kind`) and by area
-(the key's first path segment: ``in``, ``out``, ``work`` in the benchmark's bucket), with
+(the key with its numbers and ids blanked: ``in/shard-#.tar``, ``work/...``), with
 the time of the first and last request of each (kind, area): the requests of one step of
 a job share a kind and an area, so these give the steps' times as the store saw them.
 
@@ -28,6 +28,7 @@ import argparse
 import http.client
 import http.server
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -38,13 +39,31 @@ from typing import Dict, Optional, Tuple
 # Expect is dropped: the proxy answers 100-continue itself and has the body to send.
 _HOP = {"connection", "keep-alive", "proxy-connection", "te", "upgrade", "expect"}
 _COPY = 1 << 16
+_WORD = re.compile(r"[0-9A-Za-z]+")
+_HEX = re.compile(r"[0-9a-f]{4,}")
+
+
+def _shape(key: str) -> str:
+    """A key with its numbers and ids blanked (``work/p/piece-000012.json`` ->
+    ``work/p/piece-#.json``): the requests of one step for many shards share a shape."""
+
+    def blank(m: "re.Match") -> str:
+        w = m.group(0)
+        if w.isdigit():
+            return "#"
+        if _HEX.fullmatch(w) and not w.isalpha():
+            return "*"  # an id (hex digest, uuid part)
+        return w
+
+    return _WORD.sub(blank, key)
 
 
 def s3_kind(method: str, path: str, headers=None) -> Tuple[str, str]:
     """(operation kind, area) of a path-style S3 request: kind from the method, whether a
     key is named, the query's sub-resources and the headers that change what a GET or PUT
-    does (``Range``, ``x-amz-copy-source``); area = the first segment of the key (of the
-    listed prefix for a listing), '' for requests on the bucket itself."""
+    does (``Range``, ``x-amz-copy-source``); area = the key (the listed prefix for a
+    listing) with numbers and ids blanked, '' for requests on the
+    bucket itself."""
     headers = headers or {}
     copy = headers.get("x-amz-copy-source") is not None
     ranged = headers.get("Range") is not None
@@ -54,7 +73,7 @@ def s3_kind(method: str, path: str, headers=None) -> Tuple[str, str]:
     key = urllib.parse.unquote(segments[1]) if len(segments) > 1 else ""
     if not key and "prefix" in query:
         key = query["prefix"][0]
-    area = key.split("/", 1)[0] if "/" in key else ""
+    area = _shape(key)
     named = len(segments) > 1 and segments[1] != ""
     if not named:  # requests on a bucket
         if method == "GET":
