@@ -49,7 +49,7 @@ from typing import Dict, List
 from benchmarks.latency_proxy import LatencyProxy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUCKET = "latency"
+BUCKET = "latency"  # the default; --bucket names another
 # moto checks no credentials; any pair signs the requests, and none of the user's is used
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIALATENCYBENCH0001",
@@ -74,6 +74,19 @@ def clean_env() -> Dict[str, str]:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(CREDENTIALS)
     return env
+
+
+class Server:
+    """An S3-compatible server already running at ``url`` (``--s3-server``): not stopped."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+    def wait(self) -> "Server":
+        return self
+
+    def stop(self) -> None:
+        pass
 
 
 class Moto:
@@ -144,43 +157,50 @@ def tiny_shard(index: int) -> bytes:
     return buf.getvalue()
 
 
-def upload_inputs(s3, shards: int) -> None:
+def upload_inputs(s3, bucket: str, shards: int) -> None:
     def put(i: int) -> None:
-        s3.put_object(Bucket=BUCKET, Key=f"in/shard-{i:06d}.tar", Body=tiny_shard(i))
+        s3.put_object(Bucket=bucket, Key=f"in/shard-{i:06d}.tar", Body=tiny_shard(i))
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(put, range(shards)))
 
 
-def empty(s3, prefixes=("out/", "work/")) -> int:
+def empty(s3, bucket: str, prefixes=("out/", "work/")) -> int:
     """Delete everything under ``prefixes`` (1,000 keys a request); how many keys."""
     n = 0
     for prefix in prefixes:
-        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         for page in pages:
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
-                s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys, "Quiet": True})
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
                 n += len(keys)
-    for up in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []):
-        s3.abort_multipart_upload(Bucket=BUCKET, Key=up["Key"], UploadId=up["UploadId"])
+    for up in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        s3.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
     return n
 
 
 def run_job(
-    runner: str, shards: int, proxy: LatencyProxy, moto: Moto, logs: str, timeout: float
+    runner: str,
+    shards: int,
+    bucket: str,
+    proxy: LatencyProxy,
+    server: "Server | Moto",
+    logs: str,
+    timeout: float,
 ) -> dict:
     delay_ms = round(proxy.delay_s * 1000, 3)
     tag = f"{runner}-{shards}-{delay_ms:g}ms"
     summary = os.path.join(logs, f"{tag}.summary.json")
     if os.path.exists(summary):
         os.unlink(summary)
-    src = f"s3://{BUCKET}/in/shard-{{000000..{shards - 1:06d}}}.tar"
+    src = f"s3://{bucket}/in/shard-{{000000..{shards - 1:06d}}}.tar"
     cmd = [sys.executable, "-m", "launch.cli", "convert", src]
-    cmd += ["-o", f"s3://{BUCKET}/out/t-{{}}.record", "--work-dir", f"s3://{BUCKET}/work"]
+    cmd += ["-o", f"s3://{bucket}/out/t-{{}}.record", "--work-dir", f"s3://{bucket}/work"]
     cmd += ["--s3-endpoint", proxy.url, "--no-progress", "--summary-json", summary]
     cmd += RUNNER_ARGS[runner]
     log_path = os.path.join(logs, f"{tag}.log")
+    load_before = os.getloadavg()[0]
     proxy.reset()
     with open(log_path, "wb") as log:
         t = time.monotonic()
@@ -189,6 +209,9 @@ def run_job(
         ).returncode
         wall = time.monotonic() - t
     counts = proxy.counts()
+    # the machine's load while the job ran: other processes' work slows the 0 ms run
+    # (CPU) more than the delayed one (sleeps), which lowers the ratio
+    loadavg = [load_before, os.getloadavg()[0]]
     row = {
         "runner": runner,
         "shards": shards,
@@ -198,6 +221,7 @@ def run_job(
         "requests": counts["total"],
         "requests_per_shard": round(counts["total"] / shards, 2),
         "counts": counts,
+        "loadavg_1min": loadavg,
         "log": os.path.relpath(log_path, ROOT),
     }
     if os.path.exists(summary):
@@ -207,16 +231,16 @@ def run_job(
         row["records_written"] = rep.get("totals", {}).get("records_written")
         row["manifest"] = rep.get("manifest")
         row["counters"] = rep.get("counters", {})
-    row["verify_exit_code"] = verify(row.get("manifest"), moto, logs, tag)
+    row["verify_exit_code"] = verify(row.get("manifest"), server, logs, tag)
     return row
 
 
-def verify(manifest, moto: Moto, logs: str, tag: str):
+def verify(manifest, server: "Server | Moto", logs: str, tag: str):
     """``tar2tf verify`` of the run's manifest, straight to moto (not counted); its exit
     code, None without a manifest."""
     if not manifest:
         return None
-    cmd = [sys.executable, "-m", "launch.cli", "verify", manifest, "--s3-endpoint", moto.url]
+    cmd = [sys.executable, "-m", "launch.cli", "verify", manifest, "--s3-endpoint", server.url]
     with open(os.path.join(logs, f"{tag}.verify.log"), "wb") as log:
         return subprocess.run(
             cmd, cwd=ROOT, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, timeout=600
@@ -252,8 +276,8 @@ def markdown(result: dict) -> str:
     lines = [
         f"**Latency**: {n} tiny input shards, s3:// in and out, work directory in the bucket",
         "",
-        "| runner | delay | wall s | job s | requests | per shard | most in flight | verify |",
-        "|---|---|---|---|---|---|---|---|",
+        "| runner | delay | wall s | job s | requests | per shard | most in flight | load | verify |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ok = {0: "ok", None: "-"}.get(r["verify_exit_code"], f"exit {r['verify_exit_code']}")
@@ -262,7 +286,8 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {r['runner']} | {r['delay_ms']:g} ms | {r['wall_s']:.1f} | "
             f"{r.get('job_s') or 0:.1f} | {r['requests']} | {r['requests_per_shard']:.2f} | "
-            f"{r['counts']['max_in_flight']} | {ok} |"
+            f"{r['counts']['max_in_flight']} | "
+            f"{r['loadavg_1min'][0]:.1f}-{r['loadavg_1min'][1]:.1f} | {ok} |"
         )
     lines += ["", "Requests per input shard, by operation kind:", ""]
     lines.append("| runner | delay | " + " | ".join(kinds) + " |")
@@ -305,6 +330,12 @@ def main(argv=None) -> int:
     p.add_argument("--runners", default="beam,local", help="beam,local (default both)")
     p.add_argument("--json", help="JSON results (default benchmarks/results/latency-<N>.json)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per job")
+    p.add_argument(
+        "--s3-server",
+        help="an S3-compatible server already running (http://host:port) instead of "
+        "starting moto; its --bucket is created if missing, out/ and work/ in it emptied",
+    )
+    p.add_argument("--bucket", default=BUCKET, help=f"the bucket (default {BUCKET})")
     args = p.parse_args(argv)
     runners = [r for r in args.runners.split(",") if r]
     unknown = set(runners) - set(RUNNER_ARGS)
@@ -314,21 +345,26 @@ def main(argv=None) -> int:
     out = args.json or os.path.join(ROOT, "benchmarks", "results", f"latency-{args.shards}.json")
     logs = os.path.join(os.path.dirname(os.path.abspath(out)), "latency-logs")
     os.makedirs(logs, exist_ok=True)
-    moto_log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False).name
-    moto = Moto(moto_log)
+    moto_log = None
+    if args.s3_server:
+        server = Server(args.s3_server)
+    else:
+        moto_log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False).name
+        server = Moto(moto_log)
     proxy = None
     rows: List[dict] = []
     try:
-        moto.wait()
-        s3 = client(moto.url)
-        s3.create_bucket(Bucket=BUCKET)
-        upload_inputs(s3, args.shards)
-        proxy = LatencyProxy(moto.url, 0.0).start()
+        server.wait()
+        s3 = client(server.url)
+        if args.bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+            s3.create_bucket(Bucket=args.bucket)
+        upload_inputs(s3, args.bucket, args.shards)
+        proxy = LatencyProxy(server.url, 0.0).start()
         for runner in runners:
             for d in delays:
-                empty(s3)
+                empty(s3, args.bucket)
                 proxy.delay_s = d / 1000
-                row = run_job(runner, args.shards, proxy, moto, logs, args.timeout)
+                row = run_job(runner, args.shards, args.bucket, proxy, server, logs, args.timeout)
                 rows.append(row)
                 print(
                     f"{runner} {d:g} ms: {row['wall_s']:.1f} s, {row['requests']} requests, "
@@ -339,14 +375,14 @@ def main(argv=None) -> int:
     finally:
         if proxy is not None:
             proxy.stop()
-        moto.stop()
-        os.unlink(moto_log)
+        server.stop()
+        if moto_log:
+            os.unlink(moto_log)
     result = {
         "shards": args.shards,
         "delays_ms": delays,
         "runners": runners,
         "cpu_count": os.cpu_count(),
-        "loadavg": os.getloadavg(),
         "rows": rows,
         "ratios": ratios(rows),
     }
