@@ -310,7 +310,8 @@ def markdown(result: dict) -> str:
         lines += [
             "",
             f"Steps as the store saw them, {r['runner']} at {r['delay_ms']:g} ms "
-            "(seconds from the job's start):",
+            "(seconds from the job's start; a row is a burst: one kind of request on one "
+            "key shape, no pause over 2 s):",
             "",
             "| kind | keys | requests | first s | last s |",
             "|---|---|---|---|---|",

@@ -8,8 +8,9 @@ and a job that sends them one after another pays it per request.
 
 It counts every request by method, by S3 operation kind (:func:`s3_kind`) and by area
 (the key with its numbers and ids blanked: ``in/shard-#.tar``, ``work/...``), with
-the time of the first and last request of each (kind, area): the requests of one step of
-a job share a kind and an area, so these give the steps' times as the store saw them.
+the time of the first and last request of each burst of one (kind, area): the requests
+of one step of a job share a kind and an area, so these give the steps' times as the
+store saw them.
 
 Bodies pass through unchanged and streamed, in both directions: a request body with
 ``Content-Length`` is copied that many bytes, a ``Transfer-Encoding: chunked`` one (S3's
@@ -32,7 +33,7 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 # hop-by-hop headers: they describe one connection, not the request (RFC 9110 7.6.1).
 # Transfer-Encoding is kept: a chunked body is forwarded with its framing as it came.
@@ -102,9 +103,14 @@ def s3_kind(method: str, path: str, headers=None) -> Tuple[str, str]:
     return kind, area
 
 
+GAP_S = 2.0  # a pause this long in one (kind, area)'s requests ends a burst of them
+
+
 class Counts:
-    """Thread-safe tallies: by method, by kind, by (kind, area) with first/last times, and
-    the most requests in flight at once."""
+    """Thread-safe tallies: by method, by kind, by (kind, area) in bursts, and the most
+    requests in flight at once.  A burst is a run of one (kind, area)'s requests with no
+    pause over ``GAP_S``: a step that reads every piece twice, at two points of the job,
+    shows as two bursts."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -116,7 +122,7 @@ class Counts:
             self.total = 0
             self.methods: Dict[str, int] = {}
             self.kinds: Dict[str, int] = {}
-            self.areas: Dict[Tuple[str, str], list] = {}  # -> [count, first, last]
+            self.areas: Dict[Tuple[str, str], List[float]] = {}  # -> request start times
             self.statuses: Dict[int, int] = {}
             self.in_flight = 0
             self.max_in_flight = 0
@@ -128,9 +134,7 @@ class Counts:
             self.total += 1
             self.methods[method] = self.methods.get(method, 0) + 1
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
-            row = self.areas.setdefault((kind, area), [0, now, now])
-            row[0] += 1
-            row[2] = now
+            self.areas.setdefault((kind, area), []).append(now)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
@@ -145,19 +149,26 @@ class Counts:
                 "total": self.total,
                 "by_method": dict(sorted(self.methods.items())),
                 "by_kind": dict(sorted(self.kinds.items())),
-                "by_kind_area": [
-                    {
-                        "kind": k,
-                        "area": a,
-                        "count": c,
-                        "first_s": round(f, 3),
-                        "last_s": round(last, 3),
-                    }
-                    for (k, a), (c, f, last) in sorted(self.areas.items(), key=lambda x: x[1][1])
-                ],
+                "by_kind_area": sorted(
+                    (b for (k, a), times in self.areas.items() for b in _bursts(k, a, times)),
+                    key=lambda b: (b["first_s"], b["last_s"]),
+                ),
                 "by_status": {str(s): n for s, n in sorted(self.statuses.items())},
                 "max_in_flight": self.max_in_flight,
             }
+
+
+def _bursts(kind: str, area: str, times: List[float]) -> List[dict]:
+    out: List[dict] = []
+    for t in sorted(times):
+        if out and t - out[-1]["last_s"] <= GAP_S:
+            out[-1]["count"] += 1
+            out[-1]["last_s"] = t
+        else:
+            out.append({"kind": kind, "area": area, "count": 1, "first_s": t, "last_s": t})
+    for b in out:
+        b["first_s"], b["last_s"] = round(b["first_s"], 3), round(b["last_s"], 3)
+    return out
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
