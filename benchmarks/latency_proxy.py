@@ -30,6 +30,7 @@ import http.client
 import http.server
 import json
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -173,6 +174,9 @@ def _bursts(kind: str, area: str, times: List[float]) -> List[dict]:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connections, as with S3
+    # headers and body go out in separate writes: with Nagle's algorithm the body would
+    # wait for the client's (delayed) ACK of the headers, tens of ms a request
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, format, *args):  # one line per request would be noise here
@@ -185,6 +189,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if conn is None:
             host, port = self.server.upstream
             conn = self._conn = http.client.HTTPConnection(host, port, timeout=300)
+            conn.connect()
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as above
         return conn
 
     def _drop_upstream(self) -> None:
@@ -230,20 +236,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             raise
         self.send_response_only(resp.status, resp.reason)
-        out_chunked = False
         for k, v in resp.getheaders():
-            low = k.lower()
-            if low in _HOP or low == "transfer-encoding":
-                out_chunked = out_chunked or (low == "transfer-encoding" and "chunked" in v)
-                continue
-            self.send_header(k, v)
+            if k.lower() not in _HOP and k.lower() != "transfer-encoding":
+                self.send_header(k, v)
         no_body = self.command == "HEAD" or resp.status in (204, 304) or resp.status < 200
-        if out_chunked and not no_body:
-            # http.client took the upstream's chunk framing off; a new one carries the
-            # same bytes to the client
+        # The client's connection stays open whatever the upstream does with its own
+        # (moto's server closes every connection; S3 keeps them): a client reconnecting
+        # per request is not what it does with a bucket.  A body of unknown length (the
+        # upstream's chunks, which http.client takes off, or one that ends with the
+        # connection) goes to the client in new chunks of the same bytes.
+        out_chunked = not no_body and resp.getheader("Content-Length") is None
+        if out_chunked:
             self.send_header("Transfer-Encoding", "chunked")
-        if resp.will_close:
-            self.close_connection = True
         self.end_headers()
         if not no_body:
             while True:
