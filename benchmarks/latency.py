@@ -15,12 +15,14 @@ with the proxy adding that many milliseconds to every request.  Each run starts 
 empty ``out/`` and ``work/``; its output is checked with ``tar2tf verify`` (straight to
 moto, after the proxy's counts are taken).
 
-Reported per run: wall time of the command, the job's own time (its summary), request
-turns in total and per input shard, by operation kind, the most requests in flight at
-once, and per (kind, key area) the count and the times of the first and last request --
-a job's steps touch different areas (inputs read from ``in/``, pieces written to and read
-from ``work/``, shards and the manifest to ``out/``), so these time the steps as the store
-saw them.  Per runner, with a 0 ms run and a delayed one::
+Reported per run: wall time of the command, the job's own time and counters (its
+summary), request turns in total and per input shard, by operation kind, the most
+requests in flight at once, the 1-minute load average before and after, and per burst of
+one kind of request on one key shape (``work/*/piece-#.recs``) the count and the times of
+the first and last request -- a job's steps touch different keys (inputs read from
+``in/``, pieces written to and read from ``work/``, shards and the manifest to ``out/``),
+so these time the steps as the store saw them.  Per runner, with a 0 ms run and a
+delayed one::
 
     ratio = (wall(d) - wall(0)) / (requests(d) * d)
 
@@ -28,7 +30,8 @@ saw them.  Per runner, with a 0 ms run and a delayed one::
 flight together.  The goal of issue 45 is <= 0.15.
 
 A markdown table goes to stdout, JSON to ``--json`` (default
-``benchmarks/results/latency-<N>.json``), each job's log to ``benchmarks/results/latency-logs/``.
+``benchmarks/results/latency-<N>.json``), each job's log to ``latency-logs/`` beside it.
+``--s3-server URL --bucket B`` uses an S3-compatible server already running instead.
 """
 
 from __future__ import annotations
