@@ -30,12 +30,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from operator import itemgetter
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.beam import options as opts
 from pipelines.beam import worker_logs
@@ -44,13 +48,23 @@ from pipelines.job import lifecycle, progress, staging
 from pipelines.job.counts import COUNTERS
 from pipelines.job.element_coding import Pickled, carried
 from pipelines.job.lifecycle import ConvertResult, Job, Kind
+from transforms.stores import split_url
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
 
 
 class ConvertUnitFn(beam.DoFn):
-    """One unit -> its summary (``Kind.convert_unit``), counted in the ``tar2tf`` counters."""
+    """One unit -> its summary (``Kind.convert_unit``), counted in the ``tar2tf`` counters.
+
+    A unit's requests follow one another (its shard's GET, then its work files' PUTs), so
+    over a bucket a worker converting one unit at a time has one request in flight.  Units
+    that read or write a bucket are converted :data:`AT_ONCE` at a time on threads (their
+    summaries leave in the order they finish); units of local files stay on the bundle's
+    thread, as CPU-bound work gains nothing from threads.  The counters are counted on
+    the bundle's thread, where Beam's metrics live."""
+
+    AT_ONCE = 8
 
     def __init__(self, kind: Kind, cfg, work: str):
         self.kind, self.cfg, self.work = kind, cfg, work
@@ -58,16 +72,49 @@ class ConvertUnitFn(beam.DoFn):
 
     def setup(self):
         self.stages = self.kind.stages(self.cfg)
+        self.pool = None
+
+    def start_bundle(self):
+        self.pending: List[Future] = []
+
+    def _convert(self, unit):
+        return self.kind.convert_unit(self.cfg, self.work, unit, self.stages)
+
+    def _remote(self, unit) -> bool:
+        return any(
+            isinstance(x, str) and split_url(x)[0] not in ("", "file") for x in (self.work, *unit)
+        )
 
     def process(self, unit):
-        info, reused = self.kind.convert_unit(self.cfg, self.work, unit, self.stages)
+        if not self._remote(unit):
+            yield self._counted(*self._convert(unit))
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.AT_ONCE, thread_name_prefix="tar2tf-unit")
+        self.pending.append(self.pool.submit(self._convert, unit))
+        if len(self.pending) >= self.AT_ONCE:
+            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                self.pending.remove(f)
+                yield self._counted(*f.result())
+
+    def finish_bundle(self):
+        pending, self.pending = self.pending, []
+        for f in pending:
+            yield WindowedValue(self._counted(*f.result()), MIN_TIMESTAMP, [GlobalWindow()])
+
+    def teardown(self):
+        if getattr(self, "pool", None) is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _counted(self, info, reused):
         if reused:
             self.c["shards_resumed"].inc()
         for name, n in self.kind.counts(info).items():
             if n:
                 (self.c[name] if name in self.c else Metrics.counter(NS, name)).inc(n)
         # its keys may be surrogate-escaped bytes (pipelines.job.element_coding)
-        yield carried(info)
+        return carried(info)
 
 
 def _plan(summaries, kind: Kind, cfg, held=None):

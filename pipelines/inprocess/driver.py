@@ -40,6 +40,9 @@ from transforms.stores.retry import interrupt_reads
 log = logging.getLogger("tar2tf")
 
 
+IO_THREADS = 8  # converter threads when the shards or the work files are in a bucket
+
+
 def auto_processes(workers: int, shards: int, ops: bool = True) -> int:
     """The automatic worker-process count: one per worker, when there is more than one of
     each (a single worker or shard gains nothing from a process) and ``ops``: the job has
@@ -161,6 +164,11 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
         return got
 
     threads = max(1, int(num_workers), procs)
+    if workers is None and any(split_url(u)[0] not in ("", "file") for u in urls[:1] + [work]):
+        # a shard's fetch and its work file's upload are round trips to a bucket, one after
+        # another within a shard: more shards at once keep requests in flight (the CPU
+        # work per shard is the same); the pieces held in memory share the same budget
+        threads, hold = max(threads, IO_THREADS), hold * threads // max(threads, IO_THREADS)
     # one thread writing to a local disk: convert on this thread between writes.  A second
     # thread would only overlap copies into the page cache, and the two threads' hand-offs
     # of the GIL cost more than that (docs/benchmarks.md); output elsewhere is
