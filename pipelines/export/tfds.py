@@ -157,15 +157,15 @@ def split_of(output: Any) -> Tuple[str, str]:
 def _retractable(info_path: str, split: str, fmt: str) -> Optional[Dict[str, Any]]:
     """The metadata at ``info_path`` without ``split``, when it describes ``split`` in a
     format that may be ``fmt`` (its file format or an alternative); else None."""
+    if not os.path.lexists(info_path):
+        return None
     try:
-        with open(info_path, encoding="utf-8") as f:
-            info = json.load(f)
+        # read as the metadata's merge reads it: a link to a device is no metadata
+        info = _json_file(info_path)
         splits = info.get("splits", [])
         formats = {info.get("fileFormat") or "tfrecord", *info.get("alternativeFileFormats", [])}
         kept = [s for s in splits if s.get("name") != split]
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, AttributeError) as e:
+    except (TfdsError, OSError, ValueError, TypeError, AttributeError) as e:
         # a file this cannot read names no shards that tar2tf could take out
         log.warning("tfds: %s is not metadata tar2tf can update (%s): left as it is", info_path, e)
         return None
