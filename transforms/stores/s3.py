@@ -46,6 +46,7 @@ from transforms.stores.upload import spooled_upload
 log = logging.getLogger("tar2tf.s3")
 MULTIPART_AT = 64 << 20  # objects from this size go up in parts
 PART_SIZE = 16 << 20  # S3 wants parts of >= 5 MiB (but the last) and <= 10000 parts
+POOL_CONNECTIONS = 64  # a step of pipelines.job.inflight keeps as many requests in flight
 MAX_PARTS = 10_000
 MIN_PART = 5 << 20  # S3's smallest part but the last
 MAX_COPY_PART = 5 << 30  # S3's largest part (and UploadPartCopy range)
@@ -83,7 +84,8 @@ class S3Store(RemoteStore):
         )
         self.part_size = PART_SIZE
         self.multipart_at = MULTIPART_AT
-        self._local = threading.local()
+        self._client = None
+        self._client_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows a credential
         return f"S3Store({self.endpoint!r})"
@@ -93,27 +95,34 @@ class S3Store(RemoteStore):
 
     @property
     def client(self):
-        """A boto3 client per thread (boto3 clients are thread-safe, their sessions are not;
-        one per thread keeps building them off the shared default session)."""
-        c = getattr(self._local, "client", None)
+        """One boto3 client for every thread of the process: boto3 clients are thread-safe
+        (their sessions are not: the one session is used once, under a lock).  A client
+        costs about 0.1 s of CPU to build, so one per thread made a step that keeps 64
+        requests in flight (``pipelines.job.inflight``) spend seconds building them; its
+        connection pool holds as many connections as such a step keeps in flight."""
+        c = self._client
         if c is None:
-            import boto3
-            from botocore.config import Config
-
-            t = self.config.read_timeout_s
-            cfg = Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                connect_timeout=min(10.0, t),
-                read_timeout=t,
-                s3={"addressing_style": "path"} if self.endpoint else None,
-                max_pool_connections=32,
-            )
-            session = boto3.session.Session()
-            region = session.region_name or "us-east-1"
-            c = self._local.client = session.client(
-                "s3", endpoint_url=self.endpoint, region_name=region, config=cfg
-            )
+            with self._client_lock:
+                c = self._client
+                if c is None:
+                    c = self._client = self._new_client()
         return c
+
+    def _new_client(self):
+        import boto3
+        from botocore.config import Config
+
+        t = self.config.read_timeout_s
+        cfg = Config(
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=min(10.0, t),
+            read_timeout=t,
+            s3={"addressing_style": "path"} if self.endpoint else None,
+            max_pool_connections=POOL_CONNECTIONS,
+        )
+        session = boto3.session.Session()
+        region = session.region_name or "us-east-1"
+        return session.client("s3", endpoint_url=self.endpoint, region_name=region, config=cfg)
 
     def _key(self, url: str) -> Tuple[str, str]:
         bucket, key = self._split(url)
