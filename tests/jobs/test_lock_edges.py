@@ -17,15 +17,9 @@ import socket
 
 import pytest
 from support import shardgen
-from support.cli_fixtures import cli
+from support.cli_fixtures import DRIVERS, cli
 
 from pipelines.job import output_lock
-
-RUNNERS = {
-    "local": ["--runner", "local"],
-    # Beam's local runner under the name that selects it whatever the default driver is
-    "beam": ["--runner=FnApiRunner"],
-}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +42,7 @@ def _convert(shards, out, runner, *more):
         "--no-progress",
         "--type-map",
         "cls:int64",
-        *RUNNERS[runner],
+        *DRIVERS[runner],
         *more,
     )
 
@@ -86,7 +80,7 @@ def _a_dead_pid() -> int:
     return pid
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 @pytest.mark.parametrize(
     "held",
     [
@@ -112,7 +106,7 @@ def test_a_dead_jobs_odd_lock_is_taken_over(shards, tmp_path, runner, held):
     assert not os.path.lexists(_lock(out))  # released at the end
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 @pytest.mark.parametrize("started", [float("nan"), 1e20, "soon"], ids=["nan", "1e20", "text"])
 def test_a_live_jobs_lock_with_no_start_time_is_refused_in_the_usual_line(
     shards, tmp_path, runner, started
@@ -132,7 +126,7 @@ def test_a_live_jobs_lock_with_no_start_time_is_refused_in_the_usual_line(
     assert sorted(os.listdir(out)) == before  # refused: nothing written
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_a_dangling_symlink_lock_is_named_as_no_tar2tf_lock(shards, tmp_path, runner):
     out = tmp_path / "o"
     out.mkdir()
@@ -144,7 +138,7 @@ def test_a_dangling_symlink_lock_is_named_as_no_tar2tf_lock(shards, tmp_path, ru
     assert sorted(os.listdir(out)) == ["t.record.tar2tf-lock"]
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_a_job_whose_lock_was_taken_stops_before_its_commit_point(shards, tmp_path, runner):
     """Job A runs; its lock is deleted and taken by job B (here: a lock naming this live
     test process, with another token, and a temporary file of B's in the output
@@ -156,7 +150,7 @@ def test_a_job_whose_lock_was_taken_stops_before_its_commit_point(shards, tmp_pa
 
     out = tmp_path / "o"
     job = background.start(
-        *background.slow_convert(shards, str(out / "t-{}.record"), *RUNNERS[runner]),
+        *background.slow_convert(shards, str(out / "t-{}.record"), *DRIVERS[runner]),
         env=background.slow_env("0.5"),
     )
     try:
@@ -199,7 +193,7 @@ def test_a_streaming_job_whose_lock_was_taken_puts_no_further_shard_in_place(tmp
         *background.slow_convert(
             str(tmp_path / "in" / "train-{0000..0005}.tar"),
             str(out / "t-{}.record"),
-            *RUNNERS["local"],
+            *DRIVERS["local"],
             "--processes",
             processes,
             "--records-per-shard",

@@ -18,13 +18,7 @@ import shutil
 
 import pytest
 from support import background, shardgen
-from support.cli_fixtures import ROOT, cli
-
-RUNNERS = {
-    "local": ["--runner", "local"],
-    # Beam's local runner under the name that selects it whatever the default driver is
-    "beam": ["--runner=FnApiRunner"],
-}
+from support.cli_fixtures import DRIVERS, ROOT, cli
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def _convert(inputs, output, runner, *more, cwd=None):
         "--no-progress",
         "--type-map",
         "cls:int64",
-        *RUNNERS[runner],
+        *DRIVERS[runner],
         *more,
         cwd=cwd,
     )
@@ -64,7 +58,7 @@ SPELLINGS = {
 }
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_overwrite_spelt_another_way_removes_the_stale_shards(inputs, tmp_path, runner, spelling):
     (tmp_path / "elsewhere").mkdir()
@@ -82,7 +76,7 @@ def test_overwrite_spelt_another_way_removes_the_stale_shards(inputs, tmp_path, 
     assert not glob.glob(str(tmp_path / "out" / "*.replacing.json"))
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_overwrite_of_a_copied_dataset_removes_the_copys_stale_shards(inputs, tmp_path, runner):
     p = _convert(inputs, "out/t-{}.record", runner, "--records-per-shard", "2", cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
@@ -101,7 +95,7 @@ def test_overwrite_of_a_copied_dataset_removes_the_copys_stale_shards(inputs, tm
     assert {f: open(f, "rb").read() for f in glob.glob(str(tmp_path / "out" / "*"))} == before
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_resume_spelt_another_way_continues_the_interrupted_run(tmp_path, runner):
     """The run is killed once some pieces are verified; ``--resume`` names its output and
     inputs another way (relative, from the test's directory, where the run had an
@@ -113,7 +107,7 @@ def test_resume_spelt_another_way_continues_the_interrupted_run(tmp_path, runner
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env["PYTHONPATH"]])  # this tree, whatever the cwd
     # one final shard per input shard: the in-process driver journals each as it is
     # written, Beam's workers leave verified pieces
-    flags = [*RUNNERS[runner], "--records-per-shard", "3"]
+    flags = [*DRIVERS[runner], "--records-per-shard", "3"]
     first = background.slow_convert(
         f"{tmp_path}/./in/train-{{0000..0005}}.tar", f"{tmp_path}/link/t-{{}}.record", *flags
     )

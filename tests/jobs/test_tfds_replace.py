@@ -16,13 +16,7 @@ import os
 
 import pytest
 from support import background, shardgen
-from support.cli_fixtures import cli
-
-RUNNERS = {
-    "local": ["--runner", "local"],
-    # Beam's local runner under the name that selects it whatever the default driver is
-    "beam": ["--runner=FnApiRunner"],
-}
+from support.cli_fixtures import DRIVERS, cli
 
 
 def _records(first: int, count: int, bad: int = -1):
@@ -54,7 +48,7 @@ def _convert(src, out, runner, *more, **kw):
         "--type-map",
         "cls:int64",
         "--no-progress",
-        *RUNNERS[runner],
+        *DRIVERS[runner],
         *more,
         **kw,
     )
@@ -96,7 +90,7 @@ def _tfds_reads(d, splits) -> dict:
     return {s: sum(1 for _ in b.as_dataset(split=s)) for s in splits}
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_an_overwrite_that_ends_with_rejects_takes_its_split_out(sources, tmp_path, runner):
     """The issue's case: 5 + 5 described, then an --overwrite from an input with one bad
     record (exit 3) leaves shards of 5 + 2: the metadata must not say 5 + 5."""
@@ -120,7 +114,7 @@ def test_an_overwrite_that_ends_with_rejects_takes_its_split_out(sources, tmp_pa
     assert _tfds_reads(d, ["train", "validation"]) == {"train": 5, "validation": 4}
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_an_overwrite_without_tfds_takes_its_split_out(sources, tmp_path, runner):
     d = tmp_path / "ds"
     _dataset(sources, d, runner)
@@ -133,7 +127,7 @@ def test_an_overwrite_without_tfds_takes_its_split_out(sources, tmp_path, runner
     assert not (d / "dataset_info.json").exists()
 
 
-@pytest.mark.parametrize("runner", sorted(RUNNERS))
+@pytest.mark.parametrize("runner", sorted(DRIVERS))
 def test_a_killed_overwrite_leaves_no_metadata_naming_its_split(sources, tmp_path, runner):
     d = tmp_path / "ds"
     _dataset(sources, d, runner)
@@ -141,7 +135,7 @@ def test_a_killed_overwrite_leaves_no_metadata_naming_its_split(sources, tmp_pat
         *background.slow_convert(
             str(sources / "bad.tar"),
             str(d / "train.tfrecord"),
-            *RUNNERS[runner],
+            *DRIVERS[runner],
             "--records-per-shard",
             "5",
             "--tfds",

@@ -83,6 +83,14 @@ def tree_text(*roots: str) -> str:
     return "\n".join(out)
 
 
+# the two drivers by the flags that select each whatever the default driver is (Beam's
+# local runner by its runner's name), for tests that run a job on both
+DRIVERS = {
+    "local": ["--runner", "local"],
+    "beam": ["--runner=FnApiRunner"],
+}
+
+
 def cli(
     *args: str,
     cwd: Optional[str] = None,
