@@ -87,7 +87,7 @@ def store_config(args) -> StoreConfig:
         or min(args.retry_initial, args.retry_max, args.retry_total, args.read_timeout) <= 0
     ):
         raise ValueError("--retry-attempts must be >= 1 and retry/timeout seconds > 0")
-    from transforms.stores.http import env_cross_origin, headers_with
+    from transforms.stores.http_headers import env_cross_origin, headers_with
 
     return StoreConfig(
         # the job's own, shipped to its workers with its config: never this process's

@@ -16,10 +16,10 @@ from support.faultproxy import FaultProxy
 from support.range_server import Loopback, QuietHandler, RangeServer
 
 from transforms.stores import StoreConfig
-from transforms.stores.http import (
+from transforms.stores.http import HTTPStore
+from transforms.stores.http_headers import (
     CROSS_ORIGIN_ENV,
     HEADERS_ENV,
-    HTTPStore,
     env_cross_origin,
     headers_with,
 )

@@ -20,7 +20,7 @@ from support.range_server import NOT_FOUND_PAGE, RangeServer, replace_file
 from pipelines.beam.convert import convert
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.stores import StoreConfig, get_store
-from transforms.stores.http import HEADERS_ENV
+from transforms.stores.http_headers import HEADERS_ENV
 from transforms.tar.sources import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

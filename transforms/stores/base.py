@@ -12,6 +12,8 @@ import os
 from typing import BinaryIO, Iterator, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from transforms.stores import http_headers
+
 #: the longest a seconds setting of :class:`StoreConfig` may be (7 days): enough for any
 #: retry or read wait, and far from where the clocks' arithmetic overflows (``inf``, or
 #: about 9.2e9 s, made every read fail with "timestamp out of range")
@@ -74,15 +76,11 @@ class StoreConfig:
 
 
 def _default_headers() -> Tuple[Tuple[str, str], ...]:
-    from transforms.stores.http import headers_with
-
-    return headers_with([])
+    return http_headers.headers_with([])
 
 
 def _default_cross_origin() -> bool:
-    from transforms.stores.http import env_cross_origin
-
-    return env_cross_origin()
+    return http_headers.env_cross_origin()
 
 
 def split_url(url: str) -> Tuple[str, str, str]:
