@@ -135,6 +135,9 @@ class Job:
     work: str
     started: float
     lock: Optional[output_lock.OutputLock] = None  # released by result_of / cleaned_on_failure
+    # the output as the caller spelt it (``cfg.output`` is resolved: ``names.resolved``),
+    # for the paths a result hands back
+    given_output: Optional[str] = None
 
     @property
     def held(self) -> Optional[Tuple[str, str]]:
@@ -196,6 +199,7 @@ def prepare(kind: Kind, cfg) -> Job:
     t0 = time.time()
     # usage errors first: taking the lock may create the output directory, and a refused
     # command must leave nothing behind
+    given_output = getattr(cfg, "output", None)
     cfg = kind.checked(cfg)
     units, list_rejects, inputs, extras = kind.units(cfg)
     check_found(units, list_rejects)
@@ -208,7 +212,7 @@ def prepare(kind: Kind, cfg) -> Job:
     except BaseException:
         lock.release()
         raise
-    return Job(kind, cfg, units, inputs, list_rejects, extras, work, t0, lock)
+    return Job(kind, cfg, units, inputs, list_rejects, extras, work, t0, lock, given_output)
 
 
 def start(job: Job) -> None:

@@ -26,6 +26,18 @@ def resolved(path: str) -> str:
     return os.path.join(os.path.realpath(head or os.curdir), tail)
 
 
+def respelt(path: str, resolved_output: str, given_output: str) -> str:
+    """``path``, a file beside ``resolved_output`` (:func:`resolved`), as the caller spelt
+    that output: its resolved directory replaced by the directory given."""
+    if not given_output or given_output == resolved_output or "://" in path:
+        return path
+    have, want = os.path.dirname(resolved_output), os.path.dirname(given_output)
+    if not path.startswith(have + os.sep):
+        return path
+    rest = path[len(have) + 1 :]
+    return os.path.join(want, rest) if want else rest
+
+
 def resolved_all(paths: List[str]) -> List[str]:
     """:func:`resolved` of each (a directory's links resolved once)."""
     dirs: dict = {}

@@ -316,6 +316,12 @@ def test_a_launcher_killed_mid_job_leaves_a_job_that_writes_nothing_without_its_
         assert job["state"] == "FAILED", job["state"]
     finally:
         F.end_group(proc)
+        # the killed launcher's job server lives on in its process group: end it too, or
+        # it outlives the cluster
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         if lock is not None:
             lock.release()
     left = sorted(os.listdir(out))

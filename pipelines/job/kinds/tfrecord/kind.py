@@ -140,10 +140,12 @@ class TFRecordKind(Kind):
         return cfg.output
 
     def result(self, job: Job, **common) -> ConvertResult:
-        # the path as the job was given it (the manifest's is redacted)
-        return ConvertResult(
-            **dict(common, rejects_path=names.companion(job.cfg.output, ".rejects.jsonl"))
-        )
+        # the paths as the caller spelt the output (the manifest's are resolved, and its
+        # rejects path redacted): load(path="out/t.record") gives "out/t-….record" back
+        given = job.given_output or job.cfg.output
+        paths = [names.respelt(p, job.cfg.output, given) for p in common["paths"]]
+        rejects = names.companion(given, ".rejects.jsonl")
+        return ConvertResult(**dict(common, paths=paths, rejects_path=rejects))
 
     def again(self, cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
         return retyped(cfg, manifest)
