@@ -87,6 +87,11 @@ def _task_loop(inp, out) -> None:
             except (EOFError, OSError, pickle.UnpicklingError):
                 msg = None
             if isinstance(msg, Runs):  # the runs of the oldest piece held
+                if not held:
+                    # a protocol error of the parent: said, not a reader thread that dies
+                    # silently and leaves both sides waiting
+                    send(WriteFailed("runs came for no piece this worker holds"))
+                    continue
                 piece = held.popleft()
                 try:
                     send(Written(write_runs(msg.runs, piece, cfg.store)))
