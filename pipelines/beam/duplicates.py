@@ -24,12 +24,11 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.beam.distribute import gather
-from pipelines.job import inflight
+from pipelines.job import external, inflight
 from pipelines.job.kinds.tfrecord import duplicates, piecefiles
 
 BUCKET_BITS = 10
 BATCH = 256  # pieces whose record files a bundle reads at once
-_SHIFT = np.uint64(64 - BUCKET_BITS)
 
 
 class _BucketRows(beam.DoFn):
@@ -61,13 +60,8 @@ class _BucketRows(beam.DoFn):
             return piecefiles.member(p, "hashes", self.store)
 
         for p, h in inflight.ordered(hashes, batch):
-            rows = duplicates.rows_of(p, h)
-            which = (rows["h0"].astype(np.uint64) >> _SHIFT).astype(np.int64)
-            order = np.argsort(which, kind="stable")
-            rows, which = rows[order], which[order]
-            cuts = np.searchsorted(which, np.arange((1 << BUCKET_BITS) + 1))
-            for b in np.unique(which):
-                parts.setdefault(int(b), []).append(rows[cuts[b] : cuts[b + 1]])
+            for b, part in external.split(duplicates.rows_of(p, h), BUCKET_BITS):
+                parts.setdefault(b, []).append(part)
         for b, chunks in sorted(parts.items()):
             yield b, np.concatenate(chunks).tobytes()
 

@@ -81,9 +81,7 @@ class ConvertUnitFn(beam.DoFn):
         return self.kind.convert_unit(self.cfg, self.work, unit, self.stages)
 
     def _remote(self, unit) -> bool:
-        return any(
-            isinstance(x, str) and split_url(x)[0] not in ("", "file") for x in (self.work, *unit)
-        )
+        return any(isinstance(x, str) and split_url(x)[0] != "" for x in (self.work, *unit))
 
     def process(self, unit):
         if not self._remote(unit):

@@ -164,7 +164,7 @@ def _convert(job: Job, num_workers: int) -> ConvertResult:
         return got
 
     threads = max(1, int(num_workers), procs)
-    if workers is None and any(split_url(u)[0] not in ("", "file") for u in urls[:1] + [work]):
+    if workers is None and any(split_url(u)[0] != "" for u in urls[:1] + [work]):
         # a shard's fetch and its work file's upload are round trips to a bucket, one after
         # another within a shard: more shards at once keep requests in flight (the CPU
         # work per shard is the same); the pieces held in memory share the same budget

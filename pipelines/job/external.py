@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Tuple
 
 import numpy as np
 
@@ -45,6 +45,19 @@ def bucket_bits(total: int, per_bucket: int = BUCKET_ROWS) -> int:
     return 0 if total <= per_bucket else math.ceil(math.log2(total / per_bucket))
 
 
+def split(rows: np.ndarray, bits: int) -> Iterator[Tuple[int, np.ndarray]]:
+    """``(bucket, its rows)`` for each bucket ``rows`` fill, in bucket order: the bucket of
+    a row is the leading ``bits`` bits of its first field (an unsigned big-endian int)."""
+    first = rows.dtype.names[0]
+    shift = np.uint64(8 * rows.dtype[first].itemsize - bits)
+    which = (rows[first].astype(np.uint64) >> shift).astype(np.int64)
+    order = np.argsort(which, kind="stable")
+    rows, which = rows[order], which[order]
+    cuts = np.searchsorted(which, np.arange((1 << bits) + 1))
+    for b in np.unique(which):
+        yield int(b), rows[cuts[b] : cuts[b + 1]]
+
+
 def buckets(
     chunks: Iterable[np.ndarray], dtype: np.dtype, total: int, per_bucket: int = BUCKET_ROWS
 ) -> Iterator[np.ndarray]:
@@ -55,8 +68,6 @@ def buckets(
         parts = [c for c in chunks if len(c)]
         yield np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
         return
-    first = dtype.names[0]
-    shift = np.uint64(8 * dtype[first].itemsize - bits)
     _open_files(1 << bits)
     with tempfile.TemporaryDirectory(prefix="tar2tf-buckets-") as d:
         files = [open(os.path.join(d, f"{b:05d}"), "wb") for b in range(1 << bits)]
@@ -64,12 +75,8 @@ def buckets(
             for c in chunks:
                 if not len(c):
                     continue
-                which = (c[first].astype(np.uint64) >> shift).astype(np.int64)
-                order = np.argsort(which, kind="stable")
-                c, which = c[order], which[order]
-                cuts = np.searchsorted(which, np.arange((1 << bits) + 1))
-                for b in np.unique(which):
-                    files[b].write(c[cuts[b] : cuts[b + 1]].tobytes())
+                for b, part in split(c, bits):
+                    files[b].write(part.tobytes())
         finally:
             for f in files:
                 f.close()

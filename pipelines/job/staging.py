@@ -9,7 +9,7 @@ shipped to every worker.  Instead the launcher writes them here once (:func:`sta
 of units (:func:`read_units`), the finish step the inputs and rejects
 (:func:`read_inputs`, :func:`read_list_rejects`).
 
-The files are JSON lines, so a reader streams them: one unit, input or reject a line.
+The files are JSON lines: one unit, input or reject a line.
 They are not verified work: a failed job's clean-up removes them, and every run --
 ``--resume`` included -- stages them again (the same job stages the same lines).
 """
@@ -20,6 +20,7 @@ import dataclasses
 import json
 from typing import Any, Iterable, Iterator, List, Optional
 
+from pipelines.job import inflight
 from transforms.record_types import Reject
 from transforms.stores import StoreConfig, get_store, join
 
@@ -61,9 +62,13 @@ def stage(
 ) -> None:
     """Write the job's units (in chunks), inputs and listing rejects into ``work``."""
     store = get_store(join(work, INPUTS), config)
-    for c in range(chunk_count(len(units))):
+
+    def put(c: int) -> None:
         chunk = units[c * UNITS_PER_CHUNK : (c + 1) * UNITS_PER_CHUNK]
         store.write_bytes(units_url(work, c), _lines(list(u) for u in chunk))
+
+    # a hundred chunks at a million units: uploads to a bucket, many at once
+    inflight.each(put, range(chunk_count(len(units))))
     store.write_bytes(join(work, INPUTS), _lines(inputs))
     store.write_bytes(join(work, LIST_REJECTS), _lines(r.to_dict() for r in list_rejects))
 
