@@ -4,6 +4,7 @@ and what a converted piece holds besides (sizes, frames) never enters it."""
 import json
 
 import pytest
+from support.shard_stream_fixtures import piece_summary
 
 from pipelines.job import workfiles
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
@@ -67,20 +68,13 @@ def test_summaries_share_their_schema_and_are_small_once_unpickled():
     import tracemalloc
 
     def make(i):
-        return PieceSummary(
-            index=i,
+        return piece_summary(
+            i,
+            f"gs://bucket/work/0123456789abcdef/piece-{i:06d}~1a2b3c4d.tfrecord",
+            1000,
             shard=f"gs://bucket/inputs/shard-{i:07d}.tar",
-            piece=f"gs://bucket/work/0123456789abcdef/piece-{i:06d}~1a2b3c4d.tfrecord",
-            records=1000,
             bytes=110_000_000,
-            records_read=1000,
-            filtered=0,
-            records_rejected=0,
-            shards_rejected=0,
-            reject_counts=[],
             members=2000,
-            skipped_members=0,
-            duplicate_members=0,
             member_bytes=110_000_000,
             schema={"jpg": {"dtype": "bytes", "shape": []}, "cls": {"dtype": "int64", "shape": []}},
             first_types={"jpg": "bytes", "cls": "int64"},
