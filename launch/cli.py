@@ -112,11 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(one_line(str(e)), file=sys.stderr)  # it may quote an argument: no escapes, no secrets
         return 2
     args.beam_args = extra
-    from launch import job_exit
-    from pipelines.job import exits
-
-    exits.reset()
-    from launch import flink_watch
+    from launch import flink_watch, job_exit
     from launch.log_redact import quiet_step_failures
 
     try:

@@ -7,8 +7,9 @@ integer in ``--label-field``, default ``cls``).  JPEGs are made progressive loss
 with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
 jpegtran a custom scan script for 3-component images (its text travels with the job, so
 remote workers need no copy; a bad script is a usage error).  With no runner flag (or
-``--runner local``) the job runs in this process, on threads of Beam's local runner
-(``pipelines.beam.options.PCR_IN_PROCESS``); other ``--flags`` make it a Beam job if they
+``--runner local``) the job runs in this process, on the in-process driver's threads
+(``pipelines.inprocess.driver``: jpegtran subprocesses do the work, which threads overlap
+as well as worker processes do); other ``--flags`` make it a Beam job if they
 are Beam pipeline options (``--runner beam``: the local runner's worker processes;
 ``--runner FlinkRunner`` ...), else they are a usage error.  See docs/pcr.md.
 """
@@ -31,8 +32,8 @@ class names) or tar shard templates (local, ais://, gs://, s3://, https://; labe
 integer in --label-field, default cls).  JPEGs are made progressive losslessly with
 jpegtran; other images are encoded once at --quality.  --scans FILE gives jpegtran a
 custom scan script for 3-component images (a bad script is a usage error).  With no
-runner flag (or --runner local) the job runs in this process, on threads of Beam's local
-runner; --runner beam uses its worker processes, --runner FlinkRunner ... another Beam
+runner flag (or --runner local) the job runs in this process, on threads (one per core);
+--runner beam uses Beam's local runner's worker processes, --runner FlinkRunner ... another Beam
 runner, and other flags must be Beam pipeline options.  See docs/pcr.md.
 """
 
@@ -102,7 +103,7 @@ def register(sub) -> None:
     p.add_argument(
         "--summary-json", help="also write the run summary (totals, counters, time) here"
     )
-    add_runner_arg(p, "threads of Beam's local runner in this process, the default")
+    add_runner_arg(p, "the in-process driver's threads, the default")
     p.set_defaults(func=run, accepts_beam_args=True)
 
 
@@ -110,14 +111,13 @@ def run(args) -> int:
     """Failures propagate to ``launch.cli.main`` (one line, its exit code: launch/job_exit.py)."""
     from launch import local_paths
     from launch.args import CLI_WORDS
+    from launch.cmd_convert import workers
     from launch.job_exit import rejects_exit
-    from pipelines.beam.options import PCR_IN_PROCESS, in_process
-    from pipelines.beam.pcr import PcrConfig, convert_pcr
+    from pipelines.beam.options import in_process
     from pipelines.job import report
+    from pipelines.job.kinds.pcr.config import PcrConfig
     from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
-
-    beam_args = list(PCR_IN_PROCESS) if in_process(args.beam_args) else args.beam_args
 
     def job():
         if args.summary_json:  # checked before the job, as convert does (launch/local_paths.py)
@@ -141,7 +141,15 @@ def run(args) -> int:
             store=store_config(args),
         )
         try:
-            return cfg, convert_pcr(cfg, beam_args)
+            if in_process(args.beam_args):  # no Beam import: seconds a small job need not pay
+                from pipelines.inprocess.driver import convert_in_process
+
+                return cfg, convert_in_process(cfg, workers(None))
+            from pipelines.beam.pcr import convert_pcr
+            from pipelines.beam.worker_logs import quiet_beam_worker
+
+            quiet_beam_worker(getattr(args, "debug", False))  # said once, by launch.cli
+            return cfg, convert_pcr(cfg, args.beam_args)
         except (
             BaseException
         ) as e:  # a usage error found by the job (a bad --scans), a failure, Ctrl-C
@@ -150,9 +158,6 @@ def run(args) -> int:
                 e.worded(CLI_WORDS)  # the options it names, as this command spells them
             raise
 
-    from pipelines.beam.worker_logs import quiet_beam_worker
-
-    quiet_beam_worker(getattr(args, "debug", False))  # the failure is said once, by launch.cli
     cfg, res = job()
     for path in res.paths:
         print(printable(path))

@@ -41,11 +41,9 @@ def describe(argv: List[str]) -> Dict[str, Any]:
     args, extra = known_args(parser, argv)
     check_runner_args(extra, parser.subcommands[args.command]._option_string_actions)
     # what the CLI would run (launch/cmd_convert.py, launch/cmd_pcr.py): with no Beam
-    # option, convert's in-process driver, or pcr's graph on the local runner's threads
+    # option, the in-process driver
     in_process = opts.in_process(extra, bool(getattr(args, "shuffle", False)))
-    if in_process and args.command == "pcr":
-        extra = list(opts.PCR_IN_PROCESS)
-    beam_args = [] if in_process and args.command != "pcr" else opts.effective_args(extra)
+    beam_args = [] if in_process else opts.effective_args(extra)
     options = po.PipelineOptions(beam_args)
     runner = opts.IN_PROCESS if not beam_args else opts.runner_name(beam_args)
     gco = options.view_as(po.GoogleCloudOptions)

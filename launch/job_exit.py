@@ -59,9 +59,9 @@ def line(command: str, what: str, where: str = "") -> str:
 def exit_code(
     command: str, exc: BaseException, debug: bool = False, started: Optional[bool] = None
 ) -> int:
-    """Print the failure (its traceback first with ``debug``) and return its exit code."""
-    if started is None:
-        started = exits.started()
+    """Print the failure (its traceback first with ``debug``) and return its exit code.
+    ``started``: whether the job had begun to write (default: what the exception says,
+    ``pipelines.job.exits.started``)."""
     if isinstance(exc, UsageError):
         code, what, where = exits.USAGE, one_line(str(exc)), ""
     else:

@@ -2,7 +2,7 @@
 job, and the run of a job on any runner.
 
 :class:`ConvertJob` is the graph, the same for both formats; its steps are named by the
-job's kind (``Kind.steps``; TFRecord's names in brackets)::
+job's kind (:data:`STEPS`; TFRecord's names in brackets)::
 
     units [Shards]:          Create(chunks) + read        one element per unit, read from
                                                           the files the job staged
@@ -31,7 +31,6 @@ import logging
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from operator import itemgetter
 from typing import Callable, Dict, List, Optional, Sequence
 
 import apache_beam as beam
@@ -53,9 +52,36 @@ from transforms.stores import split_url
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
 
+# the names of the graph's steps by kind (``Kind.name``), for a job's logs and a runner's
+# UI: a runner detail, so they live here and not in the kinds
+STEPS: Dict[str, Dict[str, str]] = {
+    "convert": {
+        "units": "Shards",
+        "spread_units": "SpreadShards",
+        "convert": "ConvertShard",
+        "gather_units": "GatherPieces",
+        "plan": "Plan",
+        "spread_writes": "SpreadWrites",
+        "write": "WriteShard",
+        "gather_rows": "GatherShards",
+        "finish": "Manifest",
+    },
+    "pcr": {
+        "units": "Units",
+        "spread_units": "SpreadUnits",
+        "convert": "ConvertUnit",
+        "gather_units": "GatherUnits",
+        "plan": "PlanRecords",
+        "spread_writes": "SpreadRecords",
+        "write": "WriteRecord",
+        "gather_rows": "GatherRecords",
+        "finish": "Finish",
+    },
+}
+
 
 class ConvertUnitFn(beam.DoFn):
-    """One unit -> its summary (``Kind.convert_unit``), counted in the ``tar2tf`` counters.
+    """One unit -> its summary (``lifecycle.convert_unit``), counted in the ``tar2tf`` counters.
 
     A unit's requests follow one another (its shard's GET, then its work files' PUTs), so
     over a bucket a worker converting one unit at a time has one request in flight.  Units
@@ -78,7 +104,7 @@ class ConvertUnitFn(beam.DoFn):
         self.pending: List[Future] = []
 
     def _convert(self, unit):
-        return self.kind.convert_unit(self.cfg, self.work, unit, self.stages)
+        return lifecycle.convert_unit(self.kind, self.cfg, self.work, unit, self.stages)
 
     def _remote(self, unit) -> bool:
         return any(isinstance(x, str) and split_url(x)[0] != "" for x in (self.work, *unit))
@@ -137,12 +163,14 @@ def _finish(rows, summaries, kind: Kind, cfg, work: str, extras, held, **compute
     (``lifecycle.finish_on``): yields the manifest.  ``computed``: what earlier steps of
     the format's graph worked out for it (:meth:`ConvertJob.finish_inputs`), added to
     its extras."""
-    extras = {**extras, **computed}
-    inputs = staging.read_inputs(work, cfg.store)
-    list_rejects = staging.read_list_rejects(work, cfg.store)
-    yield Pickled(
-        lifecycle.finish_on(held, kind, rows, summaries, cfg, list_rejects, inputs, extras)
+    ended = lifecycle.Ended(
+        rows,
+        summaries,
+        staging.read_list_rejects(work, cfg.store),
+        staging.read_inputs(work, cfg.store),
+        {**extras, **computed},
     )
+    yield Pickled(lifecycle.finish_on(held, kind, cfg, ended))
 
 
 class ConvertJob(beam.PTransform):
@@ -156,7 +184,7 @@ class ConvertJob(beam.PTransform):
         self.held = job.held  # (lock URL, token): checked by the last step, on a worker
 
     def step(self, name: str) -> str:
-        return self.kind.steps[name]
+        return STEPS[self.kind.name][name]
 
     def expand(self, pbegin):
         units = (
@@ -164,7 +192,7 @@ class ConvertJob(beam.PTransform):
             | self.step("units") >> beam.Create(range(self.chunks), reshuffle=False)
             | f"{self.step('units')}Read" >> beam.FlatMap(_units, self.work, self.cfg.store)
         )
-        units = spread(units, self.step("spread_units"), itemgetter(self.kind.index_at))
+        units = spread(units, self.step("spread_units"), self.kind.unit_index)
         summaries = units | self.step("convert") >> beam.ParDo(
             ConvertUnitFn(self.kind, self.cfg, self.work)
         )
@@ -232,49 +260,48 @@ def _wait(result) -> None:
         raise
 
 
+class BeamExecutor(lifecycle.Executor):
+    """The lifecycle's Beam driver: ``transform(job)`` as the job's graph, on the runner
+    ``beam_args`` choose (default: Beam's local runner, one worker process per core,
+    ``pipelines.beam.options``)."""
+
+    def __init__(
+        self, beam_args: Optional[Sequence[str]], transform: Callable[[Job], beam.PTransform]
+    ):
+        self.beam_args, self.transform = beam_args, transform
+
+    def build(self, job: Job) -> None:
+        # never more worker processes than units: one more only starts and waits
+        workers = job.cfg.processes or os.cpu_count() or 1
+        args = opts.effective_args(self.beam_args, workers=max(1, min(workers, len(job.units))))
+        # built before the job starts: ops that cannot be pickled stop the job before it
+        # leaves anything in its work directory
+        worker_logs.install()
+        self.pipeline = opts.make_pipeline(args)
+        _ = self.pipeline | self.transform(job)
+
+    def execute(self, job: Job):
+        cfg = job.cfg
+        # the graph names only the staged files' chunks (pipelines.job.staging)
+        staging.stage(job.work, job.units, job.inputs, job.list_rejects, cfg.store)
+        with progress.watch(
+            job.work, cfg.store, len(job.units), cfg.progress, every=cfg.progress_every
+        ) as bar:
+            result = self.pipeline.run()
+            _wait(result)
+            counters = counters_of(result)
+            counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
+            if bar is not None:
+                bar.complete(counters.get("records_read", 0), counters.get("member_bytes_read", 0))
+        return counters, None
+
+
 def run(
     kind: Kind,
     cfg,
     beam_args: Optional[Sequence[str]],
     transform: Callable[[Job], beam.PTransform],
 ) -> ConvertResult:
-    """The job's lifecycle with ``transform(job)`` as its graph, on the runner
-    ``beam_args`` choose (default: Beam's local runner, one worker process per core,
-    ``pipelines.beam.options``)."""
-    job = lifecycle.prepare(kind, cfg)
-    try:
-        # never more worker processes than units: one more only starts and waits
-        workers = getattr(job.cfg, "processes", None) or os.cpu_count() or 1
-        args = opts.effective_args(beam_args, workers=max(1, min(workers, len(job.units))))
-        # built before the job starts: ops that cannot be pickled stop the job before it
-        # leaves anything in its work directory
-        worker_logs.install()
-        p = opts.make_pipeline(args)
-        _ = p | transform(job)
-        lifecycle.start(job)
-        staging.stage(job.work, job.units, job.inputs, job.list_rejects, job.cfg.store)
-    except BaseException:
-        # nothing ran yet, so there is nothing to clean up, but the output's lock is held
-        # since prepare(): left to the garbage collector, it would refuse the next job
-        # of a long-lived process (a notebook) until the process ends
-        job.release()
-        raise
-    with (
-        lifecycle.cleaned_on_failure(job),
-        progress.watch(
-            job.work,
-            job.cfg.store,
-            len(job.units),
-            job.cfg.progress,
-            every=job.cfg.progress_every,
-        ) as bar,
-    ):
-        result = p.run()
-        _wait(result)
-        counters = counters_of(result)
-        counters["shards_rejected"] = counters.get("shards_rejected", 0) + len(job.list_rejects)
-        res = lifecycle.result_of(job, counters)
-        if bar is not None:
-            bar.complete(res.totals["records_read"], counters.get("member_bytes_read", 0))
-    again = kind.again(job.cfg, res.manifest)
-    return res if again is None else run(kind, again, beam_args, transform)
+    """The job's lifecycle (``lifecycle.run``) with ``transform(job)`` as its graph, on
+    the runner ``beam_args`` choose."""
+    return lifecycle.run(kind, cfg, BeamExecutor(beam_args, transform))

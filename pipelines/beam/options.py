@@ -49,13 +49,6 @@ def in_process(args: Sequence[str], shuffle: bool = False) -> bool:
     return not args and not shuffle
 
 
-# ``tar2tf pcr`` has no Beam-free driver: in place of one, with no runner flag (or
-# ``--runner local``) it runs the Beam graph on the local runner's threads, in this
-# process.  Its work is jpegtran subprocesses, which threads overlap as well as worker
-# processes do, without the seconds each worker process costs to start.
-PCR_IN_PROCESS = (LOCAL_RUNNER, f"{MODE_FLAG}=multi_threading")
-
-
 def beam_only(args: Sequence[str]) -> List[str]:
     """The arguments other than ``--runner local`` (and its value): with that runner they
     would be ignored, so the CLI refuses them (``launch.cli``)."""

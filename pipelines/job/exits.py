@@ -7,8 +7,8 @@ the most telling one in its chain (``__cause__`` / ``__context__``): a full disk
 runner's wrapping is a full disk.  A ``ValueError`` is bad usage (2) only while the job
 is being set up -- its options, inputs and outputs are checked then, and a bad one is the
 user's to fix; the same type raised once the job writes (in a worker, an op, a store's
-client) is a failure of the job (1).  The lifecycle marks that moment (:func:`start`,
-just before its first write to the output); the CLI reads it (:func:`started`).
+client) is a failure of the job (1).  The lifecycle marks the exceptions of a job that
+had started (:func:`mark_started`); :func:`classify` reads the mark (:func:`started`).
 ``launch.job_exit`` prints what this module decides.
 """
 
@@ -88,9 +88,11 @@ def _reason_of_connection(e: BaseException) -> str:
     return "connection failed"
 
 
-def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
+def classify(exc: BaseException, began: Optional[bool] = None) -> Tuple[int, str, str]:
     """``(exit code, what, where)`` for an exception that ended a subcommand;
-    ``started``: whether the job had begun to write (:func:`started`)."""
+    ``began``: whether the job had begun to write (default: :func:`started`)."""
+    if began is None:
+        began = started(exc)
     if isinstance(exc, KeyboardInterrupt):
         return FAILED, "interrupted", ""
     if _is(exc, "pipelines", "OutputExistsError"):
@@ -125,7 +127,7 @@ def classify(exc: BaseException, started: bool = True) -> Tuple[int, str, str]:
     if perm is not None:
         return FAILED, f"{perm.strerror or 'permission denied'}".lower(), perm.filename or ""
     if isinstance(exc, (ValueError, ImportError)):  # ImportError: a module:function named in --ops
-        return (FAILED if started else USAGE), _message(exc), ""
+        return (FAILED if began else USAGE), _message(exc), ""
     if isinstance(exc, OSError) and exc.strerror:
         return FAILED, exc.strerror, exc.filename or ""
     if isinstance(exc, RuntimeError):
@@ -152,22 +154,19 @@ def rejects_said(code: int, rejected: int, max_rejects: int, option: str) -> Opt
     return f"{rejected} rejects > {option} {max_rejects}"
 
 
-# -- the phase of this process's job -----------------------------------------------------
-
-_started = False
+# -- the phase of a failed job -----------------------------------------------------------
 
 
-def reset() -> None:
-    """A new job: errors are set-up errors again until it starts."""
-    global _started
-    _started = False
+def mark_started(exc: BaseException) -> None:
+    """``exc`` ended a job that had started writing (``pipelines.job.lifecycle.run``).
+    The mark travels with the exception, not in this process's state: two jobs of one
+    process (a notebook, a test run) never see each other's phase."""
+    try:
+        exc.tar2tf_started = True
+    except AttributeError:  # an exception type with __slots__: left unmarked (a failure)
+        pass
 
 
-def start() -> None:
-    """The job is about to write its output."""
-    global _started
-    _started = True
-
-
-def started() -> bool:
-    return _started
+def started(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) ended a started job."""
+    return any(getattr(e, "tar2tf_started", False) for e in _chain(exc))

@@ -31,33 +31,84 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import transforms
 from pipelines.job import cleanup, exits, job_file, output_lock
 from transforms.record_types import Reject
-from transforms.stores import dirname, get_store, join
+from transforms.stores import get_store, join
 from transforms.tar.sources import is_missing
 
 
+class Converted(NamedTuple):
+    """A unit just converted, as the in-process driver's stream takes it: its summary
+    (all a job keeps of it) and, for a TFRecord piece, its records' framed ``sizes`` (None:
+    in its record file) and ``frames`` held in memory (None: in its piece file)."""
+
+    summary: Any
+    sizes: Optional[List[int]] = None
+    frames: Optional[List[bytes]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSpec:
+    """Final shards the in-process driver may write while later units still convert, in
+    unit order (``pipelines.inprocess.stream``): their ``{}`` name template (names that
+    need no shard count), bounds, and how they are written."""
+
+    output: str
+    max_bytes: Optional[int]
+    max_records: Optional[int]
+    dali_index: bool = False
+    spool_limit: Optional[int] = None  # bytes of finished shards that may wait for upload
+
+
+@dataclasses.dataclass(frozen=True)
+class InProcessPlan:
+    """What a format tells the in-process driver (``pipelines.inprocess.driver``) about a
+    job: the facts of the format, never how the driver runs them."""
+
+    # why this job can only run as a Beam graph, or None
+    refused: Optional[str] = None
+    # the outputs can be written while later units still convert, in unit order; None:
+    # planned (Kind.plan) once every unit is converted
+    stream: Optional[StreamSpec] = None
+    # the units can be converted in worker processes (``pipelines.inprocess.pool``)
+    processes: bool = False
+    # the job does real work per record (decode, resize, ...): a worker process pays off
+    heavy: bool = False
+
+
+@dataclasses.dataclass
+class Ended:
+    """What a job's finish step gets: the rows of the written outputs, the units'
+    summaries, and the job's facts from :func:`prepare`."""
+
+    rows: List[Any]
+    summaries: Sequence[Any]
+    list_rejects: List[Reject]
+    inputs: List[str]
+    extras: Dict[str, Any]
+
+
 class Kind:
-    """A format's part of the lifecycle.  Stateless: the Beam graph pickles it into its
-    steps.  ``cfg`` is the format's config (``ConvertConfig``, ``PcrConfig``)."""
+    """A format's part of the lifecycle: what it writes and how, never which runner runs
+    it.  Stateless: the Beam graph pickles it into its steps.  ``cfg`` is the format's
+    config (``ConvertConfig``, ``PcrConfig``)."""
 
     name = ""  # the command that runs it (what the output's lock names)
-    # the names of the Beam graph's steps, for a job's logs and a runner's UI
-    # (``pipelines.beam.job``)
-    steps: Dict[str, str] = {}
-    index_at = 0  # where a unit (a tuple) holds its index
+
+    # -- the job, in the launching process --------------------------------------------
 
     def checked(self, cfg):
-        """The config as the job runs it; ``ValueError`` (or ``RuntimeError``: a missing
-        tool) for what makes the job impossible, before anything is touched."""
+        """A copy of the config as the job runs it (the caller's is left as it is);
+        ``ValueError`` (or ``RuntimeError``: a missing tool) for what makes the job
+        impossible, before anything is touched."""
         return cfg
 
     def units(self, cfg) -> Tuple[List[Any], List[Reject], List[str], Dict[str, Any]]:
         """``(units, listing rejects, input names, extras for the manifest)``; a unit is a
-        tuple that holds its index at :attr:`index_at`."""
+        small tuple (:meth:`unit_index` says its index)."""
         raise NotImplementedError
 
     def lock_url(self, cfg) -> str:
@@ -71,23 +122,35 @@ class Kind:
         """:func:`start`'s part that is the format's: ``replace.begin`` of its manifest."""
         raise NotImplementedError
 
-    def convert_unit(
-        self, cfg, work: str, unit, stages, convert: Optional[Callable] = None
-    ) -> Tuple[Any, bool]:
-        """``(summary, reused)``: with ``resume``, the verified work an interrupted run
-        left (``reused``); else the unit converted into the work directory, by
-        ``convert(unit)`` when given, whose result is returned as it is (the in-process
-        driver's: its worker processes, or a ``ConvertedPiece`` that keeps its sizes for its
-        stream).  A summary is a TFRecord piece's ``PieceSummary`` or a PCR unit's dict."""
-        raise NotImplementedError
+    def in_process(self, cfg) -> InProcessPlan:
+        """What the in-process driver needs to know of this job (:class:`InProcessPlan`)."""
+        return InProcessPlan()
+
+    # -- one unit, on a worker ----------------------------------------------------------
+
+    def unit_index(self, unit) -> int:
+        return unit[0]
 
     def stages(self, cfg):
-        """What :meth:`convert_unit` needs built once per worker (ops), or None."""
+        """What :meth:`convert` needs built once per worker (ops), or None."""
         return None
 
-    def counts(self, summary) -> Dict[str, int]:
-        """What one converted unit adds to the job's counters."""
+    def reuse(self, cfg, work: str, unit) -> Optional[Any]:
+        """The summary of the verified work an interrupted run left for ``unit``, or None
+        (asked only when the job resumes: :func:`convert_unit`)."""
+        return None
+
+    def convert(self, cfg, work: str, unit, stages, hold: int = 0) -> Converted:
+        """``unit`` converted into the work directory.  ``hold`` > 0: data up to that many
+        bytes may stay in memory, in the result, instead of a work file (the in-process
+        driver's stream writes it once)."""
         raise NotImplementedError
+
+    def counts(self, summary) -> Dict[str, int]:
+        """What one converted unit adds to the job's counters (``pipelines.job.counts``)."""
+        raise NotImplementedError
+
+    # -- the outputs --------------------------------------------------------------------
 
     def plan(self, summaries: Sequence[Any], cfg) -> Iterator[Any]:
         """The write tasks, once every unit is converted (streamed)."""
@@ -101,8 +164,9 @@ class Kind:
         """One output file written from its task, atomically -> its row."""
         raise NotImplementedError
 
-    def finish(self, rows, summaries, cfg, list_rejects, inputs, extras) -> Dict[str, Any]:
-        """Stale outputs removed, the manifest and rejects written; the manifest."""
+    def finish(self, cfg, ended: Ended) -> Dict[str, Any]:
+        """Stale outputs removed, the manifest and rejects written (the commit point); the
+        manifest."""
         raise NotImplementedError
 
     def manifest_path(self, cfg) -> str:
@@ -120,6 +184,21 @@ class Kind:
     def again(self, cfg, manifest: Dict[str, Any]):
         """The config of a second run the finished job asks for, or None."""
         return None
+
+
+class Executor:
+    """A driver's part of :func:`run`: the Beam graph (``pipelines.beam.job``) or the
+    in-process driver (``pipelines.inprocess.driver``)."""
+
+    def build(self, job: "Job") -> None:
+        """What can fail before the job writes anything (a graph built, ops pickled): a
+        failure here leaves no file behind."""
+
+    def execute(self, job: "Job") -> Tuple[Dict[str, int], Optional[Dict[str, Any]]]:
+        """Convert, plan, write and finish the started job: ``(counters, manifest)`` --
+        the manifest as :func:`finish` returned it in this process, or None when it was
+        written elsewhere (a Beam worker)."""
+        raise NotImplementedError
 
 
 @dataclasses.dataclass
@@ -221,6 +300,43 @@ def start(job: Job) -> None:
     job.kind.begin(job)
 
 
+def run(kind: Kind, cfg, executor: Executor) -> ConvertResult:
+    """The one run of a job, whichever driver executes it (the module docstring): prepare,
+    :meth:`Executor.build`, start, :meth:`Executor.execute`, the result -- and the second
+    run a finished job asks for (:meth:`Kind.again`: a job whose features had several
+    types), by the same executor.  An error raised once the job has started carries
+    ``tar2tf_started`` (``pipelines.job.exits.started``): a ``ValueError`` then is the
+    job's failure, not bad usage."""
+    job = prepare(kind, cfg)
+    try:
+        executor.build(job)
+    except BaseException:
+        # nothing ran yet, so there is nothing to clean up, but the output's lock is held
+        # since prepare(): left to the garbage collector, it would refuse the next job of
+        # a long-lived process (a notebook) until the process ends
+        job.release()
+        raise
+    try:
+        with cleaned_on_failure(job):
+            start(job)
+            counters, manifest = executor.execute(job)
+            res = result_of(job, counters, manifest)
+    except BaseException as e:
+        exits.mark_started(e)
+        raise
+    again = kind.again(job.cfg, res.manifest)
+    return res if again is None else run(kind, again, executor)
+
+
+def convert_unit(kind: Kind, cfg, work: str, unit, stages) -> Tuple[Any, bool]:
+    """``(summary, reused)`` of one unit: with ``resume``, the verified work an interrupted
+    run left (``reused``); else the unit converted into the work directory."""
+    found = kind.reuse(cfg, work, unit) if cfg.resume else None
+    if found is not None:
+        return found, True
+    return kind.convert(cfg, work, unit, stages).summary, False
+
+
 def check_held(held: Optional[Tuple[str, str]], config) -> None:
     """Raise ``OutputLockedError`` (exit 4) unless this job still holds its output's lock
     (``held``: :attr:`Job.held`): what a job checks before its commit point, in the
@@ -255,17 +371,16 @@ def cleaned_on_failure(job: Job) -> Iterator[None]:
 
 def finish(job: Job, rows, summaries) -> Dict[str, Any]:
     """The kind's finish in the launching process (the in-process driver)."""
-    return finish_on(
-        job.held, job.kind, rows, summaries, job.cfg, job.list_rejects, job.inputs, job.extras
-    )
+    ended = Ended(list(rows), summaries, job.list_rejects, job.inputs, job.extras)
+    return finish_on(job.held, job.kind, job.cfg, ended)
 
 
-def finish_on(held, kind: Kind, rows, summaries, cfg, list_rejects, inputs, extras):
+def finish_on(held, kind: Kind, cfg, ended: Ended) -> Dict[str, Any]:
     """The kind's finish (stale outputs removed, the manifest written: the commit point)
     where it runs, once the lock is read again: a job whose lock was taken while it ran
     must not remove or describe the files of the job that took it."""
     check_held(held, cfg.store)
-    return kind.finish(rows, summaries, cfg, list_rejects, inputs, extras)
+    return kind.finish(cfg, ended)
 
 
 def result_of(
@@ -305,7 +420,7 @@ def job_of(cfg, inputs: List[str]) -> Dict[str, Any]:
     (``pipelines.job.job_file``).  A TFRecord job's names its output; a PCR job's does not
     (``PcrConfig.output_in_identity``: its work directory is inside its output)."""
     job = {"inputs": inputs, "options": cfg.describe(), "v": transforms.__version__}
-    if getattr(cfg, "output_in_identity", True):
+    if cfg.output_in_identity:
         job["output"] = cfg.output
     return job
 
@@ -313,12 +428,8 @@ def job_of(cfg, inputs: List[str]) -> Dict[str, Any]:
 def work_dir_for(cfg, inputs: List[str]) -> str:
     """Same job (:func:`job_of`) -> same work dir, which is what makes ``resume`` find
     pieces or unit blobs (and only this job's: another output's journal lists other
-    shards).  Under ``cfg.work_root()`` where the config has one (PCR: inside its output
-    directory), else ``cfg.work_dir`` or ``.tar2tf-work`` beside the output."""
+    shards).  Under the config's ``work_root()`` (TFRecord: ``work_dir`` or
+    ``.tar2tf-work`` beside the output; PCR: inside its output directory)."""
     key = json.dumps(job_of(cfg, inputs), sort_keys=True)
     fp = hashlib.sha256(key.encode()).hexdigest()[:16]
-    if hasattr(cfg, "work_root"):
-        root = cfg.work_root()
-    else:
-        root = cfg.work_dir or join(dirname(cfg.output), ".tar2tf-work")
-    return join(root, fp)
+    return join(cfg.work_root(), fp)

@@ -28,7 +28,7 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
-from pipelines.job import exits, job_file, names, overlap
+from pipelines.job import job_file, names, overlap
 from transforms.redact import redact
 from transforms.stores import Store, StoreConfig, basename, dirname, get_store, join
 
@@ -116,9 +116,7 @@ def begin(
 ) -> None:
     """Step 1 of the protocol (module docstring): the earlier manifest's outputs into the
     ledger, then the manifest (and ``also_delete``: a PCR index) deleted.  ``output`` +
-    ``work``: a TFRecord job, whose interrupted runs' journals are read as well.  Marks
-    the job as started (``pipelines.job.exits``)."""
-    exits.start()
+    ``work``: a TFRecord job, whose interrupted runs' journals are read as well."""
     store = get_store(manifest_url, config)
     ledger = ledger_of(manifest_url)
     outputs = previous_outputs(manifest_url, config)

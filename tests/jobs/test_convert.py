@@ -301,9 +301,7 @@ def test_cli_exit_codes(shards, tmp_path):
 def test_job_failures_map_to_exit_codes(capsys):
     from launch.job_exit import exit_code
     from pipelines.inprocess.pool import WorkerDied
-    from pipelines.job import exits
 
-    exits.reset()  # as the CLI does before a subcommand: set-up errors are usage errors
     for exc, code in (
         (OutputExistsError("exists"), 4),
         (ValueError("bad size"), 2),

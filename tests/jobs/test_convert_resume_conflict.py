@@ -13,9 +13,9 @@ from support.pcr_fixtures import requires_jpegtran
 
 from launch.cli import main
 from pipelines.beam.pcr import PcrConfig, convert_pcr
-from pipelines.inprocess import driver as cv
 from pipelines.inprocess import journal as shard_journal
 from pipelines.inprocess.driver import convert_in_process
+from pipelines.job.kinds.tfrecord import kind as cv
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for
 from pipelines.job.refused import OutputExistsError

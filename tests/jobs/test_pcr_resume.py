@@ -6,6 +6,7 @@ import os
 from support.pcr_fixtures import requires_jpegtran
 
 from pipelines.beam.pcr import PcrConfig, convert_pcr
+from pipelines.job import lifecycle
 from pipelines.job.kinds.pcr.kind import PCR, list_units
 from pipelines.job.lifecycle import work_dir_for
 from pipelines.job.refused import OutputExistsError
@@ -39,7 +40,7 @@ def test_resume_reuses_verified_units_and_matches_a_clean_run(tmp_path):
     cfg = _cfg(str(tmp_path / "out"), resume=True)
     units, _, inputs, _ = list_units(cfg)
     work = work_dir_for(cfg, inputs)
-    done = [PCR.convert_unit(cfg, work, unit, None)[0] for unit in units[:3]]
+    done = [lifecycle.convert_unit(PCR, cfg, work, unit, None)[0] for unit in units[:3]]
     damaged = done[0]["blob"]
     data = bytearray(open(damaged, "rb").read())
     data[100] ^= 0xFF
@@ -83,7 +84,7 @@ def test_resume_redoes_units_of_an_image_folder_that_changed(tmp_path):
     units, _, inputs, _ = list_units(cfg)
     work = work_dir_for(cfg, inputs)
     for unit in units[:2]:
-        PCR.convert_unit(cfg, work, unit, None)
+        lifecycle.convert_unit(PCR, cfg, work, unit, None)
     # then an image that sorts first is added and another removed: slice 0 changes, slice 1
     # (c0/img008, c0/img010, c1/img001, c1/img003) happens to stay the same
     make_image_folder(src, {"c0/aaa_new.jpg": encode(photo("coffee", (30, 20)))})

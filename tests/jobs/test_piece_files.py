@@ -10,9 +10,9 @@ import shutil
 import pytest
 from support import shardgen
 
-from pipelines.inprocess import driver as cv
 from pipelines.inprocess.driver import convert_in_process
 from pipelines.job import workfiles
+from pipelines.job.kinds.tfrecord import kind as cv
 from pipelines.job.kinds.tfrecord import piecefiles
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import work_dir_for

@@ -40,8 +40,8 @@ def test_a_failed_job_keeps_its_finished_shards_and_resume_continues_after_them(
     """A job that fails keeps the shards its stream finished (journaled), and nothing else
     under a final name; a rerun without resume refuses to touch them, and with resume=True
     converts only what comes after them, into the same bytes as an uninterrupted run."""
-    from pipelines.inprocess import driver as cv
     from pipelines.inprocess import journal as shard_journal
+    from pipelines.job.kinds.tfrecord import kind as cv
 
     shardgen.make_shards(str(tmp_path), 4, 6, size=(32, 32))
 
@@ -136,7 +136,7 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
     holds = []
     real = shard_convert.convert_to_piece
     monkeypatch.setattr(
-        "pipelines.inprocess.driver.convert_to_piece",
+        "pipelines.job.kinds.tfrecord.kind.convert_to_piece",
         lambda *a: (holds.append(a[5] if len(a) > 5 else 0), real(*a))[1],
     )
     for resume in (False, True):
@@ -192,7 +192,7 @@ def test_one_worker_converts_on_the_calling_thread_into_the_same_bytes(tmp_path,
     between writes (no converter thread), into the same shards as two threads write."""
     import threading
 
-    from pipelines.inprocess import driver as cv
+    from pipelines.job.kinds.tfrecord import kind as cv
 
     shardgen.make_shards(str(tmp_path / "in"), 4, 5, size=(32, 32))
     threads = []
@@ -226,7 +226,7 @@ def test_one_worker_failing_mid_job_keeps_journaled_shards_and_resumes(tmp_path,
     """An error converting the third shard on the caller's thread: the job raises it, the
     shards finished before stay (journaled, final names only, no temporary file), and
     resume=True converts only what comes after them, into an uninterrupted run's bytes."""
-    from pipelines.inprocess import driver as cv
+    from pipelines.job.kinds.tfrecord import kind as cv
 
     shardgen.make_shards(str(tmp_path / "in"), 4, 6, size=(32, 32))
     real = cv.convert_to_piece
@@ -316,8 +316,8 @@ def test_a_written_piece_holds_no_memory_while_later_pieces_convert(tmp_path, mo
     import gc
     import weakref
 
-    from pipelines.inprocess import driver as cv
     from pipelines.inprocess import stream as shard_stream
+    from pipelines.job.kinds.tfrecord import kind as cv
 
     shardgen.make_shards(str(tmp_path / "in"), 6, 5, size=(32, 32))
     made = []

@@ -59,7 +59,7 @@ def _run(tmp_path, name, attempts):
     stages = TFRECORD.stages(job.cfg)
 
     def convert(unit):
-        return TFRECORD.convert_unit(job.cfg, job.work, unit, stages)[0]
+        return lifecycle.convert_unit(TFRECORD, job.cfg, job.work, unit, stages)[0]
 
     first = attempts(lambda: convert(job.units[0]))
     summaries = [first] + [convert(u) for u in job.units[1:]]
@@ -164,8 +164,8 @@ def test_each_attempt_writes_files_of_its_own_and_the_sidecar_names_the_last(tmp
     cfg = ConvertConfig(sources=DEMO[:1], output=str(tmp_path / "o" / "t.record"), progress=False)
     work = str(tmp_path / "w")
     stages = cfg.stages()
-    a = TFRECORD.convert_unit(cfg, work, (0, DEMO[0]), stages)[0]
-    b = TFRECORD.convert_unit(cfg, work, (0, DEMO[0]), stages)[0]
+    a = lifecycle.convert_unit(TFRECORD, cfg, work, (0, DEMO[0]), stages)[0]
+    b = lifecycle.convert_unit(TFRECORD, cfg, work, (0, DEMO[0]), stages)[0]
     assert a.piece != b.piece and os.path.exists(a.piece) and os.path.exists(b.piece)
     assert sorted(os.listdir(work)) == sorted(
         [os.path.basename(p) for p in (a.piece, b.piece)]
@@ -186,8 +186,8 @@ def test_pcr_attempts_keep_their_own_descriptions(tmp_path):
     cfg = pcr_kind.PcrConfig(sources=DEMO[:1], output=str(tmp_path / "p"), progress=False)
     units, _, inputs, _ = pcr_kind.list_units(cfg)
     work = str(tmp_path / "w")
-    a = pcr_kind.PCR.convert_unit(cfg, work, units[0], None)[0]
-    b = pcr_kind.PCR.convert_unit(cfg, work, units[0], None)[0]
+    a = lifecycle.convert_unit(pcr_kind.PCR, cfg, work, units[0], None)[0]
+    b = lifecycle.convert_unit(pcr_kind.PCR, cfg, work, units[0], None)[0]
     assert a["blob"] != b["blob"]
     for s in (a, b):
         assert pcr_records._unit_info(s, cfg)["blob"] == s["blob"]
@@ -205,7 +205,7 @@ def test_the_beam_graph_writes_the_committed_attempts_output(
     from pipelines.job.kinds.tfrecord.kind import TFRecordKind
 
     _, clean_manifest = clean
-    real_convert = TFRecordKind.convert_unit
+    real_convert = TFRecordKind.convert
     real_read = piece_mod.read_shard
     failing = _failing_reader(real_read)
     mine = threading.local()
@@ -214,18 +214,18 @@ def test_the_beam_graph_writes_the_committed_attempts_output(
         reader = failing if getattr(mine, "fails", False) else real_read
         return reader(url, *args, **kwargs)
 
-    def twice(self, cfg, work, unit, stages, convert=None):
+    def twice(self, cfg, work, unit, stages, hold=0):
         got = {}
         for which in ("good", "failed"):
             mine.fails = which == "failed" and unit[0] == 0
             try:
-                got[which] = real_convert(self, cfg, work, unit, stages, convert)
+                got[which] = real_convert(self, cfg, work, unit, stages, hold)
             finally:
                 mine.fails = False
         return got[committed]
 
     monkeypatch.setattr(piece_mod, "read_shard", read)
-    monkeypatch.setattr(TFRecordKind, "convert_unit", twice)
+    monkeypatch.setattr(TFRecordKind, "convert", twice)
     cfg = ConvertConfig(
         sources=DEMO,
         output=str(tmp_path / "beam" / "t-{}.record"),

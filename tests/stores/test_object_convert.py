@@ -287,8 +287,8 @@ def test_in_process_one_worker_to_a_bucket_keeps_a_converter_thread(
     output converts on the caller's thread), into the bytes of the local Beam run."""
     import threading
 
-    from pipelines.inprocess import driver as cv
     from pipelines.inprocess.driver import convert_in_process
+    from pipelines.job.kinds.tfrecord import kind as cv
 
     paths, ref_shards, ref_totals = local_run.paths, local_run.shards, local_run.manifest["totals"]
     _upload(backend, paths)

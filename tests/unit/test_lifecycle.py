@@ -55,7 +55,7 @@ def _old_plan(infos, cfg):
 @requires_jpegtran
 @pytest.mark.parametrize("seed", [None, 3])
 def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed, monkeypatch):
-    from pipelines.job import external, workfiles
+    from pipelines.job import external, lifecycle, workfiles
     from pipelines.job.kinds.pcr import kind
     from pipelines.job.kinds.pcr import records as pcr_records
     from pipelines.job.lifecycle import work_dir_for
@@ -66,7 +66,7 @@ def test_pcr_plan_from_summaries_equals_the_plan_over_every_image(tmp_path, seed
     )
     units, _, inputs, _ = kind.list_units(cfg)
     work = work_dir_for(cfg, inputs)
-    summaries = [kind.PCR.convert_unit(cfg, work, u, None) for u in units]
+    summaries = [lifecycle.convert_unit(kind.PCR, cfg, work, u, None) for u in units]
     assert [reused for _, reused in summaries] == [False] * len(units)
     summaries = [s for s, _ in summaries]
     infos = [

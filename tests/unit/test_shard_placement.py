@@ -119,10 +119,11 @@ def test_a_shard_opened_after_the_stream_was_stopped_never_waits(tmp_path):
     from concurrent.futures import Future
 
     from pipelines.inprocess.driver import new_stream
+    from pipelines.job.kinds.tfrecord.kind import TFRECORD
 
     (piece,) = _pieces(str(tmp_path), [[300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    stream = new_stream(cfg)
+    stream = new_stream(TFRECORD.in_process(cfg).stream, cfg.store)
     stream.cancel(RuntimeError("stopped for the test"))
     place = Future()
     stream.add(piece, place)  # opens both shards after cancel(); nobody fills their ranges
@@ -139,8 +140,9 @@ def _feed(cfg, expect):
     """The feed the in-process driver gives its worker pool (``place``)."""
     from pipelines.inprocess.driver import new_stream
     from pipelines.inprocess.stream import PieceFeed
+    from pipelines.job.kinds.tfrecord.kind import TFRECORD
 
-    return PieceFeed(new_stream(cfg), expect)
+    return PieceFeed(new_stream(TFRECORD.in_process(cfg).stream, cfg.store), expect)
 
 
 def _raises(fn):

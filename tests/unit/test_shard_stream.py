@@ -174,11 +174,12 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
     every piece is in, before anyone calls finish()."""
     from pipelines.inprocess.driver import new_stream
     from pipelines.inprocess.stream import PieceFeed
+    from pipelines.job.kinds.tfrecord.kind import TFRECORD
 
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 3, [300] * 4])
     ref = _planned(pieces, str(tmp_path / "p" / "t-{}.rec"), 1000, None, False)
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = PieceFeed(new_stream(cfg), 3)
+    feed = PieceFeed(new_stream(TFRECORD.in_process(cfg).stream, cfg.store), 3)
     try:
         threads = _workers(feed, pieces, order=(2, 0, 1))
         final = sorted(os.listdir(tmp_path / "p"))
@@ -199,10 +200,11 @@ def test_the_feed_closes_the_last_shard_when_the_last_expected_piece_is_in(tmp_p
 def test_a_job_failing_after_its_stream_closed_leaves_no_shards(tmp_path):
     from pipelines.inprocess.driver import new_stream
     from pipelines.inprocess.stream import PieceFeed
+    from pipelines.job.kinds.tfrecord.kind import TFRECORD
 
     pieces = _pieces(str(tmp_path), [[300] * 4, [300] * 4])
     cfg = ConvertConfig(sources=[], output=str(tmp_path / "s" / "t-{}.rec"), max_shard_size=1000)
-    feed = PieceFeed(new_stream(cfg), 2)
+    feed = PieceFeed(new_stream(TFRECORD.in_process(cfg).stream, cfg.store), 2)
     threads = _workers(feed, pieces)
     _wait_for(
         lambda: (

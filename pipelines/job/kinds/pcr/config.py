@@ -33,6 +33,9 @@ class PcrConfig:
     # seconds (local runs; pipelines.job.progress); False: none
     progress: Optional[bool] = None
     progress_every: Optional[float] = None
+    # converting units at once: Beam's local runner's worker processes, the in-process
+    # driver's threads (None: one per core).  Not an output option: not in describe()
+    processes: Optional[int] = None
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
 
     # the job's identity (pipelines.job.lifecycle.job_of) leaves the output out: the work

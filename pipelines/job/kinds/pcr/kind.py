@@ -21,14 +21,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from pipelines.job import job_file, names, output_lock, overlap, progress, replace, workfiles
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.pcr import records
 from pipelines.job.kinds.pcr.config import PcrConfig
 from pipelines.job.kinds.pcr.records import MANIFEST_STEM, manifest_path
-from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
+from pipelines.job.lifecycle import Converted, ConvertResult, Ended, Job, Kind, job_of
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
@@ -49,18 +49,6 @@ class PcrResult(ConvertResult):
 
 class PcrKind(Kind):
     name = "pcr"
-    steps = {
-        "units": "Units",
-        "spread_units": "SpreadUnits",
-        "convert": "ConvertUnit",
-        "gather_units": "GatherUnits",
-        "plan": "PlanRecords",
-        "spread_writes": "SpreadRecords",
-        "write": "WriteRecord",
-        "gather_rows": "GatherRecords",
-        "finish": "Finish",
-    }
-    index_at = 1  # ("tar" | "files", index, shard, what)
 
     def checked(self, cfg: PcrConfig) -> PcrConfig:
         return checked(cfg)
@@ -79,15 +67,18 @@ class PcrKind(Kind):
         out = job.cfg.output
         replace.begin(manifest_path(out), job.cfg.store, also_delete=[join(out, fmt.INDEX_NAME)])
 
-    def convert_unit(self, cfg: PcrConfig, work: str, unit, stages, convert=None):
+    def unit_index(self, unit) -> int:
+        return unit[1]  # ("tar" | "files", index, shard, what)
+
+    def reuse(self, cfg: PcrConfig, work: str, unit) -> Optional[Dict[str, Any]]:
         stem = workfiles.unit_stem(pc.unit_blob(work, unit))
-        info = workfiles.load_verified(stem, "blob", cfg.store) if cfg.resume else None
-        if info is not None and info.get("unit") != pc.unit_id(unit):
-            info = None  # the blob of another unit: the input changed since that run
-        if info is not None:
-            return records.summary_of(info), True
-        if convert is not None:
-            return convert(unit), False
+        info = workfiles.load_verified(stem, "blob", cfg.store)
+        if info is None or info.get("unit") != pc.unit_id(unit):
+            return None  # none, or the blob of another unit: the input changed since that run
+        return records.summary_of(info)
+
+    def convert(self, cfg: PcrConfig, work: str, unit, stages, hold: int = 0) -> Converted:
+        stem = workfiles.unit_stem(pc.unit_blob(work, unit))
         info = pc.convert_unit(
             unit,
             work,
@@ -102,7 +93,7 @@ class PcrKind(Kind):
         # the unit's sidecar, for a resume
         records.write_unit_info(info, cfg.store)
         workfiles.write_sidecar(info["blob"], info, cfg.store)
-        return records.summary_of(info), False
+        return Converted(records.summary_of(info))
 
     def counts(self, summary: Dict[str, Any]) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
@@ -113,8 +104,15 @@ class PcrKind(Kind):
     def write(self, task: Dict[str, Any], cfg: PcrConfig) -> Dict[str, Any]:
         return records.write_record_task(task, cfg.store)
 
-    def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
-        return records.finish(rows, summaries, cfg, list_rejects, inputs, extras["classes"])
+    def finish(self, cfg: PcrConfig, ended: Ended) -> Dict[str, Any]:
+        return records.finish(
+            ended.rows,
+            ended.summaries,
+            cfg,
+            ended.list_rejects,
+            ended.inputs,
+            ended.extras["classes"],
+        )
 
     def manifest_path(self, cfg: PcrConfig) -> str:
         return manifest_path(cfg.output)

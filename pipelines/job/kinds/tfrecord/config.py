@@ -10,7 +10,7 @@ from transforms import argcheck
 from transforms.ops import codec_choice, image_limits
 from transforms.ops.stages import Stages, stage_name
 from transforms.sizes import parse_size
-from transforms.stores import StoreConfig
+from transforms.stores import StoreConfig, dirname, join
 from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tfrecord import schema as exs
 
@@ -144,6 +144,14 @@ class ConvertConfig:
         user functions...), not only light ones that pick entries (``Op.light``)."""
         stages = list(self.sample_stages) + [self.record_to_example] + list(self.example_stages)
         return any(s is not None and not getattr(s, "light", False) for s in stages)
+
+    # the job's identity (pipelines.job.lifecycle.job_of) names the output: two outputs of
+    # the same inputs are two jobs, with two work directories
+    output_in_identity = True
+
+    def work_root(self) -> str:
+        """Where the job's work directories are: ``work_dir``, else beside the output."""
+        return self.work_dir or join(dirname(self.output), ".tar2tf-work")
 
     def describe(self) -> Dict[str, Any]:
         """The options as they enter the manifest (callables by name)."""

@@ -38,7 +38,15 @@ from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.kinds.tfrecord.piece import convert_to_piece, load_verified_piece
 from pipelines.job.kinds.tfrecord.plan import ShardTask
 from pipelines.job.kinds.tfrecord.summary import PieceSummary
-from pipelines.job.lifecycle import ConvertResult, Job, Kind, job_of
+from pipelines.job.lifecycle import (
+    ConvertResult,
+    Ended,
+    InProcessPlan,
+    Job,
+    Kind,
+    StreamSpec,
+    job_of,
+)
 from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
 from transforms.ops import codec_choice
 from transforms.record_types import Reject
@@ -55,17 +63,6 @@ COMPANIONS = (".manifest.json", ".rejects.jsonl", replace.LEDGER_SUFFIX)
 
 class TFRecordKind(Kind):
     name = "convert"
-    steps = {
-        "units": "Shards",
-        "spread_units": "SpreadShards",
-        "convert": "ConvertShard",
-        "gather_units": "GatherPieces",
-        "plan": "Plan",
-        "spread_writes": "SpreadWrites",
-        "write": "WriteShard",
-        "gather_rows": "GatherShards",
-        "finish": "Manifest",
-    }
 
     def checked(self, cfg: ConvertConfig) -> ConvertConfig:
         names.check_template(cfg.output)
@@ -101,18 +98,28 @@ class TFRecordKind(Kind):
         with tfds.retracted(cfg.output):
             replace.begin(self.manifest_path(cfg), cfg.store, output=cfg.output, work=job.work)
 
+    def in_process(self, cfg: ConvertConfig) -> InProcessPlan:
+        return InProcessPlan(
+            refused=(
+                "a shuffled job needs the Beam graph, not the in-process driver: run it on a "
+                "Beam runner"
+                if cfg.shuffle
+                else None
+            ),
+            stream=_stream_spec(cfg),
+            processes=True,
+            heavy=cfg.has_heavy_ops(),
+        )
+
     def stages(self, cfg: ConvertConfig):
         return cfg.stages()
 
-    def convert_unit(self, cfg: ConvertConfig, work: str, unit, stages, convert=None):
+    def reuse(self, cfg: ConvertConfig, work: str, unit) -> Optional[PieceSummary]:
+        return load_verified_piece(unit[0], work, cfg.store)
+
+    def convert(self, cfg: ConvertConfig, work: str, unit, stages, hold: int = 0):
         index, url = unit
-        info = load_verified_piece(index, work, cfg.store) if cfg.resume else None
-        if info is not None:
-            return info, True
-        if convert is not None:
-            return convert(unit), False
-        # its summary only: the sizes stay in its record file
-        return convert_to_piece(index, url, work, cfg, stages).summary, False
+        return convert_to_piece(index, url, work, cfg, stages, hold)
 
     def counts(self, summary: PieceSummary) -> Dict[str, int]:
         return job_manifest.piece_counts(summary)
@@ -127,11 +134,11 @@ class TFRecordKind(Kind):
         # a TFRecord file, or an ArrayRecord file of the same Examples (``format``)
         return arrayrecordfile.shard_writer(cfg.format)(task, cfg.store, cfg.dali_index)
 
-    def finish(self, rows, summaries, cfg, list_rejects, inputs, extras):
+    def finish(self, cfg: ConvertConfig, ended: Ended) -> Dict[str, Any]:
         # "duplicates": the buckets' scans of a driver that spread them (the Beam graph)
-        scans = extras.get("duplicates")
+        scans = ended.extras.get("duplicates")
         found = duplicates.merge(scans) if scans is not None else None
-        return finish(rows, summaries, cfg, list_rejects, inputs, found)
+        return finish(ended.rows, ended.summaries, cfg, ended.list_rejects, ended.inputs, found)
 
     def manifest_path(self, cfg: ConvertConfig) -> str:
         return names.companion(cfg.output, ".manifest.json")
@@ -152,6 +159,21 @@ class TFRecordKind(Kind):
 
 
 TFRECORD = TFRecordKind()
+
+
+def _stream_spec(cfg: ConvertConfig) -> Optional[StreamSpec]:
+    """The shards a job may write as its pieces convert: shard names that need no count
+    (a ``{}`` template) and TFRecord framing, whose packing is the plan's (ArrayRecord
+    files are planned: ``arrayrecordfile``; a shuffle needs every record first)."""
+    if cfg.shuffle or cfg.format != "tfrecord" or not names.is_template(cfg.output):
+        return None
+    return StreamSpec(
+        cfg.output,
+        parse_size(cfg.max_shard_size),
+        cfg.records_per_shard,
+        cfg.dali_index,
+        parse_size(cfg.spool_limit),
+    )
 
 
 def plan_shards(pieces, cfg: ConvertConfig):
