@@ -117,13 +117,3 @@ def write_array_record_shard(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return {"path": path, "records": n, "bytes": size, "crc32c": crc}
-
-
-def shard_writer(fmt: str):
-    """The planned writer of one final shard for the job's output format (``ConvertConfig.format``):
-    ``(task, store config, dali_index) -> manifest row``."""
-    if fmt == "array_record":
-        return write_array_record_shard
-    from pipelines.job.kinds.tfrecord import shardfile
-
-    return shardfile.write_shard

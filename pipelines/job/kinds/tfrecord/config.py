@@ -6,6 +6,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
+from pipelines.job.kinds.tfrecord import file_formats
 from transforms import argcheck
 from transforms.ops import codec_choice, image_limits
 from transforms.ops.stages import Stages, stage_name
@@ -13,8 +14,6 @@ from transforms.sizes import parse_size
 from transforms.stores import StoreConfig, dirname, join
 from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tfrecord import schema as exs
-
-FORMATS = ("tfrecord", "array_record")
 
 
 @dataclasses.dataclass
@@ -71,13 +70,7 @@ class ConvertConfig:
         if self.format is None:
             named = isinstance(self.output, str) and self.output.endswith(".array_record")
             self.format = "array_record" if named else "tfrecord"
-        if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
-        if self.format == "array_record" and (self.shuffle or self.dali_index):
-            raise ValueError(
-                "format array_record takes neither shuffle (Grain shuffles an ArrayRecord "
-                "dataset by index as it reads) nor dali_index (a TFRecord index)"
-            )
+        file_formats.checked(self.format, self.shuffle, self.dali_index)
 
     def _check(self) -> None:
         """The options, checked when the config is built, with the CLI's rules

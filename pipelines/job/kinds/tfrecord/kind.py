@@ -3,9 +3,9 @@ shards cut by the greedy size rule, a manifest with the written schema.
 
 Units are ``(index, url)``: one input shard each, converted into one piece
 (``pipelines.job.kinds.tfrecord.piece``).  The plan packs the records of all pieces, in input order,
-into final shards (``pipelines.job.kinds.tfrecord.plan``), and the writer copies their byte ranges
-(``pipelines.job.kinds.tfrecord.shardfile``), or, with ``format="array_record"``, writes their Examples
-into an ArrayRecord file (``pipelines.job.kinds.tfrecord.arrayrecordfile``): the same records, cut at the
+into final shards (``pipelines.job.kinds.tfrecord.plan``), and the adapter of the job's file
+format writes each (``pipelines.job.kinds.tfrecord.file_formats``: a TFRecord shard copies the
+byte ranges, an ArrayRecord shard holds the same Examples): the same records, cut at the
 same places.  The manifest adds the schema, the duplicate keys across input shards, and
 the options' first types (a job whose features had several types is run again with them:
 :func:`retyped`).
@@ -32,7 +32,7 @@ from pipelines.job import (
     workfiles,
 )
 from pipelines.job import manifest as job_manifest
-from pipelines.job.kinds.tfrecord import arrayrecordfile, duplicates, piecefiles
+from pipelines.job.kinds.tfrecord import duplicates, file_formats, piecefiles
 from pipelines.job.kinds.tfrecord import plan as job_plan
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.kinds.tfrecord.piece import convert_to_piece, load_verified_piece
@@ -132,7 +132,7 @@ class TFRecordKind(Kind):
 
     def write(self, task: ShardTask, cfg: ConvertConfig) -> Dict[str, Any]:
         # a TFRecord file, or an ArrayRecord file of the same Examples (``format``)
-        return arrayrecordfile.shard_writer(cfg.format)(task, cfg.store, cfg.dali_index)
+        return file_formats.of(cfg.format).write(task, cfg.store, cfg.dali_index)
 
     def finish(self, cfg: ConvertConfig, ended: Ended) -> Dict[str, Any]:
         # "duplicates": the buckets' scans of a driver that spread them (the Beam graph)
@@ -163,9 +163,9 @@ TFRECORD = TFRecordKind()
 
 def _stream_spec(cfg: ConvertConfig) -> Optional[StreamSpec]:
     """The shards a job may write as its pieces convert: shard names that need no count
-    (a ``{}`` template) and TFRecord framing, whose packing is the plan's (ArrayRecord
-    files are planned: ``arrayrecordfile``; a shuffle needs every record first)."""
-    if cfg.shuffle or cfg.format != "tfrecord" or not names.is_template(cfg.output):
+    (a ``{}`` template) and a file format the stream writes (``file_formats``: TFRecord
+    framing, whose packing is the plan's); a shuffle needs every record first."""
+    if cfg.shuffle or not file_formats.of(cfg.format).streams or not names.is_template(cfg.output):
         return None
     return StreamSpec(
         cfg.output,
@@ -200,10 +200,34 @@ def finish(
 ) -> Dict[str, Any]:
     """Stale outputs removed, manifest + rejects written; returns the manifest.  Run again,
     it writes the same manifest (the work directory is deleted by ``lifecycle.result_of``).
-    ``pieces``: their summaries; the rejects and keys are read from their record files."""
+    ``pieces``: their summaries; the rejects and keys are read from their record files;
+    ``found``: the duplicate keys a driver's buckets found (else read here)."""
+    shards = _in_name_order(shards, cfg.output)
+    schema = _written_schema(pieces, cfg)
+    dups = duplicates.duplicate_keys(pieces, cfg.store, found=found)
+    _say_duplicates(dups)
+    manifest = _manifest(cfg, inputs, schema, shards, pieces, list_rejects, dups)
+    _remove_stale(cfg, shards, inputs)
+    rejects = itertools.chain(
+        (r.to_dict() for r in list_rejects), piecefiles.rejects_of(pieces, cfg.store)
+    )
+    job_manifest.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
+    replace.end(names.companion(cfg.output, ".manifest.json"), cfg.store)
+    # the manifest as the file holds it (redacted, JSON types), for a caller in this process
+    return json.loads(json.dumps(redact_obj(manifest)))
+
+
+def _in_name_order(shards, output: str) -> List[Dict[str, Any]]:
+    """The written shards' rows in the order of their names (the plan's order)."""
     shards = sorted(shards, key=lambda s: s["path"])
-    order = {p: i for i, p in enumerate(names.shard_names(cfg.output, len(shards)))}
-    shards.sort(key=lambda s: order.get(s["path"], 0))
+    order = {p: i for i, p in enumerate(names.shard_names(output, len(shards)))}
+    return sorted(shards, key=lambda s: order.get(s["path"], 0))
+
+
+def _written_schema(pieces: List[PieceSummary], cfg: ConvertConfig) -> Dict[str, Any]:
+    """The pieces' schemas merged in input order, each feature with the type of the first
+    record that has it (``first_dtype``: what a second run types it as, :func:`retyped`);
+    a warning for type-map names that typed nothing."""
     schema: Dict[str, Any] = {}
     in_order = sorted(pieces, key=lambda p: p.index)
     merged = None  # pieces mostly share one schema object (summary.py): merged once
@@ -213,7 +237,7 @@ def finish(
             schema = exs.merge_schema(schema, p.schema) if schema else copy.deepcopy(p.schema)
             merged = p.schema
     for name, t in exs.first_types(schema, [p.first_types for p in in_order]).items():
-        schema[name]["first_dtype"] = t  # the driver runs the job again with it in the type map
+        schema[name]["first_dtype"] = t
     unmatched = exs.unmatched_types(exs.parse_type_map(cfg.type_map), schema) if schema else []
     if unmatched:
         log.warning(
@@ -221,9 +245,10 @@ def finish(
             ", ".join(unmatched),
             ", ".join(sorted(schema)),
         )
-    totals = job_manifest.totals_of(pieces, list_rejects, shards)
-    rejected, by_reason = job_manifest.reasons_of(pieces, list_rejects)
-    dups = duplicates.duplicate_keys(pieces, cfg.store, found=found)
+    return schema
+
+
+def _say_duplicates(dups: Dict[str, Any]) -> None:
     if dups["count"]:
         e = dups["examples"][0]
         log.warning(
@@ -234,7 +259,11 @@ def finish(
             e["again"],
             e["first"],
         )
-    manifest = {
+
+
+def _manifest(cfg, inputs, schema, shards, pieces, list_rejects, dups) -> Dict[str, Any]:
+    rejected, by_reason = job_manifest.reasons_of(pieces, list_rejects)
+    return {
         "tool": "tar2tf",
         "version": transforms.__version__,
         "kind": "tfrecord",
@@ -243,7 +272,7 @@ def finish(
         "options": cfg.describe(),
         "schema": schema,
         "shards": shards,
-        "totals": totals,
+        "totals": job_manifest.totals_of(pieces, list_rejects, shards),
         "duplicate_keys": dups,
         "rejects": {
             "count": rejected,
@@ -252,8 +281,12 @@ def finish(
             "path": names.companion(cfg.output, ".rejects.jsonl"),
         },
     }
-    # stale shards of an earlier run (overwrite was checked before the job started): only
-    # those an earlier manifest named (pipelines.job.replace), never an input
+
+
+def _remove_stale(cfg: ConvertConfig, shards: List[Dict[str, Any]], inputs: List[str]) -> None:
+    """Stale shards of an earlier run (overwrite was checked before the job started): only
+    those an earlier manifest named (``pipelines.job.replace``), never an input; an earlier
+    run's DALI indexes where this job writes none; a killed run's temporaries."""
     keep = {s["path"] for s in shards}
     store = get_store(cfg.output, cfg.store)
     mpath = names.companion(cfg.output, ".manifest.json")
@@ -263,13 +296,6 @@ def finish(
         inflight.each(lambda kept: store.delete(kept + ".idx"), sorted(keep))
     for tmp in names.stale_temporaries(cfg.output, cfg.store):  # left by a killed run
         store.delete(tmp)
-    rejects = itertools.chain(
-        (r.to_dict() for r in list_rejects), piecefiles.rejects_of(pieces, cfg.store)
-    )
-    job_manifest.write_manifest(cfg.output, manifest, rejects, cfg.store)  # the commit point
-    replace.end(mpath, cfg.store)
-    # the manifest as the file holds it (redacted, JSON types), for a caller in this process
-    return json.loads(json.dumps(redact_obj(manifest)))
 
 
 def check_outputs(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
