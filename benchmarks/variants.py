@@ -15,7 +15,7 @@ whatever a given version's defaults are):
   (``--direct_running_mode=multi_processing --direct_num_workers=N``): the CLI's default
   Beam runner.  The DoFns convert in Beam's worker processes.
 * ``tar2tf-local``: ``pipelines.inprocess.driver.convert_in_process`` with one thread per core
-  (the CLI's ``--runner local``): no Beam; with more than one worker, shards are converted
+  (the CLI's ``--runner inprocess``): no Beam; with more than one worker, shards are converted
   by tar2tf's worker processes (``pipelines.inprocess.pool``), which write local ``{}`` output
   shards themselves.
 * ``tar2tf-default``: what ``tar2tf convert`` runs with no runner flag: the driver is the

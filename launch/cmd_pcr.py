@@ -7,7 +7,7 @@ integer in ``--label-field``, default ``cls``).  JPEGs are made progressive loss
 with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
 jpegtran a custom scan script for 3-component images (its text travels with the job, so
 remote workers need no copy; a bad script is a usage error).  With no runner flag (or
-``--runner local``) the job runs in this process, on threads of Beam's local runner
+``--runner inprocess``) the job runs in this process, on threads of Beam's local runner
 (``pipelines.beam.options.PCR_IN_PROCESS``); other ``--flags`` make it a Beam job if they
 are Beam pipeline options (``--runner beam``: the local runner's worker processes;
 ``--runner FlinkRunner`` ...), else they are a usage error.  See docs/pcr.md.
@@ -31,7 +31,7 @@ class names) or tar shard templates (local, ais://, gs://, s3://, https://; labe
 integer in --label-field, default cls).  JPEGs are made progressive losslessly with
 jpegtran; other images are encoded once at --quality.  --scans FILE gives jpegtran a
 custom scan script for 3-component images (a bad script is a usage error).  With no
-runner flag (or --runner local) the job runs in this process, on threads of Beam's local
+runner flag (or --runner inprocess) the job runs in this process, on threads of Beam's local
 runner; --runner beam uses its worker processes, --runner FlinkRunner ... another Beam
 runner, and other flags must be Beam pipeline options.  See docs/pcr.md.
 """
