@@ -294,7 +294,7 @@ def run(args) -> int:
     from launch.args import CLI_WORDS
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
-    from pipelines.beam.options import in_process, names_in_process
+    from pipelines.beam.options import in_process, names_in_process, runner_name
     from pipelines.inprocess.driver import convert_in_process
     from pipelines.job import report
     from pipelines.job.refused import Refusal
@@ -302,7 +302,8 @@ def run(args) -> int:
 
     if args.shuffle and names_in_process(args.beam_args):
         raise UsageError(
-            "--shuffle needs the Beam graph: drop --runner inprocess (or use --runner beam)"
+            f"--shuffle needs the Beam graph: drop --runner {runner_name(args.beam_args)} "
+            "(or use --runner beam)"
         )
     check_tfds(args)
     cfg = build_config(args)

@@ -111,8 +111,8 @@ def beam_runner_names() -> List[str]:
 
 def check_runner(beam_args: List[str]) -> None:
     """Raise :class:`UsageError` when ``--runner`` names no runner: tar2tf's (``inprocess``
-    or its alias ``local``, ``beam``), Beam's (as Beam matches them: any case, ``Runner`` optional) or a runner
-    class's qualified name.  Beam would refuse it only once the job starts, listing its
+    or its alias ``local``, ``beam``), Beam's (as Beam matches them: any case, ``Runner``
+    optional) or a runner class's qualified name.  Beam would refuse it only once the job starts, listing its
     own runners but not tar2tf's."""
     import difflib
 

@@ -2,9 +2,9 @@
 
 With no runner flag and no Beam option, a job runs on tar2tf's in-process driver
 (``pipelines.inprocess``): the fastest path on one machine, with no Beam start-up to pay
-(docs/benchmarks.md).  ``--runner inprocess`` names that driver (``local`` is an alias).  Any Beam pipeline option or
-Beam runner name makes it a Beam job, as TFDS builds with its plain writer unless it is
-given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own
+(docs/benchmarks.md).  ``--runner inprocess`` names that driver (``local`` is an alias).
+Any Beam pipeline option or Beam runner name makes it a Beam job, as TFDS builds with its
+plain writer unless it is given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own
 local runner (FnApiRunner) in its ``multi_processing`` mode, with one SDK worker process
 per core: the DoFns of the graph do the conversion in those processes, as they do on
 Flink's or Dataflow's workers.  Processes, not threads, because Pillow's Python plugins,
