@@ -1,7 +1,7 @@
 """How much of a job's time is waiting on the store, one request after another
 (docs/benchmarks.md, "Scale", "Latency")::
 
-    python -m benchmarks.latency --shards 400 --delays 0,25 --runners beam,local
+    python -m benchmarks.latency --shards 400 --delays 0,25 --runners beam,inprocess
 
 Starts a moto S3 server (``python -m moto.server``, by its PID) and, in this process, a
 :mod:`benchmarks.latency_proxy` in front of it; writes ``--shards`` tiny input tar shards
@@ -9,7 +9,7 @@ Starts a moto S3 server (``python -m moto.server``, by its PID) and, in this pro
 runner and each delay runs, as a user would::
 
     tar2tf convert s3://B/in/shard-{000000..N-1}.tar -o s3://B/out/t-{}.record \\
-        --work-dir s3://B/work --s3-endpoint <proxy> --runner beam|local
+        --work-dir s3://B/work --s3-endpoint <proxy> --runner beam|inprocess
 
 with the proxy adding that many milliseconds to every request.  Each run starts on an
 empty ``out/`` and ``work/``; its output is checked with ``tar2tf verify`` (straight to
@@ -61,7 +61,7 @@ CREDENTIALS = {
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
-RUNNER_ARGS = {"beam": ["--runner", "beam"], "local": ["--runner", "local"]}
+RUNNER_ARGS = {"beam": ["--runner", "beam"], "inprocess": ["--runner", "inprocess"]}
 
 
 def free_port() -> int:
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=400, help="tiny input shards (default 400)")
     p.add_argument("--delays", default="0,25", help="ms per request, comma-separated")
-    p.add_argument("--runners", default="beam,local", help="beam,local (default both)")
+    p.add_argument("--runners", default="beam,inprocess", help="beam,inprocess (default both)")
     p.add_argument("--json", help="JSON results (default benchmarks/results/latency-<N>.json)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per job")
     p.add_argument(

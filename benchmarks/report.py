@@ -68,7 +68,7 @@ def _by(rows: List[Dict], wl: str) -> Dict[str, Dict]:
 
 
 # same-run comparisons between tar2tf variants: (numerator, denominator)
-PAIRS = ((BEAM, MAIN), (MAIN, PILLOW), (BEAM, "tar2tf-local"))
+PAIRS = ((BEAM, MAIN), (MAIN, PILLOW), (BEAM, "tar2tf-inprocess"))
 
 
 def ratios(rows: List[Dict]) -> Dict[str, Dict]:

@@ -7,7 +7,7 @@ Two measurements::
 
 ``real``: real ``tar2tf convert`` runs over shards of tiny records (one 4-byte member
 each, so that per-record costs dominate), on Beam's default runner and on the in-process
-driver (``--runner local``), each as a user starts it.  Reported: the peak RSS of the
+driver (``--runner inprocess``), each as a user starts it.  Reported: the peak RSS of the
 job's largest process (the maximum over the CLI and every process it started and
 reaped: ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process), wall time and time per
 record.
@@ -107,7 +107,7 @@ def real(args) -> None:
             out = tempfile.mkdtemp(prefix="scale-out-", dir=args.dir)
             cmd = [sys.executable, "-m", "launch.cli", "convert", pattern]
             cmd += ["--output", os.path.join(out, "t-{}.record"), "--no-progress"]
-            cmd += ["--runner", "local"] if driver == "local" else []
+            cmd += ["--runner", driver]  # inprocess or beam
             m = measured(cmd, env)
             m["output_mb"] = _size(out) / 1e6
             subprocess.run(["rm", "-rf", out])
@@ -318,7 +318,7 @@ def main(argv=None) -> None:
     r = sub.add_parser("real", help="real runs of tiny records on both drivers")
     r.add_argument("--records", default="100000,1000000")
     r.add_argument("--per-shard", type=int, default=5000)
-    r.add_argument("--drivers", default="local,beam")
+    r.add_argument("--drivers", default="inprocess,beam")
     s = sub.add_parser("sim", help="the global steps over synthetic record files")
     s.add_argument("--records", default="1e8")
     s.add_argument("--shards", default="1e4")

@@ -14,8 +14,8 @@ whatever a given version's defaults are):
   ``multi_processing`` mode with one process per core
   (``--direct_running_mode=multi_processing --direct_num_workers=N``): the CLI's default
   Beam runner.  The DoFns convert in Beam's worker processes.
-* ``tar2tf-local``: ``pipelines.inprocess.driver.convert_in_process`` with one thread per core
-  (the CLI's ``--runner local``): no Beam; with more than one worker, shards are converted
+* ``tar2tf-inprocess``: ``pipelines.inprocess.driver.convert_in_process`` with one thread per core
+  (the CLI's ``--runner inprocess``): no Beam; with more than one worker, shards are converted
   by tar2tf's worker processes (``pipelines.inprocess.pool``), which write local ``{}`` output
   shards themselves.
 * ``tar2tf-default``: what ``tar2tf convert`` runs with no runner flag: the driver is the
@@ -58,12 +58,12 @@ BEAM_MODES = {
 }
 # tar2tf's processes= per variant (None: its automatic choice)
 PROCESSES = {"tar2tf-beam-threads": 0}
-LOCAL = ("tar2tf-local",)  # the in-process driver (no Beam)
+IN_PROCESS = ("tar2tf-inprocess",)  # the in-process driver (no Beam)
 DEFAULT_COMMAND = ("tar2tf-default", "tar2tf-pillow")  # the CLI's choice of driver
 CODEC_AB = {"tar2tf-pillow": "pillow"}  # variant -> TAR2TF_IMAGE_CODEC
 # the default command and `--runner beam`: every target is measured for them
 DRIVERS = ("tar2tf-default", "tar2tf-beam")
-TAR2TF = tuple(BEAM_MODES) + LOCAL + DEFAULT_COMMAND
+TAR2TF = tuple(BEAM_MODES) + IN_PROCESS + DEFAULT_COMMAND
 BASELINES = ("limit-io", "limit-io-nosync", "limit-codec", "naive", "webdataset", "tfdata")
 LIMIT_CODEC = ("limit-codec",)
 ALL = BASELINES + TAR2TF
@@ -144,7 +144,7 @@ def run_tar2tf(variant: str, data, workload: str, out: str, workers: int) -> Dic
         work_dir=os.path.join(out, "work"),
         processes=PROCESSES.get(variant),
     )
-    if variant in LOCAL or (variant in DEFAULT_COMMAND and default_in_process()):
+    if variant in IN_PROCESS or (variant in DEFAULT_COMMAND and default_in_process()):
         from pipelines.inprocess.driver import convert_in_process
 
         res = convert_in_process(cfg, num_workers=workers)

@@ -51,7 +51,8 @@ def add_runner_arg(p: argparse.ArgumentParser, default: str) -> None:
         "--runner",
         metavar="NAME",
         default=None,
-        help=f"where the job runs: local ({default}), beam (Beam's local runner, one worker "
+        help=f"where the job runs: inprocess ({default}; 'local' is an alias), beam (Beam's "
+        "local runner, one worker "
         "process per core), or a Beam runner: FlinkRunner, DataflowRunner, PortableRunner "
         "... with its pipeline options (docs/runners.md)",
     )

@@ -68,19 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
 def check_runner_args(extra: List[str], tar2tf_flags) -> None:
     """Raise :class:`UsageError` for leftover flags that no driver would honour: flags
     neither tar2tf's nor Beam's (Beam would only log them and run without them), and,
-    with ``--runner local``, Beam options (the in-process driver would ignore them; with
-    no ``--runner``, a Beam option makes the job a Beam job instead).  ``--runner local``
+    with ``--runner inprocess``, Beam options (the in-process driver would ignore them; with
+    no ``--runner``, a Beam option makes the job a Beam job instead).  ``--runner inprocess``
     alone imports no Beam (that costs seconds)."""
-    from pipelines.beam.options import beam_only, names_in_process
+    from pipelines.beam.options import beam_only, names_in_process, runner_name
 
     rest = beam_only(extra) if names_in_process(extra) else extra
     if not rest:
         return
     check_beam_args(extra, tar2tf_flags=tar2tf_flags)
     if rest is not extra:
+        named = f"--runner {runner_name(extra)}"  # as the user spelt it: inprocess or local
         raise UsageError(
-            f"tar2tf: {' '.join(rest)}: Beam pipeline option(s), which --runner local (the "
-            "in-process driver) does not take; drop --runner local to run Beam "
+            f"tar2tf: {' '.join(rest)}: Beam pipeline option(s), which {named} (the "
+            f"in-process driver) does not take; drop {named} to run Beam "
             "(--runner beam: its local runner)"
         )
 

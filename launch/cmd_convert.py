@@ -2,7 +2,7 @@
 (or ArrayRecord shards of the same records: ``--format array_record``).
 
 With no runner flag the job runs on the in-process driver (``pipelines.inprocess``; also
-``--runner local``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
+``--runner inprocess``), the fastest on one machine.  Other ``--flags`` make it a Beam job if
 they are Beam pipeline options (``--runner beam``: Beam's local runner, ``--runner
 FlinkRunner``, ``--direct_num_workers=4`` ...); any other flag is a usage error
 (launch/runner_args.py: :func:`check_beam_args`).  ``--shuffle`` needs the Beam graph, so
@@ -25,7 +25,7 @@ DESCRIPTION = """\
 tar2tf convert SOURCE... --output PATH: tar shards to size-bounded TFRecord shards (or
 ArrayRecord shards of the same records: --format array_record).
 
-With no runner flag the job runs on tar2tf's in-process driver (also --runner local), the
+With no runner flag the job runs on tar2tf's in-process driver (also --runner inprocess), the
 fastest on one machine.  --runner beam runs it on Beam's local runner, --runner FlinkRunner
 (DataflowRunner ...) on that Beam runner; any other Beam pipeline option
 (--direct_num_workers=4 ...) makes it a Beam job too, and a flag that is neither tar2tf's
@@ -294,14 +294,17 @@ def run(args) -> int:
     from launch.args import CLI_WORDS
     from launch.job_exit import rejects_exit
     from launch.local_paths import remove_if_empty, write_file
-    from pipelines.beam.options import in_process, names_in_process
+    from pipelines.beam.options import in_process, names_in_process, runner_name
     from pipelines.inprocess.driver import convert_in_process
     from pipelines.job import report
     from pipelines.job.refused import Refusal
     from transforms.redact import printable, redact_obj
 
     if args.shuffle and names_in_process(args.beam_args):
-        raise UsageError("--shuffle needs the Beam graph: drop --runner local (or --runner beam)")
+        raise UsageError(
+            f"--shuffle needs the Beam graph: drop --runner {runner_name(args.beam_args)} "
+            "(or use --runner beam)"
+        )
     check_tfds(args)
     cfg = build_config(args)
     created = check_paths(args)

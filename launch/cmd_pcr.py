@@ -7,7 +7,7 @@ integer in ``--label-field``, default ``cls``).  JPEGs are made progressive loss
 with jpegtran; other images are encoded once at ``--quality``.  ``--scans FILE`` gives
 jpegtran a custom scan script for 3-component images (its text travels with the job, so
 remote workers need no copy; a bad script is a usage error).  With no runner flag (or
-``--runner local``) the job runs in this process, on the in-process driver's threads
+``--runner inprocess``) the job runs in this process, on the in-process driver's threads
 (``pipelines.inprocess.driver``: jpegtran subprocesses do the work, which threads overlap
 as well as worker processes do); other ``--flags`` make it a Beam job if they
 are Beam pipeline options (``--runner beam``: the local runner's worker processes;
@@ -32,7 +32,7 @@ class names) or tar shard templates (local, ais://, gs://, s3://, https://; labe
 integer in --label-field, default cls).  JPEGs are made progressive losslessly with
 jpegtran; other images are encoded once at --quality.  --scans FILE gives jpegtran a
 custom scan script for 3-component images (a bad script is a usage error).  With no
-runner flag (or --runner local) the job runs in this process, on threads (one per core);
+runner flag (or --runner inprocess) the job runs in this process, on threads (one per core);
 --runner beam uses Beam's local runner's worker processes, --runner FlinkRunner ... another Beam
 runner, and other flags must be Beam pipeline options.  See docs/pcr.md.
 """

@@ -1,6 +1,6 @@
 """The CLI's side of the exit-code contract: a subcommand's outcome said on stderr, and
 the one table of what each code means (:data:`MEANINGS`: ``tar2tf --help`` prints it, and
-a test holds the README's table to it).
+a test holds the exit-code table of docs/cli.md to it).
 
 The codes and what maps a job's totals and errors to them are ``pipelines.job.exits``;
 a usage error of the command line is the CLI's own (:class:`launch.args.UsageError`).
@@ -19,7 +19,7 @@ from launch.args import UsageError
 from pipelines.job import exits
 from transforms.redact import one_line, redact
 
-# (code, meaning) in the README's Markdown; every subcommand's codes
+# (code, meaning) in docs/cli.md's Markdown; every subcommand's codes
 MEANINGS = (
     (
         exits.OK,
@@ -44,7 +44,7 @@ MEANINGS = (
     (
         exits.EXISTS,
         "the output exists and `--overwrite` was not given (or `--resume` found no"
-        " interrupted run of this job)",
+        " interrupted run of this job), or another job is writing the output",
     ),
     (exits.MISMATCH, "`tar2tf verify` found a mismatch"),
 )

@@ -98,7 +98,8 @@ def check_beam_args(beam_args: List[str], tar2tf_flags: Collection[str] = ()) ->
 
 
 # tar2tf's own runner names (pipelines.beam.options), listed before Beam's in an error
-OWN_RUNNERS = {"local": "tar2tf's in-process driver", "beam": "Beam's local runner"}
+# (``local``, an alias of ``inprocess``, is accepted but not listed)
+OWN_RUNNERS = {"inprocess": "tar2tf's in-process driver", "beam": "Beam's local runner"}
 
 
 def beam_runner_names() -> List[str]:
@@ -109,19 +110,19 @@ def beam_runner_names() -> List[str]:
 
 
 def check_runner(beam_args: List[str]) -> None:
-    """Raise :class:`UsageError` when ``--runner`` names no runner: tar2tf's (``local``,
-    ``beam``), Beam's (as Beam matches them: any case, ``Runner`` optional) or a runner
-    class's qualified name.  Beam would refuse it only once the job starts, listing its
+    """Raise :class:`UsageError` when ``--runner`` names no runner: tar2tf's (``inprocess``
+    or its alias ``local``, ``beam``), Beam's (as Beam matches them: any case, ``Runner``
+    optional) or a runner class's qualified name.  Beam would refuse it only once the job starts, listing its
     own runners but not tar2tf's."""
     import difflib
 
-    from pipelines.beam.options import LOCAL_BEAM, runner_name
+    from pipelines.beam.options import IN_PROCESS_NAMES, LOCAL_BEAM, runner_name
 
     if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
         return
     name = runner_name(beam_args)
     beam = beam_runner_names()
-    known = {n.lower() for n in [*OWN_RUNNERS, *LOCAL_BEAM, *beam]}
+    known = {n.lower() for n in [*OWN_RUNNERS, *IN_PROCESS_NAMES, *LOCAL_BEAM, *beam]}
     if "." in name or name.lower() in known or name.lower() + "runner" in known:
         return
     listed = [

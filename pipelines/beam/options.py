@@ -2,9 +2,9 @@
 
 With no runner flag and no Beam option, a job runs on tar2tf's in-process driver
 (``pipelines.inprocess``): the fastest path on one machine, with no Beam start-up to pay
-(docs/benchmarks.md).  ``--runner local`` names that driver.  Any Beam pipeline option or
-Beam runner name makes it a Beam job, as TFDS builds with its plain writer unless it is
-given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own
+(docs/benchmarks.md).  ``--runner inprocess`` names that driver (``local`` is an alias).
+Any Beam pipeline option or Beam runner name makes it a Beam job, as TFDS builds with its
+plain writer unless it is given Beam options.  ``--runner beam`` (and ``--runner DirectRunner``) runs Beam's own
 local runner (FnApiRunner) in its ``multi_processing`` mode, with one SDK worker process
 per core: the DoFns of the graph do the conversion in those processes, as they do on
 Flink's or Dataflow's workers.  Processes, not threads, because Pillow's Python plugins,
@@ -28,19 +28,21 @@ DEFAULT_MODE = "multi_processing"
 # runs many small jobs may prefer multi_threading, which starts no worker processes
 MODE_ENV = "TAR2TF_DIRECT_RUNNING_MODE"
 MODE_FLAG = "--direct_running_mode"
-IN_PROCESS = "local"  # --runner local: the in-process driver, not a Beam runner
+IN_PROCESS = "inprocess"  # --runner inprocess: the in-process driver, not a Beam runner
+# the names --runner takes for it, IN_PROCESS first; "local" is kept as an alias
+IN_PROCESS_NAMES = (IN_PROCESS, "local")
 # runner names for Beam's local runner as tar2tf sets it up (FnApiRunner, multi_processing)
 LOCAL_BEAM = ("beam", "directrunner")
 
 
 def names_in_process(args: Sequence[str]) -> bool:
-    """Whether ``args`` name tar2tf's in-process driver (``--runner local``)."""
-    return _has(args, "--runner") and runner_name(args).lower() == IN_PROCESS
+    """Whether ``args`` name tar2tf's in-process driver (``--runner inprocess``)."""
+    return _has(args, "--runner") and runner_name(args).lower() in IN_PROCESS_NAMES
 
 
 def in_process(args: Sequence[str], shuffle: bool = False) -> bool:
     """Whether a job given ``args`` (the flags tar2tf's parser left over) runs on the
-    in-process driver: with ``--runner local``, or with no Beam option at all -- unless it
+    in-process driver: with ``--runner inprocess``, or with no Beam option at all -- unless it
     shuffles (``shuffle``), which only the Beam graph does.  Any Beam option is a Beam
     job: the user asked for Beam's behaviour, and the in-process driver would silently
     ignore it."""
@@ -50,16 +52,16 @@ def in_process(args: Sequence[str], shuffle: bool = False) -> bool:
 
 
 def beam_only(args: Sequence[str]) -> List[str]:
-    """The arguments other than ``--runner local`` (and its value): with that runner they
+    """The arguments other than ``--runner inprocess`` (and its value): with that runner they
     would be ignored, so the CLI refuses them (``launch.cli``)."""
     out: List[str] = []
     skip = False
     for i, a in enumerate(args):
         if skip:
             skip = False
-        elif a == "--runner" and i + 1 < len(args) and args[i + 1].lower() == IN_PROCESS:
+        elif a == "--runner" and i + 1 < len(args) and args[i + 1].lower() in IN_PROCESS_NAMES:
             skip = True
-        elif a.lower() != f"--runner={IN_PROCESS}":
+        elif a.lower() not in {f"--runner={n}" for n in IN_PROCESS_NAMES}:
             out.append(a)
     return out
 

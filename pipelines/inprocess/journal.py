@@ -36,9 +36,6 @@ log = logging.getLogger("tar2tf")
 VERIFY_CHUNK = 4 << 20
 
 
-entry_url = workfiles.journal_entry
-
-
 def write(
     work: str,
     n: int,
@@ -51,7 +48,7 @@ def write(
     the ``position`` where the next shard starts (see the module docstring)."""
     entry = {"row": row, "pieces": [p.to_json() for p in pieces], "next": list(position)}
     get_store(work, config).write_bytes(
-        entry_url(work, n), json.dumps(entry, sort_keys=True).encode()
+        workfiles.journal_entry(work, n), json.dumps(entry, sort_keys=True).encode()
     )
 
 
@@ -105,7 +102,7 @@ def load(
     nxt = None
     n = 1
     while True:
-        url = entry_url(work, n)
+        url = workfiles.journal_entry(work, n)
         try:
             entry = json.loads(store.read_bytes(url))
             row, more, position = entry["row"], entry["pieces"], entry["next"]

@@ -12,11 +12,6 @@ from __future__ import annotations
 
 from typing import Dict, Union
 
-
-class OutputExistsError(RuntimeError):
-    """Output files already exist and neither overwrite nor resume was asked for."""
-
-
 API_WORDS = {"overwrite": "overwrite=True", "resume": "resume=True"}
 
 
@@ -45,8 +40,10 @@ class Refusal(Exception):
         return "".join(self.words[p] if isinstance(p, Option) else p for p in self.parts)
 
 
-class OutputsExist(Refusal, OutputExistsError):
-    """Outputs exist, and the job was not asked to replace them (or cannot resume them)."""
+class OutputExistsError(Refusal, RuntimeError):
+    """Outputs exist, and the job was not asked to replace them (or cannot resume them):
+    the one class a caller catches for every such refusal (exit 4 on the CLI); the output
+    lock's :class:`~pipelines.job.output_lock.OutputLockedError` is one of its cases."""
 
 
 class ResumeConflict(Refusal, ValueError):

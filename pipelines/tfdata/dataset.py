@@ -15,7 +15,7 @@ means: by Beam workers of the configured runner)::
                   configured (beam_args --runner=...),    option or runner, or shuffle=True;
                   else threads in this process            else the in-process driver
 
-``beam_args=["--runner=local"]`` names the in-process driver, as on the CLI.
+``beam_args=["--runner=inprocess"]`` names the in-process driver, as on the CLI.
 
 An op that cannot be pickled (so cannot be shipped to Beam workers, e.g. a ``Func``
 closing over a generator) makes True/None run in this process, with a warning saying why.

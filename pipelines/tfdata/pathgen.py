@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional
 
 from pipelines.job import manifest as job_manifest
 from pipelines.job.names import companion
-from pipelines.job.refused import OutputExistsError
+from pipelines.job.refused import OVERWRITE, OutputExistsError
 from transforms.stores import StoreConfig, get_store, split_url
 
 COPY_CHUNK = 4 << 20
@@ -58,7 +58,9 @@ def run_with_path_generator(
     if existing and not overwrite:
         raise OutputExistsError(
             f"{len(existing)} name(s) the path generator yielded already exist (e.g. "
-            f"{existing[0]}); pass overwrite=True to replace them; {left}"
+            f"{existing[0]}); pass ",
+            OVERWRITE,
+            f" to replace them; {left}",
         )
     for src, dst in zip(res.paths, dests):
         _move(src, dst, config)

@@ -58,7 +58,8 @@ def use_beam(
         )
         if conflict:
             raise ValueError(
-                f"beam_args name --runner=local, the in-process driver, which {conflict}"
+                f"beam_args name --runner={opts.runner_name(beam_args)}, the in-process "
+                f"driver, which {conflict}"
             )
         return False
     if mode is None:

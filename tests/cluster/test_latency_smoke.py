@@ -106,13 +106,13 @@ def test_harness_counts_requests_and_verifies_each_run(moto_server, tmp_path):
     bucket = moto_server.new_bucket()
     out = tmp_path / "latency.json"
     cmd = [sys.executable, "-m", "benchmarks.latency", "--shards", "6", "--delays", "0,5"]
-    cmd += ["--runners", "local", "--s3-server", moto_server.url, "--bucket", bucket]
+    cmd += ["--runners", "inprocess", "--s3-server", moto_server.url, "--bucket", bucket]
     cmd += ["--json", str(out), "--timeout", "300"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = result["rows"]
-    assert [(r["runner"], r["delay_ms"]) for r in rows] == [("local", 0), ("local", 5)]
+    assert [(r["runner"], r["delay_ms"]) for r in rows] == [("inprocess", 0), ("inprocess", 5)]
     for r in rows:
         # the job succeeded and `tar2tf verify` of its manifest passed
         assert r["exit_code"] == 0 and r["verify_exit_code"] == 0, r
@@ -129,8 +129,8 @@ def test_harness_counts_requests_and_verifies_each_run(moto_server, tmp_path):
         assert areas[("put", "out/t.record.manifest.json")] == 1
     # each run started on an empty out/ and work/: the job did not refuse or resume
     assert all(not r["counters"].get("shards_resumed") for r in rows)
-    assert [(q["runner"], q["delay_ms"]) for q in result["ratios"]] == [("local", 5)]
-    assert "| local | 5 ms |" in proc.stdout and "| ratio |" in proc.stdout
+    assert [(q["runner"], q["delay_ms"]) for q in result["ratios"]] == [("inprocess", 5)]
+    assert "| inprocess | 5 ms |" in proc.stdout and "| ratio |" in proc.stdout
     # the inputs stay; the last run's output is there to look at
     keys = moto_server.keys(bucket)
     assert sum(k.startswith("in/shard-") for k in keys) == 6

@@ -1,6 +1,7 @@
 """Which driver runs a job, seen from the processes that did the work.  With no runner
 flag, ``tar2tf convert`` and ``Dataset.load(path=...)`` run the in-process driver, whose
-own worker processes (``pipelines.inprocess.worker``) convert; ``--runner local`` names it.
+own worker processes (``pipelines.inprocess.worker``) convert; ``--runner inprocess``
+(alias ``local``) names it.
 ``--runner beam`` (or any Beam option) runs Beam's local runner, whose SDK worker
 processes (``pipelines.beam.sdk_worker``) convert and no tar2tf worker starts.  Both write
 the same bytes (the golden digests pin them for more jobs).  ``tar2tf pcr`` runs on
@@ -43,7 +44,7 @@ def test_no_flag_runs_in_process_and_runner_beam_runs_beams_local_runner(tmp_pat
     runs = {}
     for name, flags in (
         ("default", ["--processes", "2"]),
-        ("local", ["--runner", "local", "--processes", "2"]),
+        ("inprocess", ["--runner", "inprocess", "--processes", "2"]),
         ("beam", ["--runner", "beam", "--processes", "2"]),
     ):
         pid_dir = tmp_path / f"pids-{name}"
@@ -69,10 +70,10 @@ def test_no_flag_runs_in_process_and_runner_beam_runs_beams_local_runner(tmp_pat
         assert p.returncode == 0, p.stderr[-2000:]
         runs[name] = _who_converted(pid_dir)
     digests = {name: output_digest(str(tmp_path / name)) for name in runs}
-    assert digests["default"] == digests["local"] == digests["beam"]
+    assert digests["default"] == digests["inprocess"] == digests["beam"]
     # the in-process driver's own worker processes ran the op, with or without the flag
     assert _only(runs["default"], LOCAL_WORKER), runs["default"]
-    assert _only(runs["local"], LOCAL_WORKER), runs["local"]
+    assert _only(runs["inprocess"], LOCAL_WORKER), runs["inprocess"]
     # Beam's SDK workers ran it: no tar2tf worker process, and not the launching CLI
     assert _only(runs["beam"], BEAM_WORKER), runs["beam"]
 
@@ -81,7 +82,9 @@ def test_no_flag_runs_in_process_and_runner_beam_runs_beams_local_runner(tmp_pat
     "args, shuffle, in_process",
     [
         ([], False, True),
-        (["--runner", "local"], False, True),
+        (["--runner", "inprocess"], False, True),
+        (["--runner=InProcess"], False, True),
+        (["--runner", "local"], False, True),  # the alias
         (["--runner=LOCAL"], False, True),
         ([], True, False),  # only the Beam graph shuffles
         (["--runner", "beam"], False, False),
@@ -116,8 +119,8 @@ def test_runner_beam_and_direct_runner_are_the_local_runner_with_worker_processe
     "flags, says",
     [
         (
-            ["--runner", "local", "--direct_num_workers=2"],
-            "tar2tf: --direct_num_workers=2: Beam pipeline option(s), which --runner local",
+            ["--runner", "inprocess", "--direct_num_workers=2"],
+            "tar2tf: --direct_num_workers=2: Beam pipeline option(s), which --runner inprocess",
         ),
         (
             ["--runner=local", "--runner=local", "--job_name", "x"],
@@ -231,8 +234,17 @@ def test_pcr_runs_in_this_process_unless_given_beam_options(tmp_path):
 @pytest.mark.parametrize(
     "argv, driver, runner",
     [
-        (["convert", "x.tar", "-o", "o/t-{}.record"], "in-process", "local"),
-        (["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "local"], "in-process", "local"),
+        (["convert", "x.tar", "-o", "o/t-{}.record"], "in-process", "inprocess"),
+        (
+            ["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "inprocess"],
+            "in-process",
+            "inprocess",
+        ),
+        (
+            ["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "local"],
+            "in-process",
+            "inprocess",
+        ),
         (["convert", "x.tar", "-o", "o/t-{}.record", "--runner", "beam"], "beam", "FnApiRunner"),
         (["convert", "x.tar", "-o", "o/t-{}.record", "--shuffle"], "beam", "FnApiRunner"),
         (

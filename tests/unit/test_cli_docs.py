@@ -92,16 +92,57 @@ def test_help_strings_name_every_store():
     assert "s3://" in inspect.help
 
 
-def test_the_readme_exit_codes_are_the_one_table():
-    """The README's table of exit codes is launch/job_exit.py's, row for row, and
+def _h2(path: str, title: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
+        text = f.read()
+    assert f"\n## {title}\n" in text, f"{path} has no section {title!r}"
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_exit_code_table_is_launch_job_exit_meanings():
+    """docs/cli.md's table of exit codes is launch/job_exit.py's, row for row, and
     ``tar2tf --help`` prints every code of it."""
     from launch.job_exit import MEANINGS
 
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", _h2("docs/cli.md", "Exit codes"), re.M)
     assert [(int(c), m) for c, m in rows] == list(MEANINGS)
     epilog = build_parser().epilog
     for code, _ in MEANINGS:
         assert re.search(rf"^  {code}  \S", epilog, re.M), code
+
+
+def test_no_other_page_has_an_exit_code_table():
+    """One table: the README and the other pages link to it instead of copying it."""
+    pages = ["README.md"] + [
+        os.path.join("docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md")
+    ]
+    for page in pages:
+        with open(os.path.join(ROOT, page)) as f:
+            text = f.read()
+        if page != os.path.join("docs", "cli.md"):
+            assert not re.search(r"^\| *(exit )?code *\|", text, re.M | re.I), page
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert "docs/cli.md#exit-codes" in f.read()
+
+
+def _env_vars_read_by_the_code() -> set:
+    found = set()
+    for top in ("launch", "pipelines", "transforms"):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith((".py", ".sh")):
+                    with open(os.path.join(d, name), errors="replace") as f:
+                        found |= set(re.findall(r"\bTAR2TF_[A-Z0-9_]*[A-Z0-9]", f.read()))
+    return found
+
+
+def test_every_environment_variable_is_in_the_table():
+    """Every ``TAR2TF_*`` name the code reads or sets is in docs/cli.md's
+    "Environment variables", and every one named there is still in the code."""
+    code = _env_vars_read_by_the_code()
+    assert {"TAR2TF_IMAGE_CODEC", "TAR2TF_CACHE", "TAR2TF_SPOOL_LIMIT"} <= code
+    documented = set(
+        re.findall(r"\bTAR2TF_[A-Z0-9_]*[A-Z0-9]", _h2("docs/cli.md", "Environment variables"))
+    )
+    assert code - documented == set(), "not documented"
+    assert documented - code == set(), "documented, but no code reads them"

@@ -44,7 +44,7 @@ def test_close_flag():
 
 
 @pytest.mark.parametrize(
-    "runner, meant", [("beams", "beam"), ("lcoal", "local"), ("FlinkRuner", "FlinkRunner")]
+    "runner, meant", [("beams", "beam"), ("inproces", "inprocess"), ("FlinkRuner", "FlinkRunner")]
 )
 def test_an_unknown_runner_lists_tar2tfs_runners_first(runner, meant):
     """Beam refused it only once the job started, listing its runners but not tar2tf's."""
@@ -53,13 +53,14 @@ def test_an_unknown_runner_lists_tar2tfs_runners_first(runner, meant):
     msg = str(e.value)
     assert msg.startswith(
         f"tar2tf: --runner {runner}: not a runner (did you mean {meant}?); tar2tf's: "
-        "local (tar2tf's in-process driver), beam (Beam's local runner); Beam's: "
+        "inprocess (tar2tf's in-process driver), beam (Beam's local runner); Beam's: "
     ), msg
     assert "FlinkRunner" in msg and "DataflowRunner" in msg
 
 
 @pytest.mark.parametrize(
-    "runner", ["beam", "local", "DirectRunner", "flinkrunner", "Flink", "my.module.MyRunner"]
+    "runner",
+    ["beam", "inprocess", "local", "DirectRunner", "flinkrunner", "Flink", "my.module.MyRunner"],
 )
 def test_runner_names_beam_takes_pass(runner):
     check_beam_args(["--runner", runner])
@@ -80,7 +81,8 @@ def test_help_is_plain_text(sub):
     # no reStructuredText, no source files or modules of tar2tf named
     assert not re.search(r"``|:func:|:mod:|\w+\.py\b|pipelines\.\w", text), text
     if sub in ("convert", "pcr"):
-        assert re.search(r"^  --runner NAME +where the job runs: local", text, re.M), text
+        assert re.search(r"^  --runner NAME +where the job runs: inprocess", text, re.M), text
+        assert "'local' is an alias" in " ".join(text.split()), text
 
 
 def test_top_level_help_is_plain_text():

@@ -28,7 +28,8 @@ def test_location_rules(tmp_path, monkeypatch):
         (None, [], False, False, False),  # None, written: Beam for any Beam option or shuffle
         (None, ["--direct_num_workers=2"], False, False, True),
         (None, [], False, True, True),
-        (None, ["--runner=local"], True, False, False),  # the in-process driver, by name
+        (None, ["--runner=inprocess"], True, False, False),  # the in-process driver, by name
+        (None, ["--runner=local"], True, False, False),  # and by its alias
         (None, ["--runner", "local"], False, False, False),
     ],
 )
@@ -49,15 +50,17 @@ def test_where_the_ops_run_follows_the_remote_exec_table(mode, beam_args, in_mem
 @pytest.mark.parametrize(
     "mode, beam_args, shuffle, says",
     [
-        (None, ["--runner=local", "--direct_num_workers=2"], False, "takes no Beam options"),
-        (None, ["--runner=local"], True, "cannot shuffle"),
-        (True, ["--runner=local"], False, "is not Beam"),
+        (None, ["--runner=inprocess", "--direct_num_workers=2"], False, "takes no Beam options"),
+        (None, ["--runner=inprocess"], True, "cannot shuffle"),
+        (True, ["--runner=inprocess"], False, "is not Beam"),
     ],
 )
 def test_the_in_process_driver_refuses_what_only_beam_does(mode, beam_args, shuffle, says):
     from pipelines.tfdata.runner_choice import use_beam
 
-    with pytest.raises(ValueError, match=f"--runner=local, the in-process driver, which {says}"):
+    with pytest.raises(
+        ValueError, match=f"--runner=inprocess, the in-process driver, which {says}"
+    ):
         use_beam(mode, beam_args, lambda: None, shuffle=shuffle)
 
 

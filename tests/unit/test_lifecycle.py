@@ -12,22 +12,28 @@ import pytest
 from support.pcr_fixtures import requires_jpegtran
 
 from launch.args import CLI_WORDS
-from pipelines.job.refused import OVERWRITE, RESUME, OutputExistsError, OutputsExist, ResumeConflict
+from pipelines.job.output_lock import OutputLockedError
+from pipelines.job.refused import OVERWRITE, RESUME, OutputExistsError, Refusal, ResumeConflict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "launch", "demo", "shards", "demo-{0..3}.tar")
 
 
 def test_a_refusal_names_the_options_as_its_caller_spells_them():
-    e = OutputsExist("3 output file(s) already match o-{}.record; pass ", OVERWRITE, " to replace")
-    assert isinstance(e, OutputExistsError)
+    e = OutputExistsError(
+        "3 output file(s) already match o-{}.record; pass ", OVERWRITE, " to replace"
+    )
+    assert isinstance(e, Refusal) and isinstance(e, RuntimeError)
     assert str(e) == "3 output file(s) already match o-{}.record; pass overwrite=True to replace"
     assert str(e.worded(CLI_WORDS)) == (
         "3 output file(s) already match o-{}.record; pass --overwrite to replace"
     )
     assert e.args == (str(e),)  # what a traceback and pickling show
     again = pickle.loads(pickle.dumps(e))
-    assert type(again) is OutputsExist and str(again) == str(e)
+    assert type(again) is OutputExistsError and str(again) == str(e)
+    # the lock's refusal is one case of the same class, caught as it
+    locked = OutputLockedError("another job is writing o-{}.record")
+    assert isinstance(locked, OutputExistsError) and str(locked.worded(CLI_WORDS)) == str(locked)
     c = ResumeConflict(RESUME, ": other options; or without ", RESUME, " to start afresh")
     assert isinstance(c, ValueError)
     assert str(c) == "resume=True: other options; or without resume=True to start afresh"

@@ -20,7 +20,7 @@ from support.shard_stream_fixtures import (
 )
 
 from pipelines.inprocess.stream import ShardStream, can_stream
-from pipelines.job import names
+from pipelines.job import names, workfiles
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
 
@@ -114,7 +114,7 @@ def test_a_stream_resumed_after_any_journaled_shard_writes_the_same_shards(
         # as if killed after `cut` shards were journaled: later entries and shards never happened
         cut = min(cut, len(rows))
         for n in range(cut + 1, len(rows) + 1):
-            os.remove(shard_journal.entry_url(work, n))
+            os.remove(workfiles.journal_entry(work, n))
             os.remove(os.path.join(d, "o", f"t-{n}.rec"))
         point = shard_journal.load(work)
         assert (point is None) == (cut == 0)

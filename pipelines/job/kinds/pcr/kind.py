@@ -29,7 +29,7 @@ from pipelines.job.kinds.pcr import records
 from pipelines.job.kinds.pcr.config import PcrConfig
 from pipelines.job.kinds.pcr.records import MANIFEST_STEM, manifest_path
 from pipelines.job.lifecycle import Converted, ConvertResult, Ended, Job, Kind, job_of
-from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.refused import OVERWRITE, RESUME, OutputExistsError, ResumeConflict
 from transforms.pcr import convert as pc
 from transforms.pcr import format as fmt
 from transforms.pcr import scan_script as pcr_scan_script
@@ -187,11 +187,11 @@ def check_outputs(cfg: PcrConfig, work: str, inputs: List[str]) -> None:
         return
     # resume continues this job (its work directory is there), never replaces another's
     if not cfg.resume:
-        raise OutputsExist(
+        raise OutputExistsError(
             f"{cfg.output} already holds a PCR dataset; pass ", OVERWRITE, " to replace it"
         )
     if not has_work:
-        raise OutputsExist(
+        raise OutputExistsError(
             f"{cfg.output} already holds a PCR dataset, but no interrupted run of this "
             f"job (same inputs and options) left work to resume in {work}; pass ",
             OVERWRITE,

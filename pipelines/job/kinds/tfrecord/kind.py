@@ -47,7 +47,7 @@ from pipelines.job.lifecycle import (
     StreamSpec,
     job_of,
 )
-from pipelines.job.refused import OVERWRITE, RESUME, OutputsExist, ResumeConflict
+from pipelines.job.refused import OVERWRITE, RESUME, OutputExistsError, ResumeConflict
 from transforms.ops import codec_choice
 from transforms.record_types import Reject
 from transforms.redact import redact_obj
@@ -342,7 +342,7 @@ def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
                 " to start afresh",
             )
         if found is not None:
-            raise OutputsExist(
+            raise OutputExistsError(
                 f"{msg}, but the interrupted run of these inputs and this output in "
                 f"{found.work} had other options ({found.describe()}); rerun with its "
                 "options to resume it, or pass ",
@@ -350,7 +350,7 @@ def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
                 " to replace them",
             )
         if existing:
-            raise OutputsExist(
+            raise OutputExistsError(
                 f"{msg}, but no interrupted run of this job (same inputs, options and "
                 f"output) left work to resume in {work}; pass ",
                 OVERWRITE,
@@ -360,14 +360,14 @@ def _check_existing(cfg: ConvertConfig, work: str, inputs: List[str]) -> None:
         return
     # a journal exists only where the in-process driver streamed final shards
     if get_store(work, cfg.store).exists(workfiles.journal_entry(work, 1)):
-        raise OutputsExist(
+        raise OutputExistsError(
             f"{msg}: an interrupted run of this job left them; pass ",
             RESUME,
             " to continue it, or ",
             OVERWRITE,
             " to start over",
         )
-    raise OutputsExist(f"{msg}; pass ", OVERWRITE, " to replace them")
+    raise OutputExistsError(f"{msg}; pass ", OVERWRITE, " to replace them")
 
 
 def retyped(cfg: ConvertConfig, manifest: Dict[str, Any]) -> Optional[ConvertConfig]:
