@@ -128,7 +128,7 @@ def convert_to_piece(
         raise
     out.close()
     if recs.corrupt is not None:
-        _distrust(recs, url, out)
+        _reject_corrupt_shard(recs, url, out)
     # the record file before the sidecar: a sidecar vouches for both (pipelines.job.kinds.tfrecord.piecefiles)
     recs_crc32c = _write_record_file(piece, index, cfg, recs, out)
     info = summary(index, url, piece, recs.sizes, recs.rejects, recs.read, recs.filtered, stats)
@@ -212,7 +212,7 @@ def _convert_records(items: Iterable[Any], stages: Stages, out: _PieceOut) -> _R
     return _Records(sizes, keys, rejects, schema, first_types, read, filtered, corrupt)
 
 
-def _distrust(recs: _Records, url: str, out: _PieceOut) -> None:
+def _reject_corrupt_shard(recs: _Records, url: str, out: _PieceOut) -> None:
     """The shard failed its integrity check after its records were read: none of its
     content can be trusted, so every record it gave is rejected and the piece emptied."""
     corrupt = recs.corrupt
