@@ -123,7 +123,7 @@ class Dataset:
         template = arguments.template(template)
         path = writing.as_path(path)  # bytes and path objects are file names
         remote_exec = self.remote_exec if remote_exec is _UNSET else remote_exec
-        write = (
+        write = writing.WriteRequest(
             template,
             path,
             num_workers,
@@ -133,9 +133,9 @@ class Dataset:
             convert_options,
         )
         if tfds or tfds_image:
-            return writing.to_tfds(self, tfds, tfds_image, *write)
+            return writing.to_tfds(self, write, tfds, tfds_image)
         if path is not None and path != "":  # as in the original API, an empty path means in memory
-            return writing.to_tfrecords(self, *write)
+            return writing.to_tfrecords(self, write)
         shaped = (output_types, output_shapes, output_signature)
         if runner_choice.use_beam(remote_exec, self.beam_args, self.unshippable, in_memory=True):
             return remote_load.remote_dataset(self, template, num_workers, *shaped)

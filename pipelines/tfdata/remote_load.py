@@ -49,16 +49,17 @@ def remote_dataset(ds, template, num_workers, output_types, output_shapes, outpu
             f"remote_output {out_dir!r}: tf.data reads local paths and gs://, not {scheme}://; "
             f"convert with load(path=...) to write TFRecords there"
         )
-    cfg = tfrecord_writing.config(
-        ds,
+    write = tfrecord_writing.WriteRequest(
         template,
         out_dir.rstrip("/") + "/part-{}.tfrecord",
-        None,
-        "100MB",
-        {"overwrite": True},
-        stored=False,
+        num_workers,
+        record_to_example=None,
+        max_shard_size="100MB",
+        remote_exec=True,
+        options={"overwrite": True},
     )
-    res = tfrecord_writing.convert(ds, cfg, num_workers, True)
+    cfg = tfrecord_writing.config(ds, write, stored=False)
+    res = tfrecord_writing.convert(ds, write, cfg)
     el = None
     if res.paths:
         with get_store(res.paths[0]).open_read(res.paths[0]) as f:

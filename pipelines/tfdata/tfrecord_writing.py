@@ -10,10 +10,12 @@ function) of names (:mod:`pipelines.tfdata.pathgen`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import tempfile
+from typing import Any, Callable, Mapping, Optional
 
 from pipelines.beam import options as opts
 from pipelines.tfdata import arguments, runner_choice
@@ -24,12 +26,28 @@ from transforms.ops.selection_names import through_selections
 log = logging.getLogger("tar2tf")
 
 
-def config(
-    ds, template, output, record_to_example, max_shard_size, options, stored=True, checks=()
-):
-    """The ``ConvertConfig`` of a load of ``ds`` written to ``output``; ``stored=False``:
-    the selections as the streamed load gives them (the remote load reads them back);
-    ``checks``: stages run after all others (``tfds_image``'s)."""
+@dataclasses.dataclass(frozen=True)
+class WriteRequest:
+    """What a load writes, as ``Dataset.load`` was given it: the ``template`` of its
+    sources; ``path``, where it writes (a file name or template, as :func:`as_path` gives
+    it, or the original API's iterable of names); the ``num_workers``; the original API's
+    ``record_to_example``; ``max_shard_size`` (None: one file); ``remote_exec`` (True,
+    False or None: :mod:`pipelines.tfdata.runner_choice`); and the ``ConvertConfig``
+    ``options``."""
+
+    template: Any
+    path: Any
+    num_workers: int
+    record_to_example: Optional[Callable]
+    max_shard_size: Any
+    remote_exec: Optional[bool]
+    options: Mapping[str, Any]
+
+
+def config(ds, write: WriteRequest, stored=True, checks=()):
+    """The ``ConvertConfig`` of a load of ``ds`` written to ``write.path`` (a file name or
+    template); ``stored=False``: the selections as the streamed load gives them (the remote
+    load reads them back); ``checks``: stages run after all others (``tfds_image``'s)."""
     from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
     sels = arguments.stored_selections(ds) if stored else ds.selections
@@ -37,7 +55,8 @@ def config(
     stages = (
         list(ds.sample_stages) + list(ds.conversions) + [leaves.selection_stage(sels, not stored)]
     )
-    if record_to_example is not None:
+    options = write.options
+    if write.record_to_example is not None:
         # as in the original API, record_to_example sees the raw converted record
         stages = stages[:-1]
     elif options.get("type_map"):
@@ -45,12 +64,12 @@ def config(
         options = dict(options, type_map=through_selections(options["type_map"], sels))
     stages += list(checks)
     return ConvertConfig(
-        sources=template,
-        output=output,
+        sources=write.template,
+        output=write.path,
         base=ds.base,
-        max_shard_size=max_shard_size,
+        max_shard_size=write.max_shard_size,
         sample_stages=tuple(stages),
-        record_to_example=record_to_example,
+        record_to_example=write.record_to_example,
         example_stages=tuple(ds.example_stages),
         max_member_size=ds.max_member_size,
         store=ds.store,
@@ -60,12 +79,13 @@ def config(
     )
 
 
-def convert(ds, cfg, num_workers, remote_exec, extra=()):
-    """Run the job of ``cfg`` where ``remote_exec`` (True, False or None) and ``ds``'s
-    ``beam_args`` choose; its ``ConvertResult``, also kept as ``ds.last_result``.
-    ``extra``: more callables that must pickle to go to Beam."""
-    why_not = functools.partial(ds.unshippable, extra)
-    if runner_choice.use_beam(remote_exec, ds.beam_args, why_not, shuffle=cfg.shuffle):
+def convert(ds, write: WriteRequest, cfg):
+    """Run the job of ``cfg`` (:func:`config`) where ``write.remote_exec`` and ``ds``'s
+    ``beam_args`` choose; its ``ConvertResult``, also kept as ``ds.last_result``."""
+    num_workers = write.num_workers
+    # record_to_example too must pickle to go to Beam
+    why_not = functools.partial(ds.unshippable, [write.record_to_example])
+    if runner_choice.use_beam(write.remote_exec, ds.beam_args, why_not, shuffle=cfg.shuffle):
         from pipelines.beam.convert import convert as beam_convert
 
         args = list(ds.beam_args)
@@ -100,23 +120,12 @@ def as_path(path):
     return path
 
 
-def to_tfrecords(
-    ds,
-    template,
-    path,
-    num_workers,
-    record_to_example,
-    max_shard_size,
-    remote_exec,
-    options,
-    checks=(),
-):
+def to_tfrecords(ds, write: WriteRequest, checks=()):
     """``load(path=...)``: the paths of the TFRecord shards written; ``checks``: see
     :func:`config`."""
-    path = as_path(path)
+    path = write.path
     if isinstance(path, str):
-        cfg = config(ds, template, path, record_to_example, max_shard_size, options, checks=checks)
-        return list(convert(ds, cfg, num_workers, remote_exec, [record_to_example]).paths)
+        return list(convert(ds, write, config(ds, write, checks=checks)).paths)
     if callable(path):  # the original client took a generator function as well
         path = path()
     try:
@@ -127,38 +136,28 @@ def to_tfrecords(
             f"not {type(path).__name__}"
         ) from None
     tmp = tempfile.mkdtemp(prefix="tar2tf-paths-")
-    cfg = config(
-        ds,
-        template,
-        os.path.join(tmp, "part-{}.tfrecord"),
-        record_to_example,
-        max_shard_size,
-        options,
-    )
-    res = convert(ds, cfg, num_workers, remote_exec, [record_to_example])
-    return run_with_path_generator(res, names, ds.store, bool(options.get("overwrite")))
+    parts = dataclasses.replace(write, path=os.path.join(tmp, "part-{}.tfrecord"))
+    res = convert(ds, parts, config(ds, parts))
+    return run_with_path_generator(res, names, ds.store, bool(write.options.get("overwrite")))
 
 
-def to_tfds(ds, tfds_flag, image, template, path, *args):
+def to_tfds(ds, write: WriteRequest, tfds_flag, image):
     """``load(path=..., tfds=True)``: the TFRecords, then their TFDS metadata
-    (pipelines/export/tfds.py), written only for a complete output.  ``args``: the rest
-    of :func:`to_tfrecords`' arguments."""
+    (pipelines/export/tfds.py), written only for a complete output."""
     from pipelines.export import tfds
     from pipelines.export.tfds_features import image_checks
 
     if not tfds_flag:
         raise ValueError("tfds_image needs tfds=True")
-    options = args[-1]  # the convert options, last of to_tfrecords' arguments
-    path = as_path(path)
-    tfds.check_output(path, image, options.get("type_map"))
+    tfds.check_output(write.path, image, write.options.get("type_map"))
     # each record's image checked as TFDS will decode it: a reject, not a split that fails
-    paths = to_tfrecords(ds, template, path, *args, checks=image_checks(image))
+    paths = to_tfrecords(ds, write, checks=image_checks(image))
     res = ds.last_result
     if res.exit_code != 0:
         count = res.manifest["rejects"]["count"]
         raise ValueError(
             f"tfds: metadata not written: {count} rejects, more than max_rejects "
-            f"{options.get('max_rejects', 0)} or every record (see {res.rejects_path})"
+            f"{write.options.get('max_rejects', 0)} or every record (see {res.rejects_path})"
         )
-    tfds.write_metadata(path, res.manifest, image)
+    tfds.write_metadata(write.path, res.manifest, image)
     return paths

@@ -11,7 +11,7 @@ import pytest
 from support import shardgen
 from support.cli_fixtures import cli
 
-from pipelines.export import tfds as tx
+from pipelines.export.tfds_compat import misfits
 
 
 def _records(first, count, bmp=(), tags_len=None, cls_every=True):
@@ -120,14 +120,14 @@ def test_misfits():
     image = {"pythonClassName": "tensorflow_datasets.core.features.image_feature.Image"}
     ds = features(a=tensor("int64"), v=tensor("int64", -1), n=features(b=tensor("string", -1)))
     # a subset: vectors missing, or holding a scalar or a fixed number of values
-    assert tx._misfits(ds, features(a=tensor("int64"))) == []
-    assert tx._misfits(ds, features(a=tensor("int64"), v=tensor("int64", 3))) == []
-    assert tx._misfits(ds, features(a=tensor("int64"), n=features(b=tensor("string")))) == []
+    assert misfits(ds, features(a=tensor("int64"))) == []
+    assert misfits(ds, features(a=tensor("int64"), v=tensor("int64", 3))) == []
+    assert misfits(ds, features(a=tensor("int64"), n=features(b=tensor("string")))) == []
     # conflicts
-    assert tx._misfits(ds, features(v=tensor("int64"))) == [
+    assert misfits(ds, features(v=tensor("int64"))) == [
         "a: missing from every record here, int64, one value in every record there"
     ]
-    assert tx._misfits(ds, features(a=image, x=tensor("float32"))) == [
+    assert misfits(ds, features(a=image, x=tensor("float32"))) == [
         "a: an Image here, int64, one value in every record there",
         "x: not a feature of the dataset",
     ]

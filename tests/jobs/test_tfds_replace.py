@@ -1,5 +1,5 @@
 """TFDS metadata never names shards or counts that are not on disk
-(``pipelines.export.tfds.retract_split``), on both drivers.
+(``pipelines.export.tfds_retract.retracted``), on both drivers.
 
 A job that replaces a split's shards (``--overwrite``, ``--resume``, with ``--tfds`` or
 without) takes the split out of ``dataset_info.json`` before it replaces the first shard;

@@ -9,7 +9,7 @@ run anywhere: in a Beam DoFn (``pipelines.beam.convert``), in the in-process dri
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from pipelines.job import counts, workfiles
 from pipelines.job.kinds.tfrecord import piecefiles
@@ -121,75 +121,118 @@ def convert_to_piece(
     piece = workfiles.attempt_url(piece_stem(work, index), ".tfrecord")
     out = _PieceOut(piece, get_store(piece, cfg.store), hold)
     stats = TarStats()
+    try:
+        recs = _convert_records(_read_records(url, cfg, stats), stages, out)
+    except BaseException as e:
+        out.abort(e)
+        raise
+    out.close()
+    if recs.corrupt is not None:
+        _reject_corrupt_shard(recs, url, out)
+    # the record file before the sidecar: a sidecar vouches for both (pipelines.job.kinds.tfrecord.piecefiles)
+    recs_crc32c = _write_record_file(piece, index, cfg, recs, out)
+    info = summary(index, url, piece, recs.sizes, recs.rejects, recs.read, recs.filtered, stats)
+    info.update(schema=recs.schema, first_types=recs.first_types, recs_crc32c=recs_crc32c)
+    if out.on_disk:
+        info["crc32c"] = digests.hexdigest(out.digest)
+        workfiles.write_sidecar(piece, info, cfg.store)
+    # its sizes and held frames, for whoever writes it next
+    return ConvertedPiece(PieceSummary.from_json(info), recs.sizes, out.frames)
+
+
+@dataclasses.dataclass
+class _Records:
+    """What one shard's records became: the framed ``sizes`` and ``keys`` of those written,
+    the ``rejects`` (as dicts), the merged ``schema``, each feature's dtype in the first
+    record that has it, the records read and filtered, and the shard's integrity failure
+    found after its records were read, if any."""
+
+    sizes: List[int]
+    keys: List[str]
+    rejects: List[Dict[str, Any]]
+    schema: Dict[str, Any]
+    first_types: Dict[str, str]
+    read: int
+    filtered: int
+    corrupt: Optional[Reject]
+
+
+def _read_records(url: str, cfg: ConvertConfig, stats: TarStats) -> Iterator[Any]:
+    """The shard's records, its rejects and a final ``ShardCorrupt``, in tar order;
+    ``stats`` counts its members."""
+    return read_shard(
+        url,
+        cfg.store,
+        parse_size(cfg.max_member_size),
+        stats,
+        max_record_size=parse_size(cfg.max_record_size),
+    )
+
+
+def _convert_records(items: Iterable[Any], stages: Stages, out: _PieceOut) -> _Records:
+    """Each record through the stages, framed into ``out``.  The per-record loop of the
+    conversion: its state stays in locals, and each record costs no call beyond its
+    stages, its framing and its write."""
     sizes: List[int] = []
+    keys: List[str] = []
     rejects: List[Dict[str, Any]] = []
     schema: Dict[str, Any] = {}
     first_types: Dict[str, str] = {}  # feature -> dtype of the first record that has it
     last_schema: Optional[Dict[str, Any]] = None
     read = filtered = 0
-    keys: List[str] = []
     corrupt: Optional[Reject] = None
-    try:
-        for item in read_shard(
-            url,
-            cfg.store,
-            parse_size(cfg.max_member_size),
-            stats,
-            max_record_size=parse_size(cfg.max_record_size),
-        ):
-            if isinstance(item, ShardCorrupt):
-                corrupt = item
-                continue
-            if is_reject(item):
-                rejects.append(item.to_dict())
-                read += item.counts_record
-                continue
-            read += 1
-            rec, rec_schema = stages.process_with_schema(item, parts=True)
-            if rec is FILTERED:
-                filtered += 1
-                continue
-            if is_reject(rec):
-                rejects.append(rec.to_dict())
-                continue
-            data = frame_parts(rec)
-            out.write(data)
-            sizes.append(len(data))
-            keys.append(item["__key__"])
-            # every record enters the schema, so `tar2tf verify` can hold each Example to it
-            # without false alarms on features that appear late; merging is idempotent, so
-            # a run of records with the same features merges once
-            if rec_schema != last_schema:
-                for name, spec in rec_schema.items():
-                    first_types.setdefault(name, spec["dtype"])
-                schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
-                last_schema = rec_schema
-    except BaseException as e:
-        out.abort(e)
-        raise
-    out.close()
-    if corrupt is not None:
-        # the shard failed its integrity check after its records were read: none of its
-        # content can be trusted, so every record it gave is rejected and the piece emptied
-        rejects.append(corrupt.to_dict())
-        reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
-        rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in keys)
-        sizes, keys, schema, first_types = [], [], {}, {}
-        out.empty()
-    sort = [piecefiles.sort_key(cfg.seed, index, k) for k in keys] if cfg.shuffle else None
-    # the record file before the sidecar: a sidecar vouches for both (pipelines.job.kinds.tfrecord.piecefiles)
-    recs_crc32c = piecefiles.write(
-        piece,
-        piecefiles.encode(sizes, keys, rejects, sort, out.ends if out.on_disk else None),
-        cfg.store,
+    for item in items:
+        if isinstance(item, ShardCorrupt):
+            corrupt = item
+            continue
+        if is_reject(item):
+            rejects.append(item.to_dict())
+            read += item.counts_record
+            continue
+        read += 1
+        rec, rec_schema = stages.process_with_schema(item, parts=True)
+        if rec is FILTERED:
+            filtered += 1
+            continue
+        if is_reject(rec):
+            rejects.append(rec.to_dict())
+            continue
+        data = frame_parts(rec)
+        out.write(data)
+        sizes.append(len(data))
+        keys.append(item["__key__"])
+        # every record enters the schema, so `tar2tf verify` can hold each Example to it
+        # without false alarms on features that appear late; merging is idempotent, so
+        # a run of records with the same features merges once
+        if rec_schema != last_schema:
+            for name, spec in rec_schema.items():
+                first_types.setdefault(name, spec["dtype"])
+            schema = exs.merge_schema(schema, rec_schema) if schema else rec_schema
+            last_schema = rec_schema
+    return _Records(sizes, keys, rejects, schema, first_types, read, filtered, corrupt)
+
+
+def _reject_corrupt_shard(recs: _Records, url: str, out: _PieceOut) -> None:
+    """The shard failed its integrity check after its records were read: none of its
+    content can be trusted, so every record it gave is rejected and the piece emptied."""
+    corrupt = recs.corrupt
+    recs.rejects.append(corrupt.to_dict())
+    reason = f"corrupt shard: {corrupt.reason}; record content unreliable"
+    recs.rejects.extend(Reject(url, k, "tar", reason).to_dict() for k in recs.keys)
+    recs.sizes, recs.keys, recs.schema, recs.first_types = [], [], {}, {}
+    out.empty()
+
+
+def _write_record_file(
+    piece: str, index: int, cfg: ConvertConfig, recs: _Records, out: _PieceOut
+) -> str:
+    """The piece's record file (its records' sizes, keys, sort keys, rejects and, for a
+    piece on disk, its CRC-32C after each record); returns the file's CRC-32C."""
+    sort = [piecefiles.sort_key(cfg.seed, index, k) for k in recs.keys] if cfg.shuffle else None
+    ends = out.ends if out.on_disk else None
+    return piecefiles.write(
+        piece, piecefiles.encode(recs.sizes, recs.keys, recs.rejects, sort, ends), cfg.store
     )
-    info = summary(index, url, piece, sizes, rejects, read, filtered, stats)
-    info.update(schema=schema, first_types=first_types, recs_crc32c=recs_crc32c)
-    if out.on_disk:
-        info["crc32c"] = digests.hexdigest(out.digest)
-        workfiles.write_sidecar(piece, info, cfg.store)
-    # its sizes and held frames, for whoever writes it next
-    return ConvertedPiece(PieceSummary.from_json(info), sizes, out.frames)
 
 
 def summary(
