@@ -260,7 +260,7 @@ def _wait(result) -> None:
         raise
 
 
-class BeamExecutor(lifecycle.Executor):
+class BeamDriver(lifecycle.Driver):
     """The lifecycle's Beam driver: ``transform(job)`` as the job's graph, on the runner
     ``beam_args`` choose (default: Beam's local runner, one worker process per core,
     ``pipelines.beam.options``)."""
@@ -304,4 +304,4 @@ def run(
 ) -> ConvertResult:
     """The job's lifecycle (``lifecycle.run``) with ``transform(job)`` as its graph, on
     the runner ``beam_args`` choose."""
-    return lifecycle.run(kind, cfg, BeamExecutor(beam_args, transform))
+    return lifecycle.run(kind, cfg, BeamDriver(beam_args, transform))

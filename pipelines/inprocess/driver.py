@@ -1,4 +1,4 @@
-"""The in-process driver: the lifecycle's second executor (``pipelines.job.lifecycle.run``),
+"""The in-process driver: one of the lifecycle's two drivers (``pipelines.job.lifecycle.run``),
 beside the Beam graph, for any kind of job, with threads (or worker processes) of this
 process and no Beam.
 
@@ -75,7 +75,7 @@ def auto_processes(workers: int, units: int, ops: bool = True) -> int:
 def run(kind: Kind, cfg, num_workers: int = 1) -> ConvertResult:
     """The job of ``kind`` with ``num_workers`` threads and no Beam (and ``cfg.processes``
     worker processes converting its units, if set and the kind's units can)."""
-    return lifecycle.run(kind, cfg, InProcess(num_workers))
+    return lifecycle.run(kind, cfg, InProcessDriver(num_workers))
 
 
 def convert_in_process(cfg, num_workers: int = 1) -> ConvertResult:
@@ -112,8 +112,8 @@ def _is_remote(unit: Sequence[Any], work: str) -> bool:
     return any(isinstance(x, str) and split_url(x)[0] != "" for x in (*unit, work))
 
 
-class InProcess(lifecycle.Executor):
-    """The executor (module docstring).  :meth:`build` decides, before the job writes
+class InProcessDriver(lifecycle.Driver):
+    """The driver (module docstring).  :meth:`build` decides, before the job writes
     anything, how it runs: what can fail there (ops that cannot be pickled for worker
     processes) leaves no file behind."""
 

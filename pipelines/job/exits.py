@@ -19,6 +19,8 @@ import os
 import re
 from typing import Callable, Dict, Iterator, Optional, Tuple
 
+from pipelines.job.refused import OutputExistsError
+
 OK, FAILED, USAGE, REJECTS, EXISTS, MISMATCH = 0, 1, 2, 3, 4, 5
 MAX_LINE = 2000  # characters of an exception's message kept in the line (an SDK's may run on)
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
@@ -95,7 +97,7 @@ def classify(exc: BaseException, began: Optional[bool] = None) -> Tuple[int, str
         began = started(exc)
     if isinstance(exc, KeyboardInterrupt):
         return FAILED, "interrupted", ""
-    if _is(exc, "pipelines", "OutputExistsError"):
+    if isinstance(exc, OutputExistsError):
         return EXISTS, _message(exc), ""
     full = _first(exc, lambda e: isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
     if full is not None:

@@ -20,8 +20,16 @@
   outlives :func:`finish` because a cluster may run a step again after it (Flink re-runs
   the tasks whose results a lost worker held), and a write run again needs its pieces.
 
+:func:`run` is the one run of a job, whichever driver executes its middle steps: a
+:class:`Driver` builds what can fail before anything is written (:meth:`Driver.build`),
+then converts, plans, writes and finishes the started job (:meth:`Driver.execute`).  The
+two drivers are the Beam graph (``pipelines.beam.job.BeamDriver``) and the in-process
+driver (``pipelines.inprocess.driver.InProcessDriver``); neither looks at the format.
+
 A :class:`Kind` is what a format supplies: its units, output checks, unit work, plan,
-writer and manifest (``pipelines.job.kinds.tfrecord.kind``, ``pipelines.job.kinds.pcr.kind``).
+writer and manifest (``pipelines.job.kinds.tfrecord.kind``, ``pipelines.job.kinds.pcr.kind``),
+and one answer for the in-process driver (:meth:`Kind.in_process`: whether its outputs
+can be written while units convert, whether its units convert in worker processes).
 """
 
 from __future__ import annotations
@@ -186,7 +194,7 @@ class Kind:
         return None
 
 
-class Executor:
+class Driver:
     """A driver's part of :func:`run`: the Beam graph (``pipelines.beam.job``) or the
     in-process driver (``pipelines.inprocess.driver``)."""
 
@@ -300,16 +308,16 @@ def start(job: Job) -> None:
     job.kind.begin(job)
 
 
-def run(kind: Kind, cfg, executor: Executor) -> ConvertResult:
+def run(kind: Kind, cfg, driver: Driver) -> ConvertResult:
     """The one run of a job, whichever driver executes it (the module docstring): prepare,
-    :meth:`Executor.build`, start, :meth:`Executor.execute`, the result -- and the second
+    :meth:`Driver.build`, start, :meth:`Driver.execute`, the result -- and the second
     run a finished job asks for (:meth:`Kind.again`: a job whose features had several
-    types), by the same executor.  An error raised once the job has started carries
+    types), by the same driver.  An error raised once the job has started carries
     ``tar2tf_started`` (``pipelines.job.exits.started``): a ``ValueError`` then is the
     job's failure, not bad usage."""
     job = prepare(kind, cfg)
     try:
-        executor.build(job)
+        driver.build(job)
     except BaseException:
         # nothing ran yet, so there is nothing to clean up, but the output's lock is held
         # since prepare(): left to the garbage collector, it would refuse the next job of
@@ -319,13 +327,13 @@ def run(kind: Kind, cfg, executor: Executor) -> ConvertResult:
     try:
         with cleaned_on_failure(job):
             start(job)
-            counters, manifest = executor.execute(job)
+            counters, manifest = driver.execute(job)
             res = result_of(job, counters, manifest)
     except BaseException as e:
         exits.mark_started(e)
         raise
     again = kind.again(job.cfg, res.manifest)
-    return res if again is None else run(kind, again, executor)
+    return res if again is None else run(kind, again, driver)
 
 
 def convert_unit(kind: Kind, cfg, work: str, unit, stages) -> Tuple[Any, bool]:
