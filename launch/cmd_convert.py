@@ -335,7 +335,12 @@ def run(args) -> int:
     code = rejects_exit("convert", res, cfg.max_rejects)
     if code == 0 and args.tfds:  # metadata only for a complete output (pipelines/export/tfds.py)
         from pipelines.export import tfds
+        from pipelines.job import exits
 
-        written = tfds.write_metadata(args.output, res.manifest, args.tfds_image)
+        try:
+            written = tfds.write_metadata(args.output, res.manifest, args.tfds_image)
+        except BaseException as e:
+            exits.mark_started(e)  # the job wrote its output: this is no usage error
+            raise
         print(printable(tfds.summary_line(written, args.output)), file=sys.stderr)
     return code

@@ -252,7 +252,8 @@ def test_pcr_runs_in_this_process_unless_given_beam_options(tmp_path):
             "beam",
             "FlinkRunner",
         ),
-        (["pcr", "x", "-o", "o"], "in-process", "FnApiRunner"),
+        (["pcr", "x", "-o", "o"], "in-process", "inprocess"),
+        (["pcr", "x", "-o", "o", "--runner", "beam"], "beam", "FnApiRunner"),
     ],
 )
 def test_dry_run_says_which_driver_the_cli_would_run(argv, driver, runner):
@@ -262,5 +263,3 @@ def test_dry_run_says_which_driver_the_cli_would_run(argv, driver, runner):
 
     d = describe(argv)
     assert (d["driver"], d["runner"]) == (driver, runner)
-    if argv[0] == "pcr":  # on threads of the local runner, in the CLI's process
-        assert "--direct_running_mode=multi_threading" in d["beam_args"]
