@@ -1,7 +1,7 @@
-"""Helpers of the shard-stream tests (test_shard_stream, test_shard_placement): piece
-files of random records as the converter returns them (``ConvertedPiece``: summary and
-sizes), and the shards the planned path (``pipelines.job.kinds.tfrecord.plan``) and the stream
-(``pipelines.inprocess.stream``) make of them."""
+"""Helpers of the shard-stream tests (test_inprocess_stream, test_inprocess_stream_placing):
+piece files of random records as the converter returns them (``ConvertedPiece``: summary
+and sizes), and the shards the planned path (``pipelines.job.kinds.tfrecord.plan``) and the
+stream (``pipelines.inprocess.stream``) make of them."""
 
 import dataclasses
 import os

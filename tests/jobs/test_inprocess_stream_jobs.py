@@ -1,7 +1,7 @@
 """Whole in-process jobs (``convert_in_process``, the CLI) through the shard stream: a
 failed job keeps its journaled shards and resumes after them, pieces handed over in
 memory (or spilled), one worker on the calling thread, many small shards under a small
-descriptor limit.  The stream itself: test_shard_stream."""
+descriptor limit.  The stream itself: test_inprocess_stream."""
 
 import dataclasses
 import glob

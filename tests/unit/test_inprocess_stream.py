@@ -1,6 +1,6 @@
 """Streamed final shards (pipelines.inprocess.stream) against the planned path (plan), on
 piece files of random records: the stream and its journal, and the feed (``PieceFeed``)
-that Beam's DoFns hand pieces to.  Whole jobs through the stream: test_shard_stream_jobs."""
+that Beam's DoFns hand pieces to.  Whole jobs through the stream: test_inprocess_stream_jobs."""
 
 import os
 import tempfile

@@ -1,5 +1,5 @@
 """``processes=N``: the in-process driver's shards converted in its worker processes
-(pipelines.inprocess.pool; a worker that fails: test_shard_pool_failures.py)."""
+(pipelines.inprocess.pool; a worker that fails: test_inprocess_pool_failures.py)."""
 
 import hashlib
 import os
