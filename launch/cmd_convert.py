@@ -18,7 +18,7 @@ from typing import List
 from launch.args import UsageError, add_runner_arg, int_in, size
 from launch.progress_args import add_progress_args, progress_options
 from launch.store_args import add_store_args, store_config
-from pipelines.inprocess import MAX_PROCESSES
+from pipelines.job.kinds.tfrecord.config import MAX_PROCESSES
 
 # what ``tar2tf convert --help`` says (the module docstring names the code for developers)
 DESCRIPTION = """\

@@ -13,7 +13,6 @@ import re
 from typing import Any, Mapping, Sequence, Tuple, Union
 
 from pipelines.export.tfds_features import TfdsError, parse_image
-from pipelines.job import names
 from transforms.stores import split_url
 from transforms.tfrecord.schema import BYTES, parse_type_map
 
@@ -60,7 +59,8 @@ def check_output(
         )
     name = os.path.basename(local_path(output))
     stem, dot, suffix = name.rpartition(".")
-    if names.is_template(name) or not dot or suffix not in FILE_FORMATS:
+    # a brace: a shard template ({}, {:05d}), whose names TFDS's pattern never matches
+    if "{" in name or not dot or suffix not in FILE_FORMATS:
         raise TfdsError(
             f"--tfds needs an output named <split>.tfrecord (or <split>.array_record), whose "
             f"shards <split>-00000-of-0000N.tfrecord TFDS reads, not {name!r}"

@@ -9,8 +9,7 @@ from support import shardgen
 from support.pool_spy import pool_starts
 
 from launch import cli
-from pipelines.inprocess import MAX_PROCESSES
-from pipelines.job.kinds.tfrecord.config import ConvertConfig
+from pipelines.job.kinds.tfrecord.config import MAX_PROCESSES, ConvertConfig
 from transforms.ops import Decode, Encode
 
 

@@ -15,6 +15,12 @@ from transforms.stores import StoreConfig, dirname, join
 from transforms.tar.grouping import DEFAULT_MAX_MEMBER_SIZE
 from transforms.tfrecord import schema as exs
 
+#: the most worker processes a job may ask for (``--processes``, ``processes=``): each is a
+#: Python interpreter of some 40 MB or more that takes its time to start, so a count far
+#: beyond any machine's cores only starts processes that wait (and a typo such as 100000
+#: would fork until memory runs out).  A job never starts more than it has input shards.
+MAX_PROCESSES = 256
+
 
 @dataclasses.dataclass
 class ConvertConfig:
@@ -76,7 +82,6 @@ class ConvertConfig:
         """The options, checked when the config is built, with the CLI's rules
         (``transforms.argcheck``): a ``TypeError`` or ``ValueError`` naming the option,
         not a job that fails late (or rejects every record) because of it."""
-        from pipelines.inprocess import MAX_PROCESSES
         from transforms.ops.gostages import as_stage  # user stages may be Beam DoFns
 
         if isinstance(self.sources, os.PathLike):
