@@ -15,7 +15,7 @@ from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.kinds.tfrecord.kind import check_outputs, retyped
 from pipelines.job.lifecycle import job_of, work_dir_for
 from pipelines.job.overlap import OutputOverlapsInput
-from pipelines.job.refused import OutputExistsError, OutputsExist, ResumeConflict
+from pipelines.job.refused import OutputExistsError, ResumeConflict
 
 CLI_WORDS = {"overwrite": "--overwrite", "resume": "--resume"}
 
@@ -63,7 +63,7 @@ def test_a_new_output_may_be_written_with_or_without_resume(job):
 def test_outputs_that_exist_are_refused_without_overwrite(job):
     inputs, output, cfg = job
     shard = _touch(names.fill(output, 1))
-    with pytest.raises(OutputsExist) as e:
+    with pytest.raises(OutputExistsError) as e:
         _check(cfg(), inputs)
     assert isinstance(e.value, OutputExistsError)
     assert str(e.value) == (
@@ -77,7 +77,7 @@ def test_outputs_that_exist_are_refused_without_overwrite(job):
 def test_outputs_an_interrupted_run_of_this_job_left_suggest_resume(job):
     inputs, _, cfg = job
     _interrupted(cfg(), inputs)
-    with pytest.raises(OutputsExist) as e:
+    with pytest.raises(OutputExistsError) as e:
         _check(cfg(), inputs)
     said = str(e.value.worded(CLI_WORDS))
     assert said.endswith(
@@ -91,7 +91,7 @@ def test_resume_without_work_of_this_job_refuses_outputs_that_exist(job):
     inputs, output, cfg = job
     _touch(names.fill(output, 1))  # a finished job's output: its work directory is gone
     c = cfg(resume=True)
-    with pytest.raises(OutputsExist) as e:
+    with pytest.raises(OutputExistsError) as e:
         _check(c, inputs)
     assert (
         "but no interrupted run of this job (same inputs, options and output) left work to "
@@ -118,7 +118,7 @@ def test_resume_of_a_run_with_other_options_names_them(job):
 def test_resume_of_a_run_with_other_options_that_left_outputs_names_them(job):
     inputs, _, cfg = job
     work = _interrupted(cfg(records_per_shard=5), inputs)
-    with pytest.raises(OutputsExist) as e:
+    with pytest.raises(OutputExistsError) as e:
         _check(cfg(resume=True), inputs)
     said = str(e.value.worded(CLI_WORDS))
     assert f"but the interrupted run of these inputs and this output in {work}" in said
