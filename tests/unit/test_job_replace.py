@@ -9,21 +9,13 @@ import json
 import logging
 import os
 
-import pytest
-
 from pipelines.inprocess import journal
-from pipelines.job import exits, job_file, names, replace
+from pipelines.job import job_file, names, replace
 from pipelines.job import manifest as job_manifest
 from pipelines.job.kinds.pcr.records import manifest_path as pcr_manifest_path
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from pipelines.job.lifecycle import job_of, work_dir_for
 from transforms.pcr import format as pcr_format
-
-
-@pytest.fixture(autouse=True)
-def _not_started(monkeypatch):
-    """``begin`` marks this process's job as started: put that back after each test."""
-    monkeypatch.setattr(exits, "_started", False)
 
 
 def _touch(path, data=b"x") -> str:
@@ -80,7 +72,6 @@ def test_begin_saves_the_earlier_outputs_then_deletes_the_manifest(tmp_path):
     assert not os.path.exists(mpath)  # no manifest: no reader takes old and new together
     assert _ledger(mpath) == set(old) == replace.previous_outputs(mpath)
     assert all(os.path.exists(p) for p in old)  # nothing deleted yet
-    assert exits.started()
 
 
 def test_begin_on_a_new_output_writes_nothing(tmp_path):
@@ -88,7 +79,6 @@ def test_begin_on_a_new_output_writes_nothing(tmp_path):
     replace.begin(mpath)
     assert _files(tmp_path) == []
     assert replace.previous_outputs(mpath) == set()
-    assert exits.started()
 
 
 def test_a_job_killed_mid_replacement_is_finished_by_the_next_run(tmp_path):
