@@ -2,7 +2,14 @@
 is the other end): its start, its pipes, and the messages of one task, a piece-file
 conversion, a placed piece's runs, or a shard's streamed elements (the messages are
 :mod:`pipelines.inprocess.messages`).  The pool that schedules tasks over these handles is
-:mod:`pipelines.inprocess.pool`, whose docstring has the design."""
+:mod:`pipelines.inprocess.pool`, whose docstring has the design; the protocol (who sends what,
+in which order, what each side does on EOF, death or cancellation) is written down once,
+in :mod:`pipelines.inprocess.messages`.
+
+A :class:`Worker` has one owner at a time: the thread that borrowed it from its pool.  The
+only calls from another thread are :meth:`Worker.end_input` and ``proc.kill()``
+(``Pool.close``), which end the process; the owner's next send or receive then raises
+:class:`WorkerDied`."""
 
 from __future__ import annotations
 
@@ -146,13 +153,14 @@ class Worker:
         what it was doing, for the message)."""
         try:
             self._send(message)
-        except OSError as e:  # BrokenPipeError included
+        # BrokenPipeError included; ValueError: Pool.close closed the pipe on another thread
+        except (OSError, ValueError) as e:
             raise self.died(doing, e) from None
 
     def recv(self, doing: str) -> Any:
         try:
             return pickle.load(self.proc.stdout)
-        except (EOFError, OSError, pickle.UnpicklingError) as e:
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
             raise self.died(doing, e) from None
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:
