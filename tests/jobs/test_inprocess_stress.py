@@ -254,6 +254,7 @@ def inputs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang fails this test with its stacks, well before the suite's bound
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 @pytest.mark.parametrize("placing", [True, False], ids=["placed", "piece-files"])
 def test_faults_at_random_points_leave_complete_shards_or_none(
