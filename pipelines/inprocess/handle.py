@@ -6,10 +6,18 @@ conversion, a placed piece's runs, or a shard's streamed elements (the messages 
 in which order, what each side does on EOF, death or cancellation) is written down once,
 in :mod:`pipelines.inprocess.messages`.
 
-A :class:`Worker` has one owner at a time: the thread that borrowed it from its pool.  The
-only calls from another thread are :meth:`Worker.end_input` and ``proc.kill()``
-(``Pool.close``), which end the process; the owner's next send or receive then raises
-:class:`WorkerDied`."""
+Which thread owns what:
+
+=========================  ==============================  ================================
+state                      owner                           how other threads reach it
+=========================  ==============================  ================================
+a :class:`Worker`: its     the thread that borrowed it     ``Pool.close`` only ends it
+pipes, the conversation    from its pool (one at a time)   (:meth:`Worker.end_input`,
+                                                           ``proc.kill()``); the owner's
+                                                           next send or receive then raises
+                                                           :class:`WorkerDied`
+=========================  ==============================  ================================
+"""
 
 from __future__ import annotations
 

@@ -28,6 +28,32 @@ job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LI
 (:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A
 piece the in-process driver held in memory (``ConvertedPiece.frames``) is written once,
 here.
+
+Which thread owns what (every other thread reaches it only the way the last column says):
+
+==============================  ===============================  ==============================
+state                           owner                            how other threads reach it
+==============================  ===============================  ==============================
+a stream's packer, its          the stream's writer: the one     not at all; a thread that
+``current`` shard, shard        thread that calls ``add``,       joined the writer may call
+count, the pieces ended, the    ``finish``, ``abort`` (the       ``abort`` or ``finish`` after
+close futures                   driver's, or a feed's thread)    it (``PieceFeed``)
+a finished shard (sealed)       the closer thread                handed over by the closer's
+                                                                 queue (``submit``)
+the live shards, the spooled    ``_Shards``, under its one lock  ``ShardStream.cancel`` (any
+bytes, the first failed close,                                   thread), the closer, the
+the stream's stop                                                writer
+a shard's reserved ranges and   its ``RangeLedger``, under its   ``ShardFile.filled`` (pool
+their CRC-32C                   one lock (``shardfile``)         threads), ``ShardFile.cancel``
+                                                                 (any thread)
+a feed's pieces placed and not  the feed's one lock              ``PieceFeed.place`` (pool
+added, its next index, closed                                    threads), the feed's thread,
+                                                                 ``PieceFeed.pieces``
+a placed piece's runs           the feed's thread (sets them     the future ``place`` waits on
+                                once)
+how a feed's thread ended       the feed's thread (sets it once  a future, read after joining
+                                as it ends)                      the thread
+==============================  ===============================  ==============================
 """
 
 from __future__ import annotations
@@ -141,21 +167,7 @@ class ShardStream:
     bytes of finished shards that may wait for the closer thread's upload before the
     writer waits too (:meth:`_make_room`).
 
-    Threads:
-
-    =============================  =========================  ===============================
-    state                          owner                      how other threads reach it
-    =============================  =========================  ===============================
-    the packer, :attr:`current`,   the writer: the one        not at all (a thread that joined
-    the shard count, the pieces    thread that calls          the writer may call
-    ended, the close futures       :meth:`add`,               :meth:`abort` or :meth:`finish`
-                                   :meth:`finish`,            after it: ``PieceFeed``)
-                                   :meth:`abort`
-    a shard handed over, sealed    the closer thread          the closer's queue (submit)
-    live shards, spooled bytes,    :class:`_Shards`           its one lock: :meth:`cancel`
-    the first failed close, the                               (any thread), the closer, the
-    stop                                                      writer
-    =============================  =========================  ===============================
+    Which thread owns what: the module's docstring.
     """
 
     def __init__(
@@ -399,22 +411,7 @@ class PieceFeed:
     returned, :meth:`abort` (a failed job) still aborts the stream (see
     :meth:`ShardStream.abort` for what stays).
 
-    Threads:
-
-    ==============================  ===========================  ============================
-    state                           owner                        how other threads reach it
-    ==============================  ===========================  ============================
-    pieces placed and not added,    the feed's one lock          :meth:`place` (pool threads),
-    the next index, closed                                       the writer, :meth:`pieces`
-    a placed piece's runs           the writer thread (it sets   the future :meth:`place`
-                                    them once)                   waits on
-    the stream                      the writer thread, until     :meth:`ShardStream.cancel`
-                                    it ends; then whoever        (any thread)
-                                    joined it (:meth:`finish`,
-                                    :meth:`abort`)
-    how the writer ended            the writer thread (sets it   a future, read after the
-                                    once, as it ends)            join
-    ==============================  ===========================  ============================
+    Which thread owns what: the module's docstring.
     """
 
     def __init__(self, stream: ShardStream, expect: Optional[int] = None, first: int = 0):

@@ -8,8 +8,24 @@ does when the input closes, the other side dies or the job stops); it exits when
 closes.  A reader thread takes every message as it comes: a placed piece's :class:`Runs`
 are written there at once, while the main thread converts the next task, so the worker
 never idles waiting for its place, and each byte of the output is written once, by a
-worker, instead of to a piece file and again by the parent into the final shard.  The
-threads and what each owns: :class:`_Session`.
+worker, instead of to a piece file and again by the parent into the final shard.
+
+Which thread owns what (:class:`_Session`):
+
+============================  ===========================  ===============================
+state                         owner                        how the other thread reaches it
+============================  ===========================  ===============================
+the job (config, stages,      the main thread, before the  read-only once the reader starts
+work directory)               reader starts
+the input stream              the reader thread (once the  not at all
+                              job is read)
+the reply stream              the send lock                both threads send under it
+the pieces held for their     the mail lock                the main thread adds a piece
+runs, the inbox, idle                                      before its Sized, the reader
+                                                           takes it for its Runs; the
+                                                           reader fills the inbox, the main
+                                                           thread empties it
+============================  ===========================  ===============================
 
 This module imports only what a worker needs, so that a worker starts converting sooner
 than if it imported the pool's queue, futures and subprocess machinery (every worker of a
@@ -34,22 +50,7 @@ class _Session:
     (:meth:`run`), and a reader thread (:meth:`_read`) that takes every message as it
     comes, so that the runs of a held piece are written while this thread converts.
 
-    Threads:
-
-    ============================  =========================  ==============================
-    state                         owner                      how other threads reach it
-    ============================  =========================  ==============================
-    the job (config, stages,      the task thread, before    read-only once the reader
-    work directory)               the reader starts          starts
-    the input stream              the reader thread (once    not at all
-                                  the job is read)
-    the reply stream              the send lock              :meth:`_send`, both threads
-    the pieces held for their     the mail lock              the task thread adds one before
-    runs, the inbox, idle                                    its Sized, the reader takes it
-                                                             for its Runs; the reader fills
-                                                             the inbox, the task thread
-                                                             empties it
-    ============================  =========================  ==============================
+    Which thread owns what: the module's docstring.
     """
 
     def __init__(self, inp, out) -> None:
