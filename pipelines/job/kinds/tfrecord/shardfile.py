@@ -173,6 +173,7 @@ class ShardFile:
         ``write`` call: the file's 1 MB buffer turns them into few system calls (one
         ``writev`` per run of frames, or a larger buffer, was no faster:
         docs/benchmarks.md, "Costs behind design choices")."""
+        self._appending()
         for fr in frames:
             self.f.write(fr)
             self.digest.update(fr)
@@ -187,6 +188,7 @@ class ShardFile:
         ``crc``: their CRC-32C where the caller knows it (a whole piece's, from its
         sidecar), which spares hashing them (and reading them, when the kernel copies
         them: ``$TAR2TF_KERNEL_COPY``)."""
+        self._appending()
         if not (self._local and self._kernel_copy(src, offset, length, crc)):
             if crc is None:
                 copy_range(src, self.f, offset, length, self.digest)
@@ -245,6 +247,7 @@ class ShardFile:
     def reserve(self, length: int, sizes: Sequence[int]) -> int:
         """Leave the next ``length`` bytes (whole frames: ``sizes``) to another writer;
         returns their offset in :attr:`local_path`.  Appends continue after them."""
+        self._appending()
         self._cut()
         offset = self.bytes
         self._ledger.add(offset, length, None)
@@ -253,6 +256,10 @@ class ShardFile:
         self._start = self.bytes
         self.f.seek(self.bytes)
         return offset
+
+    def _appending(self) -> None:
+        if self._sealed:  # another thread may be closing it: its digest and size are final
+            raise RuntimeError(f"{self.path}: appended to after it was sealed")
 
     def seal(self) -> None:
         """Nothing more is appended: the appending thread's last step, after which the
