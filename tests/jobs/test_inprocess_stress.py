@@ -37,7 +37,8 @@ N_SHARDS = 24
 PER_SHARD = 4
 # a job's rounds end within this (a hang fails here, long before pytest-timeout)
 ROUND_BOUND = 90.0
-KINDS = ("kill", "sigint", "raise", "driver", "none")
+# each round one of these, in a seeded order; the timed faults twice, landing elsewhere each time
+KINDS = ("kill", "sigint", "raise", "driver", "none", "kill", "sigint")
 WORK = ".tar2tf-work"
 
 
