@@ -9,8 +9,8 @@ bytes.  Both ways the workers' pieces reach the final shards are exercised: writ
 workers where the shard stream places them (a local ``{}`` output) and through piece files
 (an output whose names need the shard count).
 
-The faults' choices come from a seeded random generator (the seed is printed;
-``TAR2TF_STRESS_SEED`` replays one); their timing is the machine's, and what is asserted
+The faults' choices come from a seeded random generator (the seed is printed; set
+``TAR2TF_STRESS_SEED`` to try others); their timing is the machine's, and what is asserted
 holds whichever way a race goes.  Below: the same kind of stress on ``PieceFeed`` and
 ``ShardStream`` alone, many threads placing pieces in random order."""
 
@@ -32,10 +32,11 @@ from pipelines.inprocess.pool import WorkerDied
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 from transforms.ops import Func
 
-SEED = int(os.environ.get("TAR2TF_STRESS_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
+SEED = int(os.environ.get("TAR2TF_STRESS_SEED", "1"))
 N_SHARDS = 24
 PER_SHARD = 4
-# a job's rounds end within this (a hang fails here, long before pytest-timeout)
+# a round's job ends within this, failed or not (a job that hangs is stopped by the test's
+# timeout, with its stacks)
 ROUND_BOUND = 90.0
 # each round one of these, in a seeded order; the timed faults twice, landing elsewhere each time
 KINDS = ("kill", "sigint", "raise", "driver", "none", "kill", "sigint")
@@ -261,7 +262,7 @@ def inputs(tmp_path_factory):
 def test_faults_at_random_points_leave_complete_shards_or_none(
     inputs, tmp_path, monkeypatch, placing
 ):
-    print(f"stress seed: {SEED} (TAR2TF_STRESS_SEED={SEED} replays its choices)")
+    print(f"stress seed: {SEED} (TAR2TF_STRESS_SEED=<n> tries others)")
     rng = random.Random(SEED * 2 + placing)
     ref_out = str(tmp_path / "ref")
     driver.convert_in_process(_cfg(inputs, ref_out, 2, placing), num_workers=2)
@@ -279,8 +280,8 @@ def test_faults_at_random_points_leave_complete_shards_or_none(
         print(f"{what}: {type(error).__name__ if error else 'ok'} in {took:.1f}s, fired={fired}")
         assert took < ROUND_BOUND, what
         if error is None:
-            assert kind != "raise", what  # every shard reaches the driver
-            assert not (kind == "driver" and fired), what
+            # every shard reaches the driver and its loop: these faults always come
+            assert kind not in ("raise", "driver"), what
         else:
             assert _expected(kind, error), (what, repr(error))
         # nothing under a final name but complete shards: each the reference's bytes
@@ -297,6 +298,7 @@ def test_faults_at_random_points_leave_complete_shards_or_none(
             driver.convert_in_process(again, num_workers=processes)
             assert _final_files(out) == ref, what
             assert not _settle_threads(before), what
+            assert not _children(), what
 
 
 # -- the feed and the stream alone ---------------------------------------------------------
