@@ -93,15 +93,15 @@ class _Shards:
         self._cv = threading.Condition()
         self._live: List[ShardFile] = []
         self._waiting = 0
-        self.close_error: Optional[BaseException] = None
-        self.stopped: Optional[BaseException] = None
+        self._close_error: Optional[BaseException] = None
+        self._stopped: Optional[BaseException] = None
 
     def opened(self, shard: ShardFile) -> Optional[BaseException]:
         """The writer opened ``shard``; the stream's stop if it came first (in the same
         step, so that a shard is either reached by :meth:`stop` or told of it here)."""
         with self._cv:
             self._live.append(shard)
-            return self.stopped
+            return self._stopped
 
     def handed(self, shard: ShardFile) -> None:
         """The writer handed ``shard`` (sealed) to the closer."""
@@ -116,19 +116,19 @@ class _Shards:
             while (
                 self._waiting
                 and self._waiting + size > limit
-                and self.close_error is None
-                and self.stopped is None
+                and self._close_error is None
+                and self._stopped is None
             ):
                 self._cv.wait()
-            if self.close_error is not None:
-                raise self.close_error
-            if self.stopped is not None:
-                raise self.stopped
+            if self._close_error is not None:
+                raise self._close_error
+            if self._stopped is not None:
+                raise self._stopped
 
     def failures(self) -> Tuple[Optional[BaseException], Optional[BaseException]]:
         """The first failed close and the stop, as they are now."""
         with self._cv:
-            return self.close_error, self.stopped
+            return self._close_error, self._stopped
 
     def settled(self, shard: ShardFile, handed: bool, error: Optional[BaseException]) -> None:
         """``shard`` is closed, or dropped (``error``: why it failed, if it did); ``handed``:
@@ -138,15 +138,15 @@ class _Shards:
                 self._live.remove(shard)
             if handed:
                 self._waiting -= shard.bytes
-            if error is not None and self.close_error is None:
-                self.close_error = error
+            if error is not None and self._close_error is None:
+                self._close_error = error
             self._cv.notify_all()
 
     def stop(self, exc: BaseException) -> List[ShardFile]:
         """The stream stops (the first ``exc`` stays): a writer waiting for room gives up;
         the shards live now, which the caller cancels."""
         with self._cv:
-            self.stopped = self.stopped or exc
+            self._stopped = self._stopped or exc
             self._cv.notify_all()
             return list(self._live)
 
