@@ -2,7 +2,22 @@
 is the other end): its start, its pipes, and the messages of one task, a piece-file
 conversion, a placed piece's runs, or a shard's streamed elements (the messages are
 :mod:`pipelines.inprocess.messages`).  The pool that schedules tasks over these handles is
-:mod:`pipelines.inprocess.pool`, whose docstring has the design."""
+:mod:`pipelines.inprocess.pool`, whose docstring has the design; the protocol (who sends what,
+in which order, what each side does on EOF, death or cancellation) is written down once,
+in :mod:`pipelines.inprocess.messages`.
+
+Which thread owns what:
+
+=========================  ==============================  ================================
+state                      owner                           how other threads reach it
+=========================  ==============================  ================================
+a :class:`Worker`: its     the thread that borrowed it     ``Pool.close`` only ends it
+pipes, the conversation    from its pool (one at a time)   (:meth:`Worker.end_input`,
+                                                           ``proc.kill()``); the owner's
+                                                           next send or receive then raises
+                                                           :class:`WorkerDied`
+=========================  ==============================  ================================
+"""
 
 from __future__ import annotations
 
@@ -146,13 +161,14 @@ class Worker:
         what it was doing, for the message)."""
         try:
             self._send(message)
-        except OSError as e:  # BrokenPipeError included
+        # BrokenPipeError included; ValueError: Pool.close closed the pipe on another thread
+        except (OSError, ValueError) as e:
             raise self.died(doing, e) from None
 
     def recv(self, doing: str) -> Any:
         try:
             return pickle.load(self.proc.stdout)
-        except (EOFError, OSError, pickle.UnpicklingError) as e:
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
             raise self.died(doing, e) from None
 
     def elements(self, url: str, note: Callable, chunk: int) -> Iterator[Any]:

@@ -10,18 +10,48 @@ name (a few dozen bytes more than a bare tuple), and because this module then im
 nothing but :mod:`typing`, which a worker imports anyway: a worker must start without Beam,
 TensorFlow or the pool's machinery (``pipelines.inprocess.worker``).
 
-A worker's life, in messages (→: to the worker, ←: to the parent):
+This docstring is the one description of the protocol; the modules on either side point
+here.
 
-* → :class:`Job` once, at start.
-* A piece-file conversion: → :class:`ConvertTask` (``place`` false); ← :class:`Converted` or
-  :class:`Failed`.
-* A placed conversion: → :class:`ConvertTask` (``place`` true); ← :class:`Sized` or
-  :class:`Failed`.  Then, for each :class:`Sized` in order, → :class:`Runs` (usually after
-  the worker's next :class:`ConvertTask`); ← :class:`Written` or :class:`WriteFailed`, in any
-  order with the next task's answer.
-* A streamed shard: → :class:`Stream`; ← :class:`Items`, answered → :data:`NEXT` or
-  :data:`STOP`, until ← :class:`End` or :class:`StreamFailed`.
-* The worker exits when its stdin closes.
+A worker's life, in messages (→: to the worker, on its stdin; ←: to the parent, on its
+reply stream).  The parent talks to a worker from one thread at a time (the one that
+borrowed it from the pool); the worker reads every message on a reader thread and converts
+on its main thread, both sending replies under one lock.
+
+* → :class:`Job` once, at start, read before anything else.
+* A piece-file conversion: → :class:`ConvertTask` (``place`` false); ← :class:`Converted`
+  or :class:`Failed`.  The parent sends nothing else to that worker until the answer.
+* A placed conversion (the parent's ``Pool._pipeline``): → :class:`ConvertTask` (``place``
+  true); ← :class:`Sized` (the worker holds the frames) or :class:`Failed` (it holds
+  nothing).  For each :class:`Sized`, in the same order, the parent sends one → :class:`Runs`
+  once its shard stream has placed the piece -- usually after the worker's next
+  :class:`ConvertTask`, so the worker converts meanwhile -- and the worker's reader thread
+  writes them at once and answers ← :class:`Written` or :class:`WriteFailed`.  So after
+  → ``ConvertTask``, → ``Runs`` the two answers come in either order; the worker holds at
+  most two pieces.  ``Runs`` with no runs: drop the piece, answered ``Written([])``.
+  ``Runs`` when the worker holds no piece (a parent out of step) is answered
+  :class:`WriteFailed`, never ignored.
+* A streamed shard: → :class:`Stream`; ← :class:`Items`, each answered → :data:`NEXT` or
+  :data:`STOP`, until ← :class:`End` or :class:`StreamFailed`.  The parent sends nothing
+  else to that worker until then; after ``STOP`` it reads on to the ``End``.
+
+When something ends:
+
+* The worker's stdin closes (``Pool.close``, or the parent died): an idle worker exits at
+  once; a busy one exits too (``os._exit``: nobody will read its answer, and an op that
+  hangs must not keep it alive).  A reply the worker cannot write (the parent is gone)
+  ends it the same way.
+* The worker dies (a crash in native code, ``os._exit`` or ``SystemExit`` in an op, a
+  kill): the parent's next send or read fails, and it raises ``WorkerDied`` (with the exit
+  code) to what it was doing; the pool is broken from then on, every later call failing
+  the same way.  Runs sent to a dead worker will never be written: the parent cancels
+  their shards (``ShardFile.cancel``), whose close then fails instead of waiting for ever.
+* The job stops (an error, Ctrl-C, a cancellation): the parent's stream is cancelled (no
+  shard waits for ranges), the pool's tasks not started are cancelled, idle workers get
+  their stdin closed and busy ones are killed, then every worker is reaped
+  (``Pool.close``).  Workers ignore SIGINT: only the parent handles Ctrl-C.
+* A conversion that raises (an op's error, a bad input) is not an end: ← :class:`Failed`
+  (or :class:`StreamFailed`) with the traceback, and the worker takes its next task.
 """
 
 from __future__ import annotations

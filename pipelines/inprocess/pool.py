@@ -7,8 +7,8 @@ throughput to one another (docs/benchmarks.md).  So the in-process driver
 (``pipelines.inprocess.driver``) and the streamed ``tf.data.Dataset`` hand whole shards to
 worker processes.  The output is the same bytes.  Where the driver's shard stream places
 the pieces (a local ``{}`` output), each worker writes its piece's frames straight into the
-final shards, at the offsets the stream assigns (``place``; the worker protocol is in
-:mod:`pipelines.inprocess.worker` and :mod:`pipelines.inprocess.messages`), so every byte is
+final shards, at the offsets the stream assigns (``place``; the protocol is written down in
+:mod:`pipelines.inprocess.messages`), so every byte is
 written once; otherwise each worker writes a piece file that the shards are copied from.
 
 * Lifecycle: the driver builds a :class:`Pool` and closes it (``with Pool(...)`` or
@@ -38,6 +38,27 @@ written once; otherwise each worker writes a piece file that the shards are copi
   in its message); a worker that dies (a crash in native code) fails the job with
   :class:`WorkerDied`, and every later call on the pool with it.  Workers exit when
   their stdin closes, so they never outlive a killed parent for long.
+
+The messages, their order, and what each side does when the other dies or the job stops:
+:mod:`pipelines.inprocess.messages`.
+
+Threads of a :class:`Pool`:
+
+==============================  ===============================  ==========================
+state                           owner                            how other threads reach it
+==============================  ===============================  ==========================
+an idle worker, or the pool's   the idle queue                   taking from it
+breakage (:class:`_Broken`)                                      (:meth:`Pool._borrow`);
+                                                                 a breakage stays in it
+a borrowed worker (its pipes,   the thread that borrowed it      :meth:`Pool.close` only
+the pieces it holds)            (a dispatcher, a caller of       ends it (closes its input,
+                                :meth:`Pool.convert` or          kills it): the borrower
+                                :meth:`Pool.elements`)           then gets WorkerDied
+the tasks not started, their    the pool's one lock              :meth:`Pool.convert`, the
+futures, closed                                                  dispatchers, :meth:`close`
+a task's result                 the thread converting it (sets   its future
+                                its future once)
+==============================  ===============================  ==========================
 """
 
 from __future__ import annotations
@@ -58,6 +79,15 @@ if TYPE_CHECKING:
     from pipelines.job.kinds.tfrecord.piece import ConvertedPiece
 
 __all__ = ["Pool", "WorkerDied", "pack"]
+
+
+class _Broken:
+    """In a pool's idle queue instead of a worker: the pool is broken (a worker died) or
+    closed.  Whoever takes it puts it back, so that every later borrower gets ``error``
+    instead of waiting for a worker for ever."""
+
+    def __init__(self, error: WorkerDied):
+        self.error = error
 
 
 class Pool:
@@ -82,8 +112,7 @@ class Pool:
         place: Optional[Callable] = None,
     ):
         self._all: List[Worker] = []
-        self._idle: "queue.Queue[Optional[Worker]]" = queue.Queue()  # None: broken
-        self._broken: Optional[WorkerDied] = None
+        self._idle: "queue.Queue[Worker | _Broken]" = queue.Queue()
         for _ in range(int(n)):
             w = Worker(blob, work)
             self._all.append(w)
@@ -216,16 +245,17 @@ class Pool:
     def _borrow(self) -> Iterator[Worker]:
         """An idle worker for the block, returned to the pool after it if still alive."""
         w = self._idle.get()
-        if w is None:  # the pool is broken: wake the next waiter too
-            self._idle.put(None)
-            raise self._broken
+        if isinstance(w, _Broken):  # the pool is broken: wake the next waiter too
+            self._idle.put(w)
+            # an exception of its own for each borrower: threads raising one instance at
+            # once would each rewrite its traceback
+            raise WorkerDied(str(w.error))
         try:
             yield w
         except WorkerDied as e:
             # like concurrent.futures' BrokenProcessPool: one crash fails every later call
             # (a crash in native code tends to recur), and nobody waits for a worker forever
-            self._broken = WorkerDied(f"the shard worker pool is broken: {e}")
-            self._idle.put(None)
+            self._idle.put(_Broken(WorkerDied(f"the shard worker pool is broken: {e}")))
             raise
         finally:
             if w.proc.poll() is None:
@@ -241,14 +271,19 @@ class Pool:
             self._closed = True
             for _, _, fut in self._todo:
                 fut.cancel()  # not started: nobody will ask for it any more
-        idle = []
+        idle: List[Worker] = []
+        broken: Optional[_Broken] = None
         while True:
             try:
-                idle.append(self._idle.get_nowait())
+                got = self._idle.get_nowait()
             except queue.Empty:
                 break
-        self._broken = self._broken or WorkerDied("the shard worker pool is closed")
-        self._idle.put(None)  # a later borrower gets the error instead of waiting forever
+            if isinstance(got, _Broken):
+                broken = broken or got  # a worker's death says more than "closed"
+            else:
+                idle.append(got)
+        # a later borrower gets the error instead of waiting forever
+        self._idle.put(broken or _Broken(WorkerDied("the shard worker pool is closed")))
         for w in self._all:
             w.end_input()
             if w not in idle:

@@ -28,6 +28,32 @@ job's ``ConvertConfig.spool_limit`` / ``--spool-limit``, else ``$TAR2TF_SPOOL_LI
 (:meth:`abort`, :meth:`cancel`), the shards still queued are dropped, not uploaded.  A
 piece the in-process driver held in memory (``ConvertedPiece.frames``) is written once,
 here.
+
+Which thread owns what (every other thread reaches it only the way the last column says):
+
+==============================  ===============================  ==============================
+state                           owner                            how other threads reach it
+==============================  ===============================  ==============================
+a stream's packer, its          the stream's writer: the one     not at all; a thread that
+``current`` shard, shard        thread that calls ``add``,       joined the writer may call
+count, the pieces ended, the    ``finish``, ``abort`` (the       ``abort`` or ``finish`` after
+close futures                   driver's, or a feed's thread)    it (``PieceFeed``)
+a finished shard (sealed)       the closer thread                handed over by the closer's
+                                                                 queue (``submit``)
+the live shards, the spooled    ``_Shards``, under its one lock  ``ShardStream.cancel`` (any
+bytes, the first failed close,                                   thread), the closer, the
+the stream's stop                                                writer
+a shard's reserved ranges and   its ``RangeLedger``, under its   ``ShardFile.filled`` (pool
+their CRC-32C                   one lock (``shardfile``)         threads), ``ShardFile.cancel``
+                                                                 (any thread)
+a feed's pieces placed and not  the feed's one lock              ``PieceFeed.place`` (pool
+added, its next index, closed                                    threads), the feed's thread,
+                                                                 ``PieceFeed.pieces``
+a placed piece's runs           the feed's thread (sets them     the future ``place`` waits on
+                                once)
+how a feed's thread ended       the feed's thread (sets it once  a future, read after joining
+                                as it ends)                      the thread
+==============================  ===============================  ==============================
 """
 
 from __future__ import annotations
@@ -36,7 +62,7 @@ import itertools
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from pipelines.inprocess import journal as shard_journal
 from pipelines.job import names, workfiles
@@ -57,6 +83,74 @@ def can_stream(output: str) -> bool:
     return names.is_template(output)
 
 
+class _Shards:
+    """What the stream's writer thread, its closer thread and :meth:`ShardStream.cancel`
+    (any thread) share, under its one lock: the shards opened and not yet closed or
+    dropped (what a cancellation must reach), the bytes of those handed to the closer and
+    not closed yet (the spool), the first close that failed, and the stream's stop."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._live: List[ShardFile] = []
+        self._waiting = 0
+        self._close_error: Optional[BaseException] = None
+        self._stopped: Optional[BaseException] = None
+
+    def opened(self, shard: ShardFile) -> Optional[BaseException]:
+        """The writer opened ``shard``; the stream's stop if it came first (in the same
+        step, so that a shard is either reached by :meth:`stop` or told of it here)."""
+        with self._cv:
+            self._live.append(shard)
+            return self._stopped
+
+    def handed(self, shard: ShardFile) -> None:
+        """The writer handed ``shard`` (sealed) to the closer."""
+        with self._cv:
+            self._waiting += shard.bytes
+
+    def make_room(self, size: int, limit: int) -> None:
+        """Wait while the shards handed over and not closed, and ``size`` more bytes, would
+        be more than ``limit`` (never when none waits); raises a failed close's error or the
+        stop's instead of waiting for ever."""
+        with self._cv:
+            while (
+                self._waiting
+                and self._waiting + size > limit
+                and self._close_error is None
+                and self._stopped is None
+            ):
+                self._cv.wait()
+            if self._close_error is not None:
+                raise self._close_error
+            if self._stopped is not None:
+                raise self._stopped
+
+    def failures(self) -> Tuple[Optional[BaseException], Optional[BaseException]]:
+        """The first failed close and the stop, as they are now."""
+        with self._cv:
+            return self._close_error, self._stopped
+
+    def settled(self, shard: ShardFile, handed: bool, error: Optional[BaseException]) -> None:
+        """``shard`` is closed, or dropped (``error``: why it failed, if it did); ``handed``:
+        it was handed to the closer (its bytes leave the spool)."""
+        with self._cv:
+            if shard in self._live:
+                self._live.remove(shard)
+            if handed:
+                self._waiting -= shard.bytes
+            if error is not None and self._close_error is None:
+                self._close_error = error
+            self._cv.notify_all()
+
+    def stop(self, exc: BaseException) -> List[ShardFile]:
+        """The stream stops (the first ``exc`` stays): a writer waiting for room gives up;
+        the shards live now, which the caller cancels."""
+        with self._cv:
+            self._stopped = self._stopped or exc
+            self._cv.notify_all()
+            return list(self._live)
+
+
 class ShardStream:
     """Feed pieces (:class:`~pipelines.job.kinds.tfrecord.piece.ConvertedPiece`) with :meth:`add` in
     input order, then
@@ -71,7 +165,10 @@ class ShardStream:
 
     ``spool_limit`` (remote outputs; default :func:`transforms.stores.upload.spool_limit`): the
     bytes of finished shards that may wait for the closer thread's upload before the
-    writer waits too (:meth:`_make_room`)."""
+    writer waits too (:meth:`_make_room`).
+
+    Which thread owns what: the module's docstring.
+    """
 
     def __init__(
         self,
@@ -102,17 +199,13 @@ class ShardStream:
         self._ended: List[PieceSummary] = []  # pieces finished while the current shard is open
         self._last = self._skip[0] - 1  # index of the last piece added
         self._closing: List[Future] = []
-        self._open: List[ShardFile] = []  # handed to the closer (it may wait for reserved ranges)
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="tar2tf-shard-close")
+        self._shards = _Shards()
         self.done = False  # finished or aborted
         # a shard for a bucket waits for its upload in a local spool file: at most this many
         # bytes of them (None: a local output, whose waiting shards are the output itself)
         self.remote = split_url(output)[0] != ""
         self.spool_limit = (spool_limit or upload.spool_limit()) if self.remote else None
-        self._cv = threading.Condition()
-        self._waiting = 0  # bytes of the shards handed to the closer and not yet closed
-        self._close_error: Optional[BaseException] = None  # the first close that failed
-        self._stopped: Optional[BaseException] = None  # cancel(): a waiting writer gives up
 
     def _close_current(self, position: Tuple[int, int], wait: bool = True) -> None:
         """Close the open shard, if any, in the background; ``position`` = (piece index,
@@ -121,13 +214,13 @@ class ShardStream:
         shard = self.current
         if shard is not None:
             entry = (self._ended, list(position))  # the journal's, once the shard is durable
-            shard.park()  # it may wait long (for the closer, for workers' ranges)
+            # sealed here, on the writer, so that the closer only reads what is final; and
+            # parked: it may wait long (for the closer, for workers' ranges)
+            shard.park()
             if wait:
                 self._make_room(shard.bytes)
-            with self._cv:  # one step for cancel(): the shard is open or current, never neither
-                self._waiting += shard.bytes
-                self._open.append(shard)
-                self.current = None
+            self.current = None
+            self._shards.handed(shard)
             self._closing.append(self._closer.submit(self._close, shard, self.count, entry))
             self._ended = []
 
@@ -136,9 +229,8 @@ class ShardStream:
         self._close_current(position)
         self.count += 1
         shard = ShardFile(names.fill(self.output, self.count), self.config, self.dali_index)
-        with self._cv:
-            self.current = shard
-            stopped = self._stopped
+        self.current = shard
+        stopped = self._shards.opened(shard)
         if stopped is not None:  # opened after cancel() looked: its ranges may never be filled
             shard.cancel(stopped)
 
@@ -148,25 +240,14 @@ class ShardStream:
         than :attr:`spool_limit` (never for a first one: a shard larger than the limit goes
         alone).  Raises the error of a close that failed (the job fails now, not at
         :meth:`finish`) or of :meth:`cancel`, so the writer never waits for ever."""
-        if self.spool_limit is None:
-            return
-        with self._cv:
-            while (
-                self._waiting
-                and self._waiting + size > self.spool_limit
-                and self._close_error is None
-                and self._stopped is None
-            ):
-                self._cv.wait()
-            if self._close_error is not None:
-                raise self._close_error
-            if self._stopped is not None:
-                raise self._stopped
+        if self.spool_limit is not None:
+            self._shards.make_room(size, self.spool_limit)
 
     def _close(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
+        """The closer thread's work for one shard: its manifest row."""
+        error: Optional[BaseException] = None
         try:
-            with self._cv:
-                failed, stopped = self._close_error, self._stopped
+            failed, stopped = self._shards.failures()
             if (failed is not None or stopped is not None) and self.remote:
                 # an earlier shard's upload failed, or the job is stopping (abort, cancel):
                 # the shards queued behind are dropped (spool file removed), not uploaded
@@ -176,8 +257,6 @@ class ShardStream:
                 # (with a journal, resume converts their input shards again).  (A local
                 # shard may wait for ranges worker processes still write into its temp
                 # file: it is closed as before.)
-                with self._cv:
-                    self._open.remove(shard)
                 why = (
                     f"an earlier shard failed ({failed})"
                     if failed is not None
@@ -188,18 +267,13 @@ class ShardStream:
                 raise skipped from (failed or stopped)
             return self._close_shard(shard, n, entry)
         except BaseException as e:
-            with self._cv:
-                self._close_error = self._close_error or e
+            error = e
             raise
         finally:
-            with self._cv:
-                self._waiting -= shard.bytes
-                self._cv.notify_all()
+            self._shards.settled(shard, handed=True, error=error)
 
     def _close_shard(self, shard: ShardFile, n: int, entry: Tuple[list, list]) -> Dict[str, Any]:
         row = shard.close(self.guard)
-        with self._cv:
-            self._open.remove(shard)
         if self.journal is not None:
             pieces, position = entry
             shard_journal.write(self.journal, n, row, pieces, position, self.config)
@@ -227,7 +301,16 @@ class ShardStream:
 
     def add(self, piece: ConvertedPiece, place: Optional[Future] = None) -> None:
         """Write ``piece``'s records into the final shards.  ``place``: a worker process
-        holds its frames (:meth:`PieceFeed.place`): the future gets the runs it writes."""
+        holds its frames (:meth:`PieceFeed.place`): the future gets the runs it writes, or
+        the error that stopped this call."""
+        try:
+            self._add(piece, place)
+        except BaseException as e:
+            if place is not None and not place.done():  # this thread is its only setter
+                place.set_exception(e)
+            raise
+
+    def _add(self, piece: ConvertedPiece, place: Optional[Future]) -> None:
         summary = piece.summary
         index = summary.index
         sizes = piece.sizes  # only this piece's: what is kept is its summary
@@ -238,13 +321,9 @@ class ShardStream:
         self._last = index
         if place is not None:
             runs = []
-            try:
-                for lo, hi in self._runs(index, sizes, skip):
-                    shard = self.current
-                    runs.append((shard, shard.reserve(sum(sizes[lo:hi]), sizes[lo:hi]), lo, hi))
-            except BaseException as e:
-                place.set_exception(e)
-                raise
+            for lo, hi in self._runs(index, sizes, skip):
+                shard = self.current
+                runs.append((shard, shard.reserve(sum(sizes[lo:hi]), sizes[lo:hi]), lo, hi))
             place.set_result(runs)
         elif frames is not None:
             for lo, hi in self._runs(index, sizes, skip):
@@ -260,6 +339,7 @@ class ShardStream:
         self._ended.append(summary)
 
     def finish(self) -> List[Dict[str, Any]]:
+        """The manifest rows, once every shard is closed (the writer's last call)."""
         self.done = True
         self._close_current((self._last + 1, 0), wait=False)  # the closer's queue drains next
         self._closer.shutdown(wait=True)
@@ -276,27 +356,25 @@ class ShardStream:
         """The job failed: the shard being written is dropped.  The shards this stream
         finished stay if they are journaled (a rerun with ``resume`` continues after them);
         without a journal they are removed too, so the failed job leaves no output of its
-        own (as on the planned path, which writes nothing before every piece is done)."""
+        own (as on the planned path, which writes nothing before every piece is done).
+        Called by the writer, or by a thread that joined it (:class:`PieceFeed`)."""
         self.done = True
         self.cancel(exc)
-        if self.current is not None:
-            self.current.abort(exc)
-            self.current = None
+        shard, self.current = self.current, None
+        if shard is not None:
+            shard.abort(exc)
+            self._shards.settled(shard, handed=False, error=None)
         self._closer.shutdown(wait=True)
         if self.journal is None:
             self._remove_finished()
 
     def cancel(self, exc: Optional[BaseException] = None) -> None:
         """Ranges left to worker processes will not be filled: the shards waiting for
-        them fail (see :meth:`ShardFile.cancel`) instead of waiting for ever."""
+        them fail (see :meth:`ShardFile.cancel`) instead of waiting for ever.  From any
+        thread."""
         exc = exc or RuntimeError("the shard stream was stopped")
-        with self._cv:  # a writer waiting for room in the spool stops waiting
-            self._stopped = self._stopped or exc
-            self._cv.notify_all()
-            # under the lock the writer holds while a shard moves from current to open, so
-            # none is missed; one opened later is cancelled by the writer (_next_shard)
-            shards = list(self._open) + ([self.current] if self.current is not None else [])
-        for shard in shards:
+        # every live shard: one the writer opens later is told by _Shards.opened
+        for shard in self._shards.stop(exc):
             shard.cancel(exc)
 
     def _remove_finished(self) -> None:
@@ -313,6 +391,14 @@ class MissingPieces(RuntimeError):
     """The job finished but some pieces never reached the feed."""
 
 
+class _Outcome(NamedTuple):
+    """How a :class:`PieceFeed`'s writer thread ended."""
+
+    rows: Optional[List[Dict[str, Any]]]  # the stream finished once every piece was in
+    error: Optional[BaseException]  # adding a piece raised: the stream is not finished
+    finish_error: Optional[BaseException]  # finishing the stream raised (it cleaned up)
+
+
 class PieceFeed:
     """Pieces placed in any order, from any thread (the worker pool's threads, one per
     worker process: :meth:`place`); a writer thread adds them to the :class:`ShardStream`
@@ -323,13 +409,14 @@ class PieceFeed:
     ``expect``: the job's piece count.  When the last of them is in, the writer closes the
     last shard at once, and :meth:`finish` returns its result.  Until :meth:`finish` has
     returned, :meth:`abort` (a failed job) still aborts the stream (see
-    :meth:`ShardStream.abort` for what stays)."""
+    :meth:`ShardStream.abort` for what stays).
+
+    Which thread owns what: the module's docstring.
+    """
 
     def __init__(self, stream: ShardStream, expect: Optional[int] = None, first: int = 0):
         self.stream = stream
         self._expect = expect
-        self._rows: Optional[List[Dict[str, Any]]] = None  # the stream finished early
-        self._finish_error: Optional[BaseException] = None
         self.settled = False  # finish() returned the rows, or cleaned up after its error
         self._cv = threading.Condition()
         # index -> the piece, and the future of its PieceFeed.place
@@ -337,7 +424,7 @@ class PieceFeed:
         self._placed: Dict[int, PieceSummary] = {}
         self._next = first  # a resumed job's stream starts after its journaled pieces
         self._closed = False
-        self._error: Optional[BaseException] = None
+        self._outcome: "Future[_Outcome]" = Future()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tar2tf-shard-stream")
         self._thread.start()
 
@@ -373,48 +460,64 @@ class PieceFeed:
         with self._cv:
             return [self._placed[i] for i in sorted(self._placed)]
 
+    def _take(self) -> Optional[Tuple[ConvertedPiece, Future, bool]]:
+        """The next piece in input order once it is placed, and whether it is the last
+        expected; None once the feed is closed without it."""
+        with self._cv:
+            while self._next not in self._pending and not self._closed:
+                self._cv.wait()
+            if self._next not in self._pending:
+                return None
+            piece, place = self._pending.pop(self._next)
+            self._next += 1
+            return piece, place, self._next == self._expect
+
     def _run(self) -> None:
+        """The writer thread."""
+        rows = error = finish_error = None
         try:
             while True:
-                with self._cv:
-                    while self._next not in self._pending and not self._closed:
-                        self._cv.wait()
-                    if self._next not in self._pending:
-                        return
-                    piece, place = self._pending.pop(self._next)
-                    self._next += 1
+                taken = self._take()
+                if taken is None:
+                    break
+                piece, place, last = taken
                 self.stream.add(piece, place)
-                del piece, place  # written: its sizes (and held frames) go while this waits
-                if self._next == self._expect:  # every piece is in: close the last shard now
+                del piece, place, taken  # written: its sizes (and held frames) go while this waits
+                if last:  # every piece is in: close the last shard now
                     try:
-                        self._rows = self.stream.finish()
+                        rows = self.stream.finish()
                     except BaseException as e:
-                        self._finish_error = e
-                    return
+                        finish_error = e
+                    break
         except BaseException as e:
-            self._error = e
+            error = e
             self._fail_pending(e)
+        self._outcome.set_result(_Outcome(rows, error, finish_error))
 
-    def _close(self) -> None:
+    def _close(self) -> _Outcome:
+        """Stop taking pieces, wait for the writer thread to end: how it ended."""
         self._fail_pending(RuntimeError("the shard stream was stopped"))
         self._thread.join()
+        return self._outcome.result()
 
     def finish(self, count: int) -> List[Dict[str, Any]]:
         """The manifest rows, once pieces ``0 .. count-1`` are all written; raises the
         writer's error, or :class:`MissingPieces` (after :meth:`abort`) if some never came."""
-        self._close()
+        outcome = self._close()
+        with self._cv:
+            added = self._next
         try:  # every way out leaves the stream finished or cleaned up: settled
-            if self._error is not None:
-                self.stream.abort(self._error)
-                raise self._error
-            if self._finish_error is not None:
-                raise self._finish_error
-            if self._next != count:
+            if outcome.error is not None:
+                self.stream.abort(outcome.error)
+                raise outcome.error
+            if outcome.finish_error is not None:
+                raise outcome.finish_error
+            if added != count:
                 self.stream.abort()
                 raise MissingPieces(
-                    f"{count - self._next} of {count} pieces never reached the shard stream"
+                    f"{count - added} of {count} pieces never reached the shard stream"
                 )
-            return self._rows if self._rows is not None else self.stream.finish()
+            return outcome.rows if outcome.rows is not None else self.stream.finish()
         finally:
             self.settled = True
 

@@ -1,24 +1,31 @@
 """The worker side of :mod:`pipelines.inprocess.pool`: a process that converts input shards.
 
 Started as ``python -P -c "from pipelines.inprocess.worker import serve; serve()"``
-(:mod:`pipelines.worker_python`: nothing imported from the current directory).  The
-messages are those of :mod:`pipelines.inprocess.messages`: it reads the :class:`Job` and then
-:class:`ConvertTask` tasks from stdin, and answers each with :class:`Converted` (the piece's
-piece) or :class:`Failed` (a traceback) on stdout.  It exits when stdin closes.  A
-:class:`Stream` task streams the shard's elements for ``Dataset.load(template)`` instead
-(:func:`_stream_elements`).
+(:mod:`pipelines.worker_python`: nothing imported from the current directory).  It reads
+the parent's messages on stdin and answers on stdout, in the protocol written down in
+:mod:`pipelines.inprocess.messages` (who sends what, in which order, and what each side
+does when the input closes, the other side dies or the job stops); it exits when stdin
+closes.  A reader thread takes every message as it comes: a placed piece's :class:`Runs`
+are written there at once, while the main thread converts the next task, so the worker
+never idles waiting for its place, and each byte of the output is written once, by a
+worker, instead of to a piece file and again by the parent into the final shard.
 
-``ConvertTask.place`` (a local job whose shard stream places pieces: ``PieceFeed.place``): the
-worker keeps the piece's frames in memory (spilling to its piece file beyond
-``HOLD_BYTES``) and answers :class:`Sized`.  The piece's :class:`Runs` come once the
-stream has placed it (records ``lo..hi-1`` go at ``offset`` of the final shard's temporary
-file ``path``; no runs: drop the piece), in the order of the :class:`Sized` answers,
-usually while the worker already converts its next task (the pool sends that first).  A
-reader thread writes them as soon as they come and answers :class:`Written` (the CRC-32C
-of each run) or :class:`WriteFailed` (a traceback), so a piece reaches its shard no later
-than before and the worker never idles waiting for its place.  Each byte of the output is
-written once, by a worker, instead of to a piece file and again by the parent into the
-final shard.
+Which thread owns what (:class:`_Session`):
+
+============================  ===========================  ===============================
+state                         owner                        how the other thread reaches it
+============================  ===========================  ===============================
+the job (config, stages,      the main thread, before the  read-only once the reader starts
+work directory)               reader starts
+the input stream              the reader thread (once the  not at all
+                              job is read)
+the reply stream              the send lock                both threads send under it
+the pieces held for their     the mail lock                the main thread adds a piece
+runs, the inbox, idle                                      before its Sized, the reader
+                                                           takes it for its Runs; the
+                                                           reader fills the inbox, the main
+                                                           thread empties it
+============================  ===========================  ===============================
 
 This module imports only what a worker needs, so that a worker starts converting sooner
 than if it imported the pool's queue, futures and subprocess machinery (every worker of a
@@ -33,111 +40,158 @@ import sys
 
 
 def _task_loop(inp, out) -> None:
-    import collections
-    import dataclasses
-    import gc
-    import threading
-    import traceback
+    """Serve the parent on ``inp`` (its messages) and ``out`` (the replies) until the input
+    closes."""
+    _Session(inp, out).run()
 
-    from pipelines.inprocess.messages import (
-        Converted,
-        Failed,
-        Runs,
-        Sized,
-        Stream,
-        WriteFailed,
-        Written,
-    )
-    from pipelines.job.kinds.tfrecord.piece import HOLD_BYTES, convert_to_piece
 
-    job = pickle.load(inp)
-    from transforms.redact import log_like
+class _Session:
+    """One worker process's conversation with the parent: this thread's task loop
+    (:meth:`run`), and a reader thread (:meth:`_read`) that takes every message as it
+    comes, so that the runs of a held piece are written while this thread converts.
 
-    # a retry warning names a URL (maybe with a password or a signed query) and a server's
-    # reason phrase (maybe with terminal escapes): this process writes to the user's
-    # terminal as the parent does, so its records are redacted and escaped as the parent's
-    log_like(job.log_level, job.log_format)
-    work = job.work
-    cfg = pickle.loads(job.blob)
-    stages = cfg.stages()
-    # what was imported and built so far lives as long as the worker: keep the cyclic
-    # collector from scanning it again on every full collection
-    gc.freeze()
-    lock = threading.Lock()
+    Which thread owns what: the module's docstring.
+    """
 
-    def send(reply) -> None:
-        with lock:
+    def __init__(self, inp, out) -> None:
+        import collections
+        import threading
+
+        self.inp, self.out = inp, out
+        self._send_lock = threading.Lock()
+        self._mail = threading.Condition()
+        self._held = collections.deque()  # sized pieces (with their frames), oldest first
+        self._inbox = collections.deque()  # the other messages; None: the input closed
+        self._idle = False  # the task thread waits for a message
+
+    def run(self) -> None:
+        """Read the job, start the reader, then do each task until the input closes."""
+        import threading
+
+        self._load_job()
+        threading.Thread(target=self._read, daemon=True, name="tar2tf-worker-read").start()
+        from pipelines.inprocess.messages import Stream
+
+        while True:
+            task = self._recv()
+            if task is None:
+                return
+            if isinstance(task, Stream):
+                if not _stream_elements(
+                    task.url, task.chunk, self.cfg, self.stages, self._recv, self._send
+                ):
+                    return
+                continue
+            self._convert(task)
+
+    def _load_job(self) -> None:
+        """The :class:`~pipelines.inprocess.messages.Job`: this process's logging, config
+        and stages."""
+        import gc
+
+        # imported before the collector freezes what is loaded (below), as the config is
+        import pipelines.job.kinds.tfrecord.piece  # noqa: F401
+
+        job = pickle.load(self.inp)
+        from transforms.redact import log_like
+
+        # a retry warning names a URL (maybe with a password or a signed query) and a
+        # server's reason phrase (maybe with terminal escapes): this process writes to the
+        # user's terminal as the parent does, so its records are redacted and escaped as
+        # the parent's
+        log_like(job.log_level, job.log_format)
+        self.work = job.work
+        self.cfg = pickle.loads(job.blob)
+        self.stages = self.cfg.stages()
+        # what was imported and built so far lives as long as the worker: keep the cyclic
+        # collector from scanning it again on every full collection
+        gc.freeze()
+
+    def _convert(self, task) -> None:
+        """A :class:`~pipelines.inprocess.messages.ConvertTask`: answered Converted, Failed,
+        or Sized (the piece then held until its runs come)."""
+        import dataclasses
+        import traceback
+
+        from pipelines.inprocess.messages import Converted, Failed, Sized
+        from pipelines.job.kinds.tfrecord.piece import HOLD_BYTES, convert_to_piece
+
+        try:
+            hold = HOLD_BYTES if task.place else 0
+            piece = convert_to_piece(task.index, task.url, self.work, self.cfg, self.stages, hold)
+        except Exception:
+            self._send(Failed(traceback.format_exc()))
+            return
+        if not task.place:
+            self._send(Converted(piece))
+            return
+        with self._mail:  # held before the parent can know of it: its runs find it
+            self._held.append(piece)  # its frames None: spilled to its piece file
+        self._send(Sized(dataclasses.replace(piece, frames=None)))  # the frames stay here
+
+    def _send(self, reply) -> None:
+        with self._send_lock:
             try:
-                pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
-                out.flush()
+                pickle.dump(reply, self.out, protocol=pickle.HIGHEST_PROTOCOL)
+                self.out.flush()
             except (BrokenPipeError, ConnectionResetError):
                 os._exit(0)  # the parent is gone: nobody reads the answer (and no traceback)
 
-    held = collections.deque()  # sized pieces (with their frames), oldest first, awaiting runs
-    inbox = collections.deque()  # the other messages, for this thread; None: input closed
-    arrived = threading.Condition()
-    idle = [False]  # the task loop is waiting for a message
+    def _recv(self):
+        """The task thread's next message from the inbox (None: the input closed)."""
+        with self._mail:
+            self._idle = True
+            while not self._inbox:
+                self._mail.wait()
+            self._idle = False
+            return self._inbox.popleft()
 
-    def read() -> None:
-        """Every message from the parent: runs are written here as soon as they come
-        (while this process converts its next shard); the rest go to the inbox."""
+    def _read(self) -> None:
+        """The reader thread: every message from the parent, until the input closes."""
+        from pipelines.inprocess.messages import Runs
+
         while True:
             try:
-                msg = pickle.load(inp)
+                msg = pickle.load(self.inp)
             except (EOFError, OSError, pickle.UnpicklingError):
                 msg = None
-            if isinstance(msg, Runs):  # the runs of the oldest piece held
-                if not held:
-                    # a protocol error of the parent: said, not a reader thread that dies
-                    # silently and leaves both sides waiting
-                    send(WriteFailed("runs came for no piece this worker holds"))
-                    continue
-                piece = held.popleft()
-                try:
-                    send(Written(write_runs(msg.runs, piece, cfg.store)))
-                except Exception:
-                    send(WriteFailed(traceback.format_exc()))
-                continue
-            with arrived:
-                inbox.append(msg)
-                arrived.notify()
-                busy = not idle[0]
-            if msg is None:
-                if busy:
-                    # the input closed under a task: the parent died (or closed the pool,
-                    # which ends busy workers anyway); nobody will take the result, and an
-                    # op that hangs would keep this process alive for ever
-                    os._exit(0)
+            if isinstance(msg, Runs):
+                self._write_held(msg)
+            elif not self._deliver(msg):
                 return
 
-    def recv():
-        with arrived:
-            idle[0] = True
-            while not inbox:
-                arrived.wait()
-            idle[0] = False
-            return inbox.popleft()
+    def _write_held(self, msg) -> None:
+        """Write the runs of the oldest piece held, answered Written or WriteFailed."""
+        import traceback
 
-    threading.Thread(target=read, daemon=True).start()
-    while True:
-        task = recv()
-        if task is None:
+        from pipelines.inprocess.messages import WriteFailed, Written
+
+        with self._mail:
+            piece = self._held.popleft() if self._held else None
+        if piece is None:
+            # a protocol error of the parent: said, not a reader thread that dies silently
+            # and leaves both sides waiting
+            self._send(WriteFailed("runs came for no piece this worker holds"))
             return
-        if isinstance(task, Stream):
-            if not _stream_elements(task.url, task.chunk, cfg, stages, recv, send):
-                return
-            continue
         try:
-            hold = HOLD_BYTES if task.place else 0
-            piece = convert_to_piece(task.index, task.url, work, cfg, stages, hold)
+            crcs = write_runs(msg.runs, piece, self.cfg.store)
         except Exception:
-            send(Failed(traceback.format_exc()))
-            continue
-        if not task.place:
-            send(Converted(piece))
-            continue
-        held.append(piece)  # its frames None: spilled to its piece file
-        send(Sized(dataclasses.replace(piece, frames=None)))  # the frames stay here
+            self._send(WriteFailed(traceback.format_exc()))
+            return
+        self._send(Written(crcs))
+
+    def _deliver(self, msg) -> bool:
+        """Hand ``msg`` to the task thread; False once the input has closed (``msg`` None)."""
+        with self._mail:
+            self._inbox.append(msg)
+            self._mail.notify()
+            busy = not self._idle
+        if msg is None and busy:
+            # the input closed under a task: the parent died (or closed the pool, which
+            # ends busy workers anyway); nobody will take the result, and an op that hangs
+            # would keep this process alive for ever
+            os._exit(0)
+        return msg is not None
 
 
 def _stream_elements(url, chunk, cfg, stages, recv, send) -> bool:

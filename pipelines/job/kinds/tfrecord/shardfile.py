@@ -4,6 +4,23 @@ Why this shape: TFRecord files concatenate byte-wise, so a final shard is the pi
 byte ranges copied in plan order (:func:`write_shard`); no record is parsed or re-framed.
 Each final shard is written under a temporary name and renamed when complete
 (:class:`ShardFile`), so an interrupted job never leaves a partial file under a final name.
+
+Who owns what in a :class:`ShardFile` (the streamed path writes one from several threads:
+``pipelines.inprocess.stream``):
+
+=====================================  ==========================  =============================
+state                                  owner                       how other threads reach it
+=====================================  ==========================  =============================
+the open file, ``digest``, ``bytes``,  the appending thread, up    not at all until
+``records``, ``sizes`` (appends)       to :meth:`ShardFile.seal`   :meth:`~ShardFile.seal`; then
+                                                                   frozen, read by the closing
+                                                                   thread (handed over through
+                                                                   the closer's queue)
+the byte ranges and their CRC-32C,     :class:`RangeLedger`        its one lock: ``filled``
+a cancellation                                                     (a pool thread), ``cancel``
+                                                                   (any thread), the wait in
+                                                                   ``close``
+=====================================  ==========================  =============================
 """
 
 from __future__ import annotations
@@ -61,6 +78,56 @@ def _discard(src, n: int) -> None:
         n -= len(chunk)
 
 
+class RangeLedger:
+    """The byte ranges of one shard that are hashed apart -- reserved for another writer,
+    copied with a known CRC-32C, or cut off the shard's running digest -- and their CRC-32C
+    once known: the only part of a :class:`ShardFile` that several threads reach, all of it
+    under one lock.  ``offset -> (length, crc or None until filled)``."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
+        self._failed: Optional[BaseException] = None
+        # ranges left to other writers (a kernel copy's or a cut's are filled at once): a
+        # cancellation only fails a shard that waits for some
+        self._reserved = False
+
+    def __bool__(self) -> bool:
+        with self._cv:
+            return bool(self._ranges)
+
+    def add(self, offset: int, length: int, crc: Optional[int]) -> None:
+        """A range at ``offset``; ``crc`` None: reserved, :meth:`fill` gives it later."""
+        with self._cv:
+            self._ranges[offset] = (length, crc)
+            if crc is None:
+                self._reserved = True
+
+    def fill(self, offset: int, crc: int) -> None:
+        with self._cv:
+            self._ranges[offset] = (self._ranges[offset][0], crc)
+            self._cv.notify_all()
+
+    def cancel(self, exc: BaseException) -> None:
+        with self._cv:
+            self._failed = exc
+            self._cv.notify_all()
+
+    def combined(self) -> int:
+        """The CRC-32C of all the ranges end to end, once each is filled; raises the
+        cancellation's error instead when a reserved range may never be."""
+        with self._cv:
+            while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
+                self._cv.wait()
+            if self._failed is not None and self._reserved:
+                raise self._failed
+            crc = 0
+            for offset in sorted(self._ranges):
+                length, part = self._ranges[offset]
+                crc = digests.crc32c_combine(crc, part, length)
+        return crc
+
+
 class ShardFile:
     """One final shard while it is written: bytes appended in order, its crc32c and framed
     record sizes kept, the file under a temporary name until :meth:`close` (fsync, rename),
@@ -71,7 +138,12 @@ class ShardFile:
     A local shard can also leave ranges to other processes (:meth:`reserve`): a worker
     writes a range into :attr:`local_path` at its offset and reports the range's CRC-32C
     (:meth:`filled`, from any thread); :meth:`close` waits for every range and combines
-    the CRCs (:func:`transforms.tfrecord.digests.crc32c_combine`)."""
+    the CRCs (:func:`transforms.tfrecord.digests.crc32c_combine`).
+
+    Threads: one thread appends (:meth:`write`, :meth:`copy`, :meth:`reserve`) until
+    :meth:`seal` (or :meth:`park`, which seals); after it, another thread may
+    :meth:`close` or :meth:`abort` it.  :meth:`filled` and :meth:`cancel` may come from
+    any thread at any time (they only reach the :class:`RangeLedger`)."""
 
     def __init__(self, path: str, config: Optional[StoreConfig] = None, dali_index: bool = False):
         self.path, self.dali_index = path, dali_index
@@ -83,14 +155,11 @@ class ShardFile:
         self._cm = self.store.open_write(path)
         self.f = self._cm.__enter__()
         self._start = 0  # where the bytes that self.digest hashes begin
-        # offset -> (length, CRC-32C or None until the range is filled); empty while this
-        # process writes every byte itself
-        self._ranges: Dict[int, Tuple[int, Optional[int]]] = {}
-        self._cv = threading.Condition()
-        self._failed: Optional[BaseException] = None
-        self._reserved = False  # ranges left to other writers (a kernel copy's are not)
+        # empty while this process writes every byte itself (self.digest then hashes them all)
+        self._ledger = RangeLedger()
         self._local = self.local_path is not None
         self._flushed = 0  # writeback started for the bytes before this offset
+        self._sealed = False  # nothing more is appended: digest and sizes are final
 
     @property
     def local_path(self) -> Optional[str]:
@@ -104,6 +173,7 @@ class ShardFile:
         ``write`` call: the file's 1 MB buffer turns them into few system calls (one
         ``writev`` per run of frames, or a larger buffer, was no faster:
         docs/benchmarks.md, "Costs behind design choices")."""
+        self._appending()
         for fr in frames:
             self.f.write(fr)
             self.digest.update(fr)
@@ -118,14 +188,14 @@ class ShardFile:
         ``crc``: their CRC-32C where the caller knows it (a whole piece's, from its
         sidecar), which spares hashing them (and reading them, when the kernel copies
         them: ``$TAR2TF_KERNEL_COPY``)."""
+        self._appending()
         if not (self._local and self._kernel_copy(src, offset, length, crc)):
             if crc is None:
                 copy_range(src, self.f, offset, length, self.digest)
             else:  # the CRC-32C is known: copied without hashing, kept as a range of its own
                 self._cut()
                 copy_range(src, self.f, offset, length, _NO_DIGEST)
-                with self._cv:
-                    self._ranges[self.bytes] = (length, crc)
+                self._ledger.add(self.bytes, length, crc)
                 self._start = self.bytes + length
         self._count(sizes)
         self.bytes += length
@@ -155,8 +225,7 @@ class ShardFile:
                 left -= len(chunk)
             crc = digests.crc32c_of(digest)
         self._cut()
-        with self._cv:
-            self._ranges[self.bytes] = (length, crc)
+        self._ledger.add(self.bytes, length, crc)
         self._start = self.bytes + length
         self.f.seek(self.bytes + length)
         return True
@@ -178,63 +247,60 @@ class ShardFile:
     def reserve(self, length: int, sizes: Sequence[int]) -> int:
         """Leave the next ``length`` bytes (whole frames: ``sizes``) to another writer;
         returns their offset in :attr:`local_path`.  Appends continue after them."""
+        self._appending()
         self._cut()
         offset = self.bytes
-        self._reserved = True
-        with self._cv:
-            self._ranges[offset] = (length, None)
+        self._ledger.add(offset, length, None)
         self._count(sizes)
         self.bytes += length
         self._start = self.bytes
         self.f.seek(self.bytes)
         return offset
 
+    def _appending(self) -> None:
+        if self._sealed:  # another thread may be closing it: its digest and size are final
+            raise RuntimeError(f"{self.path}: appended to after it was sealed")
+
+    def seal(self) -> None:
+        """Nothing more is appended: the appending thread's last step, after which the
+        shard may be closed on another thread.  The bytes appended since the last range
+        become a range of their own (where there are ranges), so that :meth:`close` only
+        reads what is final."""
+        if not self._sealed:
+            if self._ledger:
+                self._cut()
+            self._sealed = True
+
     def park(self) -> None:
-        """Nothing more is appended here before :meth:`close`: give the file descriptor
-        back while the shard waits (a local file, or a bucket object's spool file; see
-        ``transforms.stores.ParkableFile``)."""
+        """Nothing more is appended here before :meth:`close` (:meth:`seal`): give the
+        file descriptor back while the shard waits (a local file, or a bucket object's spool
+        file; see ``transforms.stores.ParkableFile``)."""
+        self.seal()
         park = getattr(self.f, "park", None)
         if park is not None:
             park()
 
     def filled(self, offset: int, crc: int) -> None:
         """The range reserved at ``offset`` is written; ``crc``: its CRC-32C."""
-        with self._cv:
-            self._ranges[offset] = (self._ranges[offset][0], crc)
-            self._cv.notify_all()
+        self._ledger.fill(offset, crc)
 
     def cancel(self, exc: BaseException) -> None:
         """A reserved range will never be filled: :meth:`close` (even one already
         waiting) raises ``exc`` and removes the file."""
-        with self._cv:
-            self._failed = exc
-            self._cv.notify_all()
+        self._ledger.cancel(exc)
 
     def _cut(self) -> None:
         """The bytes appended since the last reserved range become a range of their own."""
         if self.bytes > self._start:
-            with self._cv:
-                self._ranges[self._start] = (
-                    self.bytes - self._start,
-                    digests.crc32c_of(self.digest),
-                )
+            self._ledger.add(self._start, self.bytes - self._start, digests.crc32c_of(self.digest))
             self.digest = digests.new("crc32c")
             self._start = self.bytes
 
     def _crc32c(self) -> str:
-        if not self._ranges:  # every byte appended here
+        self.seal()  # a no-op on a sealed shard: its owner sealed it before handing it over
+        if not self._ledger:  # every byte appended here
             return digests.hexdigest(self.digest)
-        self._cut()
-        with self._cv:
-            while self._failed is None and any(crc is None for _, crc in self._ranges.values()):
-                self._cv.wait()
-            if self._failed is not None and self._reserved:
-                raise self._failed
-            crc = 0
-            for offset in sorted(self._ranges):
-                length, part = self._ranges[offset]
-                crc = digests.crc32c_combine(crc, part, length)
-        return f"{crc:08x}"
+        return f"{self._ledger.combined():08x}"
 
     def close(self, guard: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
         """Make the shard durable under its final name (once its reserved ranges are
