@@ -33,9 +33,9 @@ from pipelines.inprocess.messages import (
     End,
     Failed,
     Items,
-    Job,
     Run,
     Runs,
+    Setup,
     Stream,
     StreamFailed,
     WriteFailed,
@@ -93,7 +93,7 @@ class Worker:
         )
         try:
             # its log records go to this process's stderr: at this process's level and format
-            self._send(Job(blob, work, *log_settings()))
+            self._send(Setup(blob, work, *log_settings()))
         except OSError:  # it died at start-up (its traceback is on stderr): the first call says so
             pass
 

@@ -18,7 +18,7 @@ reply stream).  The parent talks to a worker from one thread at a time (the one 
 borrowed it from the pool); the worker reads every message on a reader thread and converts
 on its main thread, both sending replies under one lock.
 
-* → :class:`Job` once, at start, read before anything else.
+* → :class:`Setup` once, at start, read before anything else.
 * A piece-file conversion: → :class:`ConvertTask` (``place`` false); ← :class:`Converted`
   or :class:`Failed`.  The parent sends nothing else to that worker until the answer.
 * A placed conversion (the parent's ``Pool._pipeline``): → :class:`ConvertTask` (``place``
@@ -66,7 +66,7 @@ Note = Tuple[str, Any]
 # parent → worker
 
 
-class Job(NamedTuple):
+class Setup(NamedTuple):
     """→ The job, once, the first message a worker reads: ``blob`` is its
     :class:`~pipelines.job.kinds.tfrecord.config.ConvertConfig` pickled with cloudpickle
     (:func:`pipelines.inprocess.pool.pack`), ``work`` its work directory (piece files);
@@ -195,7 +195,7 @@ class StreamFailed(NamedTuple):
 
 
 __all__ = [
-    "Job",
+    "Setup",
     "ConvertTask",
     "Run",
     "Runs",

@@ -85,7 +85,7 @@ class _Session:
             self._convert(task)
 
     def _load_job(self) -> None:
-        """The :class:`~pipelines.inprocess.messages.Job`: this process's logging, config
+        """The :class:`~pipelines.inprocess.messages.Setup`: this process's logging, config
         and stages."""
         import gc
 

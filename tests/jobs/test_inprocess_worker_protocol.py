@@ -11,7 +11,7 @@ import sys
 
 from support.cli_fixtures import ROOT
 
-from pipelines.inprocess.messages import Job, Runs, WriteFailed
+from pipelines.inprocess.messages import Runs, Setup, WriteFailed
 from pipelines.job.kinds.tfrecord.config import ConvertConfig
 
 BOOT = (
@@ -30,7 +30,7 @@ def test_runs_for_no_piece_held_are_answered_with_a_failure(tmp_path):
         stderr=subprocess.PIPE,
     )
     try:
-        pickle.dump(Job(pickle.dumps(cfg), str(tmp_path / "work")), p.stdin)
+        pickle.dump(Setup(pickle.dumps(cfg), str(tmp_path / "work")), p.stdin)
         pickle.dump(Runs([]), p.stdin)
         p.stdin.flush()
         ready, _, _ = select.select([p.stdout], [], [], 60)
