@@ -47,7 +47,6 @@ from pipelines.job import lifecycle, progress, staging
 from pipelines.job.counts import COUNTERS
 from pipelines.job.element_coding import Pickled, carried
 from pipelines.job.lifecycle import ConvertResult, Job, Kind
-from transforms.stores import split_url
 
 log = logging.getLogger("tar2tf")
 NS = "tar2tf"
@@ -106,11 +105,8 @@ class ConvertUnitFn(beam.DoFn):
     def _convert(self, unit):
         return lifecycle.convert_unit(self.kind, self.cfg, self.work, unit, self.stages)
 
-    def _remote(self, unit) -> bool:
-        return any(isinstance(x, str) and split_url(x)[0] != "" for x in (self.work, *unit))
-
     def process(self, unit):
-        if not self._remote(unit):
+        if not lifecycle.reaches_bucket(unit, self.work):
             yield self._counted(*self._convert(unit))
             return
         if self.pool is None:

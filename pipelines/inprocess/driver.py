@@ -36,6 +36,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from pipelines.inprocess import HOLD_BYTES
 from pipelines.inprocess import journal as shard_journal
 from pipelines.inprocess import pool as shard_pool
 from pipelines.inprocess import stream as shard_stream
@@ -56,9 +57,6 @@ log = logging.getLogger("tar2tf")
 
 
 IO_THREADS = 8  # converter threads when the inputs or the work files are in a bucket
-# the bytes of one piece's frames a converting thread may hand to the stream in memory;
-# the held memory stays bounded by (threads + pieces waiting for their turn) x this
-HOLD_BYTES = 32 << 20
 
 
 def auto_processes(workers: int, units: int, ops: bool = True) -> int:
@@ -108,10 +106,6 @@ def new_stream(
     )
 
 
-def _is_remote(unit: Sequence[Any], work: str) -> bool:
-    return any(isinstance(x, str) and split_url(x)[0] != "" for x in (*unit, work))
-
-
 class InProcessDriver(lifecycle.Driver):
     """The driver (module docstring).  :meth:`build` decides, before the job writes
     anything, how it runs: what can fail there (ops that cannot be pickled for worker
@@ -126,10 +120,11 @@ class InProcessDriver(lifecycle.Driver):
         if plan.refused is not None:
             raise ValueError(plan.refused)
         self.plan = plan
+        # only a streamed job continues an interrupted run's journal (resume=True); any
+        # other starts over, its journal cleared once it has started (execute)
+        self.continues = cfg.resume and plan.stream is not None
         self.stages = kind.stages(cfg)
-        # the journal of an interrupted run, with resume=True (read only: a job that
-        # starts over clears it once it has started, in execute)
-        self.resumed = self._resume_point(job)
+        self.resumed = self._resume_point(job)  # read only
         left = len(job.units) - self.resumed.next_piece
         # worker processes pay off for heavy ops, and for any job whose workers write
         # their frames into local final shards themselves: nothing then passes through
@@ -148,9 +143,9 @@ class InProcessDriver(lifecycle.Driver):
         self.blob = shard_pool.pack(cfg, required=not auto) if procs else None
 
     def _resume_point(self, job: Job) -> shard_journal.ResumePoint:
-        cfg, spec = job.cfg, self.plan.stream
-        if cfg.resume and spec is not None:
-            point = shard_journal.load(job.work, cfg.store, spec.output)  # this output's only
+        if self.continues:
+            spec = self.plan.stream  # this output's names only
+            point = shard_journal.load(job.work, job.cfg.store, spec.output)
             if point is not None:
                 log.info(
                     "resumed: %d final shard(s) of an interrupted run kept; converting from "
@@ -163,8 +158,8 @@ class InProcessDriver(lifecycle.Driver):
 
     def execute(self, job: Job):
         cfg, resumed = job.cfg, self.resumed
-        if not (cfg.resume and self.plan.stream is not None):
-            shard_journal.clear(job.work, cfg.store)  # a job that starts over
+        if not self.continues:
+            shard_journal.clear(job.work, cfg.store)
         stream = self._new_stream(job)
         tasks = job.units[resumed.next_piece :]
         tally = _Tally(job, resumed)
@@ -215,14 +210,14 @@ class InProcessDriver(lifecycle.Driver):
         # pieces converted on these threads reach the stream in memory (written once)
         hold = HOLD_BYTES if stream is not None and workers is None else 0
         threads = max(1, int(self.num_workers), self.procs)
-        if workers is None and tasks and _is_remote(tasks[0], work):
+        if workers is None and tasks and lifecycle.reaches_bucket(tasks[0], work):
             # a unit's fetch and its work file's upload are round trips to a bucket, one
             # after another within a unit: more units at once keep requests in flight (the
             # CPU work per unit is the same); the held pieces share the same budget
             threads, hold = max(threads, IO_THREADS), hold * threads // max(threads, IO_THREADS)
 
         def one(unit) -> Tuple[Converted, bool]:  # (the unit, whether it was reused)
-            found = kind.reuse(cfg, work, unit) if cfg.resume else None
+            found = lifecycle.reused(kind, cfg, work, unit)
             if found is not None:  # verified work an interrupted run left
                 return Converted(found), True
             if workers is not None:

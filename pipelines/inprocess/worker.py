@@ -113,8 +113,9 @@ class _Session:
         import dataclasses
         import traceback
 
+        from pipelines.inprocess import HOLD_BYTES
         from pipelines.inprocess.messages import Converted, Failed, Sized
-        from pipelines.job.kinds.tfrecord.piece import HOLD_BYTES, convert_to_piece
+        from pipelines.job.kinds.tfrecord.piece import convert_to_piece
 
         try:
             hold = HOLD_BYTES if task.place else 0

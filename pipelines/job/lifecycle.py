@@ -44,7 +44,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 import transforms
 from pipelines.job import cleanup, exits, job_file, output_lock
 from transforms.record_types import Reject
-from transforms.stores import get_store, join
+from transforms.stores import get_store, join, split_url
 from transforms.tar.sources import is_missing
 
 
@@ -145,7 +145,7 @@ class Kind:
 
     def reuse(self, cfg, work: str, unit) -> Optional[Any]:
         """The summary of the verified work an interrupted run left for ``unit``, or None
-        (asked only when the job resumes: :func:`convert_unit`)."""
+        (asked only when the job resumes: :func:`reused`)."""
         return None
 
     def convert(self, cfg, work: str, unit, stages, hold: int = 0) -> Converted:
@@ -336,13 +336,26 @@ def run(kind: Kind, cfg, driver: Driver) -> ConvertResult:
     return res if again is None else run(kind, again, driver)
 
 
+def reused(kind: Kind, cfg, work: str, unit) -> Optional[Any]:
+    """The summary of the verified work an interrupted run left for ``unit`` when the job
+    resumes, else None: what either driver asks before it converts a unit."""
+    return kind.reuse(cfg, work, unit) if cfg.resume else None
+
+
 def convert_unit(kind: Kind, cfg, work: str, unit, stages) -> Tuple[Any, bool]:
     """``(summary, reused)`` of one unit: with ``resume``, the verified work an interrupted
     run left (``reused``); else the unit converted into the work directory."""
-    found = kind.reuse(cfg, work, unit) if cfg.resume else None
+    found = reused(kind, cfg, work, unit)
     if found is not None:
         return found, True
     return kind.convert(cfg, work, unit, stages).summary, False
+
+
+def reaches_bucket(unit: Sequence[Any], work: str) -> bool:
+    """Whether converting ``unit`` reads or writes an object store (its input's URL, or
+    the work directory): its requests are round trips, which a driver overlaps by
+    converting several such units at once."""
+    return any(isinstance(x, str) and split_url(x)[0] != "" for x in (*unit, work))
 
 
 def check_held(held: Optional[Tuple[str, str]], config) -> None:

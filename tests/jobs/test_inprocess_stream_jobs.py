@@ -130,6 +130,7 @@ def test_in_process_pieces_held_in_memory_give_the_same_shards(tmp_path, monkeyp
 
 def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, monkeypatch):
     """resume=True continues after the journaled final shards: pieces need not be on disk."""
+    from pipelines.inprocess import driver as local_convert
     from pipelines.job.kinds.tfrecord import piece as shard_convert
 
     shardgen.make_shards(str(tmp_path / "in"), 3, 4, size=(32, 32))
@@ -151,7 +152,7 @@ def test_in_process_pieces_are_held_in_memory_with_or_without_resume(tmp_path, m
             num_workers=2,
         )
         assert res.exit_code == 0 and res.totals["records_written"] == 12
-    assert holds == [shard_convert.HOLD_BYTES] * 6
+    assert holds == [local_convert.HOLD_BYTES] * 6
 
 
 @pytest.mark.parametrize("hold", [None, 2000])

@@ -16,7 +16,6 @@ from transforms.stores import StoreConfig
 @dataclasses.dataclass(frozen=True)
 class FileFormat:
     name: str  # the ``format`` option's value (``ConvertConfig.format``, ``--format``)
-    label: str  # as a user reads it
     # (task, store config, dali_index) -> the shard's manifest row, written atomically;
     # imported when a shard is written, so a job of another format never loads it
     writer: Callable[[], Callable[..., Dict[str, Any]]]
@@ -48,10 +47,9 @@ def _array_record_writer():
 ADAPTERS: Dict[str, FileFormat] = {
     f.name: f
     for f in (
-        FileFormat("tfrecord", "TFRecord", _tfrecord_writer, True, True, True),
+        FileFormat("tfrecord", _tfrecord_writer, streams=True, shuffles=True, dali_index=True),
         FileFormat(
             "array_record",
-            "ArrayRecord",
             _array_record_writer,
             streams=False,
             shuffles=False,
@@ -75,7 +73,7 @@ def checked(name: str, shuffle: bool, dali_index: bool) -> FileFormat:
     """The adapter of ``name``, refusing the options its files do not allow."""
     fmt = of(name)
     options = (("shuffle", shuffle, fmt.shuffles), ("dali_index", dali_index, fmt.dali_index))
-    refused = [name for name, asked, allowed in options if asked and not allowed]
+    refused = [option for option, asked, allowed in options if asked and not allowed]
     if refused:
         raise ValueError(
             f"format {fmt.name} takes neither shuffle nor dali_index ({fmt.why_not}); "

@@ -26,10 +26,6 @@ from transforms.tfrecord import digests
 from transforms.tfrecord import schema as exs
 from transforms.tfrecord.framing import frame_parts
 
-# A piece kept in memory (``hold``) spills to its scratch file beyond this many bytes, so
-# memory stays bounded by (threads + pieces waiting for their turn) x HOLD_BYTES.
-HOLD_BYTES = 32 << 20
-
 
 @dataclasses.dataclass
 class ConvertedPiece:
